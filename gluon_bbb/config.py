@@ -1,0 +1,105 @@
+"""One config object holding every hyper-parameter of a run, validated on construction."""
+import dataclasses
+import math
+from dataclasses import dataclass
+from typing import Optional
+
+from .errors import ConfigError
+
+PRIORS = ("gaussian", "scale_mixture")
+OPTIMIZERS = ("sgd", "adam")
+KL_WEIGHTINGS = ("uniform", "blundell")
+
+
+@dataclass
+class Config:
+    """Hyper-parameters of a Bayes-by-Backprop MLP; defaults are the tutorial's.
+
+    Sizes are counts; ``learning_rate`` is per summed mini-batch loss (the tutorial's
+    plain SGD); ``sigma_*`` are standard deviations of the prior in weight units;
+    ``pi`` is the weight of the first (wide, ``sigma_p1``) component of the scale mixture.
+    """
+    num_inputs: int = 784
+    num_outputs: int = 10
+    num_hidden_layers: int = 2
+    num_hidden_units: int = 400
+    batch_size: int = 128
+    epochs: int = 10
+    learning_rate: float = 0.001
+    optimizer: str = "sgd"
+    num_samples: int = 1
+    prior: str = "gaussian"
+    sigma_p: float = 1.0
+    pi: float = 0.25
+    sigma_p1: float = 0.75
+    sigma_p2: float = 0.1
+    mu_scale: float = 0.1
+    rho_offset: float = -3.0
+    kl_weighting: str = "uniform"
+    train_size: Optional[int] = None
+    seed: Optional[int] = None
+
+    def __post_init__(self):
+        self.prior = str(self.prior).replace("-", "_")
+        for name in ("num_inputs", "num_outputs", "num_hidden_units", "batch_size",
+                     "num_samples"):
+            _require_int(name, getattr(self, name), minimum=1)
+        _require_int("num_hidden_layers", self.num_hidden_layers, minimum=0)
+        _require_int("epochs", self.epochs, minimum=0)
+        if self.train_size is not None:
+            _require_int("train_size", self.train_size, minimum=1)
+        if self.seed is not None:
+            _require_int("seed", self.seed, minimum=0)
+        for name in ("learning_rate", "sigma_p", "sigma_p1", "sigma_p2", "mu_scale"):
+            _require_positive(name, getattr(self, name))
+        if not (_is_real(self.pi) and 0.0 <= self.pi <= 1.0):
+            raise ConfigError("pi", self.pi, "in [0, 1]")
+        if not (_is_real(self.rho_offset) and math.isfinite(self.rho_offset)):
+            raise ConfigError("rho_offset", self.rho_offset, "a finite number")
+        _require_choice("prior", self.prior, PRIORS)
+        _require_choice("optimizer", self.optimizer, OPTIMIZERS)
+        _require_choice("kl_weighting", self.kl_weighting, KL_WEIGHTINGS)
+
+    def layer_shapes(self):
+        """Parameter shapes ``[W1 (in,out), b1 (out,), ...]`` of this config's MLP."""
+        from .model import layer_param_shapes
+        return layer_param_shapes(self.num_inputs, self.num_hidden_units,
+                                  self.num_hidden_layers, self.num_outputs)
+
+    def log_prior(self):
+        """The callable ``x -> summed log prior density of x`` this config asks for."""
+        from .model import gaussian_prior, scale_mixture_prior
+        if self.prior == "gaussian":
+            return lambda x: gaussian_prior(x, self.sigma_p)
+        return lambda x: scale_mixture_prior(x, self.pi, self.sigma_p1, self.sigma_p2)
+
+    def to_dict(self):
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, values):
+        """Build from a dict such as a run's config.json; unknown keys are an error."""
+        names = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(values) - names)
+        if unknown:
+            raise ConfigError("config", unknown, "known fields only")
+        return cls(**values)
+
+
+def _is_real(value):
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _require_int(name, value, minimum):
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise ConfigError(name, value, "an integer >= %d" % minimum)
+
+
+def _require_positive(name, value):
+    if not (_is_real(value) and math.isfinite(value) and value > 0):
+        raise ConfigError(name, value, "a finite number > 0")
+
+
+def _require_choice(name, value, choices):
+    if value not in choices:
+        raise ConfigError(name, value, "one of %s" % ", ".join(choices))

@@ -1,0 +1,139 @@
+"""MNIST from the four standard IDX files, checked, as whole NumPy arrays.
+
+Pixels are scaled as in the tutorial and the paper: float32 value / 126.
+"""
+import contextlib
+import gzip
+import io
+import os
+import struct
+import zlib
+from collections import namedtuple
+
+import numpy as np
+
+from .errors import DataError
+
+PIXEL_SCALE = 126.0
+IDX_FILES = {
+    "train_images": ("train-images-idx3-ubyte", 60000),
+    "train_labels": ("train-labels-idx1-ubyte", 60000),
+    "test_images": ("t10k-images-idx3-ubyte", 10000),
+    "test_labels": ("t10k-labels-idx1-ubyte", 10000),
+}
+DEFAULT_DATA_DIR = os.path.join("~", ".mxnet", "datasets", "mnist")
+_IDX_MAGIC = {1: 0x00000801, 3: 0x00000803}
+
+MNIST = namedtuple("MNIST", "train_images train_labels test_images test_labels")
+MNIST.__doc__ = """Images (N, 784) float32 in [0, 255/126]; labels (N,) int32 in 0..9."""
+
+
+def read_idx(path, ndim):
+    """Read an IDX file of unsigned bytes (gzipped if the name ends in .gz).
+
+    Returns a uint8 array of the shape its header declares. Raises DataError naming
+    the file if the magic number, dimension count or data size is wrong.
+    """
+    name = os.path.basename(path)
+    try:
+        with open(path, "rb") as f:
+            raw = f.read()
+        if path.endswith(".gz"):
+            raw = gzip.decompress(raw)
+    except (OSError, EOFError, zlib.error) as exc:
+        raise DataError("%s: cannot read (%s)" % (path, exc)) from None
+    header_size = 4 + 4 * ndim
+    if len(raw) < header_size:
+        raise DataError("%s: %d bytes is shorter than an IDX header" % (path, len(raw)))
+    magic = struct.unpack(">I", raw[:4])[0]
+    if magic != _IDX_MAGIC[ndim]:
+        raise DataError("%s: bad magic number 0x%08x, expected 0x%08x (not an IDX file of "
+                        "%d-dimensional unsigned bytes)" % (path, magic, _IDX_MAGIC[ndim], ndim))
+    dims = struct.unpack(">%dI" % ndim, raw[4:header_size])
+    expected = int(np.prod(dims))
+    found = len(raw) - header_size
+    if found != expected:
+        what = "truncated" if found < expected else "has trailing bytes"
+        raise DataError("%s: %s: header declares %s = %d data bytes, file holds %d"
+                        % (name, what, "x".join(map(str, dims)), expected, found))
+    return np.frombuffer(raw, dtype=np.uint8, offset=header_size).reshape(dims)
+
+
+def find_idx_file(directory, stem):
+    """Path of ``stem`` or ``stem.gz`` in ``directory``, or None."""
+    for candidate in (stem, stem + ".gz"):
+        path = os.path.join(directory, candidate)
+        if os.path.isfile(path):
+            return path
+    return None
+
+
+def _has_all_files(directory):
+    return all(find_idx_file(directory, stem) for stem, _ in IDX_FILES.values())
+
+
+def resolve_data_dir(data_dir=None, download=True):
+    """The directory holding all four MNIST files.
+
+    An explicit ``data_dir`` is used as given (no download). Otherwise the first of
+    ``$GLUON_BBB_DATA`` and ``~/.mxnet/datasets/mnist`` that holds the files; if neither
+    does and ``download`` is true, MXNet's ``gluon.data.vision.MNIST`` downloads them into
+    the latter. Raises DataError listing the files expected and the directories searched.
+    """
+    if data_dir is not None:
+        searched = [os.path.expanduser(data_dir)]
+    else:
+        env_dir = os.environ.get("GLUON_BBB_DATA")
+        searched = ([os.path.expanduser(env_dir)] if env_dir else []) + \
+            [os.path.expanduser(DEFAULT_DATA_DIR)]
+    for directory in searched:
+        if _has_all_files(directory):
+            return directory
+    if data_dir is None and download:
+        default_dir = searched[-1]
+        problem = _download_with_gluon(default_dir)
+        if problem is None and _has_all_files(default_dir):
+            return default_dir
+    else:
+        problem = "no download attempted for an explicit --data-dir"
+    expected = ", ".join(stem + "[.gz]" for stem, _ in IDX_FILES.values())
+    raise DataError("MNIST not found: expected %s in %s (%s)"
+                    % (expected, " or ".join(searched), problem))
+
+
+def _download_with_gluon(root):
+    """Let MXNet download MNIST into ``root``; returns None or a one-line reason it failed."""
+    import mxnet as mx
+    try:
+        # gluon prints every retry; keep the console to our own one-line error
+        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+            for train in (True, False):
+                mx.gluon.data.vision.MNIST(root=root, train=train)
+    except Exception as exc:  # any network or file error: report it, do not crash
+        return "download failed: %s" % str(exc).splitlines()[0][:200]
+    return None
+
+
+def load_mnist(data_dir=None, download=True):
+    """Load and check MNIST; returns ``MNIST(train_images, train_labels, test_images, test_labels)``.
+
+    Images are (N, 784) float32 pixel/126; labels (N,) int32. See ``resolve_data_dir``.
+    """
+    directory = resolve_data_dir(data_dir, download)
+    arrays = {}
+    for key, (stem, count) in IDX_FILES.items():
+        path = find_idx_file(directory, stem)
+        is_images = key.endswith("images")
+        array = read_idx(path, ndim=3 if is_images else 1)
+        if array.shape[0] != count:
+            raise DataError("%s: holds %d items, expected %d" % (path, array.shape[0], count))
+        if is_images:
+            if array.shape[1:] != (28, 28):
+                raise DataError("%s: images are %s, expected 28x28" % (path, array.shape[1:]))
+            array = array.reshape(count, 784).astype(np.float32) / np.float32(PIXEL_SCALE)
+        else:
+            if array.max() > 9:
+                raise DataError("%s: label %d outside 0..9" % (path, array.max()))
+            array = array.astype(np.int32)
+        arrays[key] = array
+    return MNIST(**arrays)

@@ -1,0 +1,266 @@
+"""The training loop: Bayes by Backprop with SGD or Adam, checkpoints every epoch, resume.
+
+Callable from a notebook (``train(config, load_mnist(), mx.cpu())``); ``train_mnist.py``
+is the command-line wrapper around it.
+"""
+import dataclasses
+import json
+import math
+import os
+import sys
+import time
+from dataclasses import dataclass, field
+
+import mxnet as mx
+import numpy as np
+from mxnet import autograd, nd
+
+from .checkpoint import CHECKPOINT_FILE, _state_arrays, load_checkpoint, save_checkpoint, \
+    write_atomically
+from .config import Config
+from .context import context_name
+from .errors import CheckpointError, TrainingDiverged
+from .model import (combined_loss, evaluate_accuracy, init_variational_params,
+                    log_softmax_likelihood, net, sample_epsilons, transform_gaussian_samples,
+                    transform_rhos)
+
+CONFIG_FILE = "config.json"
+HISTORY_FILE = "history.json"
+# Fields that may differ between a run and its resumption (training longer is allowed).
+RESUMABLE_CHANGES = ("epochs",)
+
+
+@dataclass
+class TrainResult:
+    """What ``train`` returns: the variational parameters and one history record per epoch."""
+    config: Config
+    mus: list
+    rhos: list
+    history: list = field(default_factory=list)
+
+    @property
+    def sigmas(self):
+        return transform_rhos(self.rhos)
+
+
+def kl_weights(num_batches, scheme):
+    """Weight of the KL term for each mini-batch i = 1..M of an epoch (list of M floats).
+
+    ``uniform``: 1/M each. ``blundell`` (paper section 3.4): 2^(M-i) / (2^M - 1), written
+    as 2^-i / (1 - 2^-M) so that no 2^M is formed (it overflows a float for M > 1023).
+    Both sum to 1 over the epoch.
+    """
+    if scheme == "uniform":
+        return [1.0 / num_batches] * num_batches
+    if scheme == "blundell":
+        normalizer = -math.expm1(-num_batches * math.log(2.0))
+        return [math.ldexp(1.0, -i) / normalizer for i in range(1, num_batches + 1)]
+    raise ValueError("unknown kl weighting %r" % (scheme,))
+
+
+def bbb_loss(X, y_one_hot, mus, rhos, log_prior, num_batches, kl_weight, num_samples):
+    """The combined loss of one mini-batch averaged over ``num_samples`` weight samples.
+
+    Call inside ``autograd.record()``. X: (batch, inputs); y_one_hot: (batch, classes).
+    """
+    ctx = X.context
+    sigmas = transform_rhos(rhos)
+    total = None
+    for _ in range(num_samples):
+        epsilons = sample_epsilons([mu.shape for mu in mus], ctx)
+        weights = transform_gaussian_samples(mus, sigmas, epsilons)
+        output = net(X, weights)
+        loss = combined_loss(output, y_one_hot, weights, mus, sigmas, log_prior,
+                             log_softmax_likelihood, num_batches, kl_weight=kl_weight)
+        total = loss if total is None else total + loss
+    return total / num_samples if num_samples > 1 else total
+
+
+def make_optimizer(config, num_update=0):
+    """``mx.optimizer`` of the config's kind; ``num_update`` steps already taken (for resume)."""
+    return mx.optimizer.create(config.optimizer, learning_rate=config.learning_rate,
+                               rescale_grad=1.0, wd=0.0, begin_num_update=num_update)
+
+
+def _epoch_seed(seed, epoch):
+    return (seed * 1000003 + epoch) % (2 ** 31)
+
+
+def train(config, data, ctx, out_dir=None, resume=False, eval_train=False,
+          log=print, progress=None, check_every=50):
+    """Train a Bayes-by-Backprop MLP; returns a ``TrainResult``.
+
+    config: a ``Config``; data: an ``MNIST`` tuple of NumPy arrays (``load_mnist()``);
+    ctx: the MXNet context everything runs on. With ``out_dir``, writes config.json,
+    history.json and an atomic checkpoint after every epoch there; ``resume`` continues
+    from that checkpoint. The same seed gives the same parameters whether or not the run
+    was interrupted and resumed. ``log`` receives one line per epoch; ``progress``
+    (default: when stderr is a terminal) draws a progress bar within the epoch.
+    Raises TrainingDiverged on a non-finite loss, before writing anything for that epoch.
+    """
+    if config.seed is None and not resume:
+        config = dataclasses.replace(config, seed=int(np.random.SeedSequence().entropy % 2 ** 31))
+    if progress is None:
+        progress = sys.stderr.isatty()
+    train_images, train_labels = data.train_images, data.train_labels
+    if config.train_size is not None:
+        train_images = train_images[:config.train_size]
+        train_labels = train_labels[:config.train_size]
+    num_train = train_images.shape[0]
+    num_batches = math.ceil(num_train / config.batch_size)
+    batch_kl_weights = kl_weights(num_batches, config.kl_weighting)
+
+    shapes = config.layer_shapes()
+    start_epoch, num_update, history, saved_states = 0, 0, [], None
+    if out_dir is not None:
+        os.makedirs(out_dir, exist_ok=True)
+        checkpoint_path = os.path.join(out_dir, CHECKPOINT_FILE)
+        if resume:
+            config, state, history = _load_run(out_dir, config, ctx, shapes)
+            mus, rhos = state["mus"], state["rhos"]
+            for param in mus + rhos:
+                param.attach_grad()
+            start_epoch, num_update = state["epoch"], state["num_update"]
+            saved_states = state["optimizer_states"]
+        elif os.path.exists(checkpoint_path):
+            raise CheckpointError("%s already holds a run; pass --resume to continue it or "
+                                  "choose another --out" % out_dir)
+        _write_json(os.path.join(out_dir, CONFIG_FILE),
+                    dict(config.to_dict(), ctx=context_name(ctx)))
+    elif resume:
+        raise CheckpointError("resume needs an output directory holding a checkpoint")
+    if start_epoch == 0:
+        mus, rhos = init_variational_params(shapes, ctx, config.mu_scale, config.rho_offset,
+                                            seed=config.seed)
+
+    optimizer = make_optimizer(config, num_update)
+    params = mus + rhos
+    optimizer_states = [optimizer.create_state(i, p) for i, p in enumerate(params)]
+    if saved_states is not None:
+        _restore_states(optimizer_states, saved_states)
+    log_prior = config.log_prior()
+
+    X_all = nd.array(train_images, ctx=ctx, dtype="float32")
+    y_all = nd.array(train_labels, ctx=ctx, dtype="float32")
+    X_test = nd.array(data.test_images, ctx=ctx, dtype="float32")
+    y_test = nd.array(data.test_labels, ctx=ctx, dtype="float32")
+
+    for epoch in range(start_epoch, config.epochs):
+        started = time.time()
+        mx.random.seed(_epoch_seed(config.seed, epoch), ctx=ctx)
+        order = np.random.default_rng([config.seed, epoch]).permutation(num_train)
+        order_nd = nd.array(order, ctx=ctx, dtype="int32")
+        X_epoch = nd.take(X_all, order_nd)
+        y_epoch = nd.one_hot(nd.take(y_all, order_nd), config.num_outputs)
+        pending, loss_sum = [], 0.0
+        for batch in range(num_batches):
+            lo, hi = batch * config.batch_size, min((batch + 1) * config.batch_size, num_train)
+            with autograd.record():
+                loss = bbb_loss(X_epoch[lo:hi], y_epoch[lo:hi], mus, rhos, log_prior,
+                                num_batches, batch_kl_weights[batch], config.num_samples)
+            loss.backward()
+            for i, param in enumerate(params):
+                optimizer.update(i, param, param.grad, optimizer_states[i])
+            pending.append(loss)
+            if len(pending) == check_every or batch == num_batches - 1:
+                loss_sum += _check_finite(pending, epoch, batch)
+                pending = []
+                if progress:
+                    _draw_progress(epoch + 1, config.epochs, batch + 1, num_batches)
+        epoch_seconds = time.time() - started
+        record = {"epoch": epoch + 1, "loss": loss_sum / num_batches,
+                  "test_accuracy": evaluate_accuracy(X_test, y_test, mus),
+                  "epoch_seconds": epoch_seconds}
+        if eval_train:
+            record["train_accuracy"] = evaluate_accuracy(X_all, y_all, mus)
+        history.append(record)
+        if out_dir is not None:
+            save_checkpoint(checkpoint_path, mus, rhos, optimizer_states,
+                            optimizer.num_update, epoch + 1)
+            _write_json(os.path.join(out_dir, HISTORY_FILE), history)
+        if progress:
+            sys.stderr.write("\r" + " " * 60 + "\r")
+        log("epoch %d/%d  loss %.1f  test accuracy %.4f%s  %.1f s" % (
+            epoch + 1, config.epochs, record["loss"], record["test_accuracy"],
+            "  train accuracy %.4f" % record["train_accuracy"] if eval_train else "",
+            epoch_seconds))
+    return TrainResult(config=config, mus=mus, rhos=rhos, history=history)
+
+
+def _check_finite(losses, epoch, last_batch):
+    """Sum of the pending per-batch losses; raises TrainingDiverged naming the first bad one."""
+    values = nd.concat(*losses, dim=0).asnumpy().astype(np.float64)
+    bad = np.flatnonzero(~np.isfinite(values))
+    if bad.size:
+        first_batch = last_batch - len(losses) + 1 + int(bad[0])
+        raise TrainingDiverged(epoch + 1, first_batch + 1, values[bad[0]])
+    return float(values.sum())
+
+
+def _draw_progress(epoch, epochs, batch, num_batches, width=30):
+    filled = width * batch // num_batches
+    sys.stderr.write("\repoch %d/%d [%s%s] %d/%d" % (
+        epoch, epochs, "#" * filled, "." * (width - filled), batch, num_batches))
+    sys.stderr.flush()
+
+
+def _restore_states(fresh_states, saved_states):
+    for i, (fresh, saved) in enumerate(zip(fresh_states, saved_states)):
+        targets = _state_arrays(fresh)
+        if len(targets) != len(saved):
+            raise CheckpointError("checkpoint optimizer state for parameter %d has %d arrays, "
+                                  "this optimizer needs %d" % (i, len(saved), len(targets)))
+        for target, array in zip(targets, saved):
+            target[:] = array
+
+
+def _load_run(out_dir, config, ctx, shapes):
+    """Checkpoint, history and the run's own config, checked against ``config``."""
+    config_path = os.path.join(out_dir, CONFIG_FILE)
+    if not os.path.isfile(config_path):
+        raise CheckpointError("cannot resume: %s does not exist" % config_path)
+    saved = load_run_config(out_dir).to_dict()
+    for name, value in config.to_dict().items():
+        if name in RESUMABLE_CHANGES or (name == "seed" and value is None):
+            continue
+        if saved[name] != value:
+            raise CheckpointError("cannot resume %s: it was trained with %s=%r, not %r"
+                                  % (out_dir, name, saved[name], value))
+    saved = Config.from_dict(saved)
+    resumed = dataclasses.replace(saved, epochs=config.epochs)
+    state = load_checkpoint(os.path.join(out_dir, CHECKPOINT_FILE), ctx)
+    check_shapes(state["mus"], shapes, os.path.join(out_dir, CHECKPOINT_FILE))
+    history_path = os.path.join(out_dir, HISTORY_FILE)
+    history = []
+    if os.path.isfile(history_path):
+        with open(history_path) as f:
+            history = json.load(f)[:state["epoch"]]
+    return resumed, state, history
+
+
+def load_run_config(run_dir):
+    """The ``Config`` a run directory was trained with (its config.json)."""
+    path = os.path.join(run_dir, CONFIG_FILE)
+    try:
+        with open(path) as f:
+            values = json.load(f)
+    except (OSError, ValueError) as exc:
+        raise CheckpointError("cannot read %s: %s" % (path, exc)) from None
+    values.pop("ctx", None)
+    return Config.from_dict(values)
+
+
+def check_shapes(arrays, shapes, source):
+    """Raise CheckpointError unless ``arrays`` have exactly ``shapes``."""
+    found = [tuple(a.shape) for a in arrays]
+    if found != [tuple(s) for s in shapes]:
+        raise CheckpointError("%s holds parameters of shapes %s, the model needs %s"
+                              % (source, found, [tuple(s) for s in shapes]))
+
+
+def _write_json(path, value):
+    def write(tmp):
+        with open(tmp, "w") as f:
+            json.dump(value, f, indent=2)
+            f.write("\n")
+    write_atomically(path, write)

@@ -1,0 +1,41 @@
+import pytest
+
+from gluon_bbb import Config, ConfigError
+
+
+def test_defaults_are_the_tutorials():
+    c = Config()
+    assert (c.num_hidden_layers, c.num_hidden_units, c.batch_size, c.epochs) == (2, 400, 128, 10)
+    assert (c.learning_rate, c.num_samples, c.pi, c.sigma_p) == (0.001, 1, 0.25, 1.0)
+    assert (c.sigma_p1, c.sigma_p2, c.prior) == (0.75, 0.1, "gaussian")
+    assert c.layer_shapes() == [(784, 400), (400,), (400, 400), (400,), (400, 10), (10,)]
+
+
+def test_prior_spelling_is_normalised():
+    assert Config(prior="scale-mixture").prior == "scale_mixture"
+
+
+@pytest.mark.parametrize("field,value", [
+    ("sigma_p", 0.0), ("sigma_p", -1.0), ("sigma_p1", 0), ("sigma_p2", -0.1),
+    ("sigma_p", float("nan")), ("pi", -0.01), ("pi", 1.5), ("batch_size", 0),
+    ("epochs", -1), ("num_hidden_units", 0), ("num_samples", 0), ("learning_rate", 0.0),
+    ("train_size", 0), ("batch_size", 2.5), ("prior", "laplace"), ("optimizer", "rmsprop"),
+    ("kl_weighting", "linear"), ("num_hidden_layers", -1), ("seed", -3),
+])
+def test_invalid_values_name_field_and_value(field, value):
+    with pytest.raises(ConfigError) as info:
+        Config(**{field: value})
+    message = str(info.value)
+    assert message.startswith(field + " must be") and repr(value) in message
+    assert isinstance(info.value, ValueError) and info.value.field == field
+
+
+def test_edges_are_valid():
+    Config(pi=0.0), Config(pi=1.0), Config(epochs=0), Config(num_hidden_layers=0)
+
+
+def test_round_trip_and_unknown_keys():
+    c = Config(prior="scale_mixture", seed=3)
+    assert Config.from_dict(c.to_dict()) == c
+    with pytest.raises(ConfigError, match="bogus"):
+        Config.from_dict(dict(c.to_dict(), bogus=1))

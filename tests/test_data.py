@@ -1,0 +1,102 @@
+import gzip
+import os
+import struct
+
+import numpy as np
+import pytest
+
+from gluon_bbb import DataError, load_mnist, read_idx, resolve_data_dir
+from gluon_bbb.data import IDX_FILES
+
+
+def idx_bytes(array):
+    header = struct.pack(">I", 0x800 + array.ndim) + struct.pack(">%dI" % array.ndim, *array.shape)
+    return header + array.astype(np.uint8).tobytes()
+
+
+def write(path, payload):
+    opener = gzip.open if path.endswith(".gz") else open
+    with opener(path, "wb") as f:
+        f.write(payload)
+    return str(path)
+
+
+@pytest.mark.parametrize("suffix", ["", ".gz"])
+def test_read_idx_images_and_labels(tmp_path, suffix):
+    images = np.arange(3 * 28 * 28).reshape(3, 28, 28) % 256
+    labels = np.array([7, 0, 9])
+    got_images = read_idx(write(str(tmp_path / ("imgs" + suffix)), idx_bytes(images)), ndim=3)
+    got_labels = read_idx(write(str(tmp_path / ("lbls" + suffix)), idx_bytes(labels)), ndim=1)
+    np.testing.assert_array_equal(got_images, images)
+    np.testing.assert_array_equal(got_labels, labels)
+
+
+def test_truncated_file_is_named(tmp_path):
+    payload = idx_bytes(np.zeros((4, 28, 28)))[:-10]
+    path = write(str(tmp_path / "train-images-idx3-ubyte.gz"), payload)
+    with pytest.raises(DataError, match=r"train-images-idx3-ubyte.gz: truncated.*3136.*3126"):
+        read_idx(path, ndim=3)
+
+
+def test_bad_magic_is_named(tmp_path):
+    path = write(str(tmp_path / "labels"), idx_bytes(np.zeros((2, 2))))
+    with pytest.raises(DataError, match="labels: bad magic number 0x00000802"):
+        read_idx(path, ndim=1)
+
+
+def test_corrupt_gzip_is_named(tmp_path):
+    path = tmp_path / "t10k-labels-idx1-ubyte.gz"
+    path.write_bytes(b"\x1f\x8b\x08\x00garbage that is not deflate data")
+    with pytest.raises(DataError, match="t10k-labels-idx1-ubyte.gz: cannot read"):
+        read_idx(str(path), ndim=1)
+
+
+def test_short_header_is_named(tmp_path):
+    path = write(str(tmp_path / "tiny"), b"\x00\x00")
+    with pytest.raises(DataError, match="shorter than an IDX header"):
+        read_idx(path, ndim=3)
+
+
+def test_explicit_directory_without_files_lists_what_is_expected(tmp_path):
+    with pytest.raises(DataError) as info:
+        resolve_data_dir(str(tmp_path / "nowhere"))
+    message = str(info.value)
+    assert all(stem in message for stem, _ in IDX_FILES.values())
+    assert str(tmp_path / "nowhere") in message and "\n" not in message
+
+
+def test_environment_directory_is_used(tmp_path, monkeypatch):
+    for stem, _ in IDX_FILES.values():
+        (tmp_path / (stem + ".gz")).write_bytes(b"")
+    monkeypatch.setenv("GLUON_BBB_DATA", str(tmp_path))
+    assert resolve_data_dir() == str(tmp_path)
+
+
+def test_missing_everywhere_without_download(tmp_path, monkeypatch):
+    monkeypatch.setenv("GLUON_BBB_DATA", str(tmp_path / "env"))
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    with pytest.raises(DataError) as info:
+        resolve_data_dir(download=False)
+    assert str(tmp_path / "env") in str(info.value)
+    assert str(tmp_path / "home") in str(info.value)
+
+
+def test_real_mnist(mnist):
+    assert mnist.train_images.shape == (60000, 784) and mnist.test_images.shape == (10000, 784)
+    assert mnist.train_images.dtype == np.float32
+    assert mnist.train_labels.shape == (60000,) and mnist.test_labels.shape == (10000,)
+    for labels in (mnist.train_labels, mnist.test_labels):
+        assert labels.min() == 0 and labels.max() == 9
+        assert set(np.unique(labels)) == set(range(10))
+    assert mnist.train_images.min() == 0.0
+    assert mnist.train_images.max() == pytest.approx(255 / 126)
+    # canonical first labels of the training set
+    np.testing.assert_array_equal(mnist.train_labels[:5], [5, 0, 4, 1, 9])
+
+
+def test_load_mnist_rejects_wrong_counts(tmp_path):
+    for key, (stem, _) in IDX_FILES.items():
+        shape = (2, 28, 28) if key.endswith("images") else (2,)
+        write(str(tmp_path / stem), idx_bytes(np.zeros(shape)))
+    with pytest.raises(DataError, match="holds 2 items, expected 60000"):
+        load_mnist(str(tmp_path))

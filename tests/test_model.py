@@ -1,0 +1,255 @@
+"""The functional core against NumPy formulas written here, on a distinct context."""
+import math
+
+import numpy as np
+import pytest
+from mxnet import autograd, nd
+
+from gluon_bbb import (combined_loss, evaluate_accuracy, gaussian_prior, init_variational_params,
+                       layer_param_shapes, log_gaussian, log_softmax_likelihood, net,
+                       sample_epsilons, scale_mixture_prior, softplus, transform_gaussian_samples,
+                       transform_rhos)
+
+
+def np_softplus(x):
+    return np.logaddexp(0.0, x)
+
+
+def np_log_normal(x, mu, sigma):
+    return -0.5 * np.log(2 * np.pi) - np.log(sigma) - (x - mu) ** 2 / (2 * sigma ** 2)
+
+
+def np_net(X, params):
+    h = X
+    for i in range(0, len(params), 2):
+        h = h @ params[i] + params[i + 1]
+        if i < len(params) - 2:
+            h = np.maximum(h, 0)
+    return h
+
+
+def np_log_softmax(z):
+    z = z - z.max(axis=1, keepdims=True)
+    return z - np.log(np.exp(z).sum(axis=1, keepdims=True))
+
+
+def nd64(array, ctx):
+    return nd.array(np.asarray(array, dtype=np.float64), ctx=ctx, dtype="float64")
+
+
+def test_layer_param_shapes_follow_the_tutorial_order():
+    assert layer_param_shapes() == [(784, 400), (400,), (400, 400), (400,), (400, 10), (10,)]
+    assert layer_param_shapes(5, 3, 1, 2) == [(5, 3), (3,), (3, 2), (2,)]
+    assert layer_param_shapes(5, 3, 0, 2) == [(5, 2), (2,)]
+
+
+def test_init_variational_params(ctx):
+    shapes = [(300, 200), (200,)]
+    mus, rhos = init_variational_params(shapes, ctx, mu_scale=0.1, rho_offset=-3.0, seed=7)
+    assert [m.shape for m in mus] == shapes and [r.shape for r in rhos] == shapes
+    assert all(a.context == ctx for a in mus + rhos)
+    w = mus[0].asnumpy()
+    assert abs(w.mean()) < 0.002 and abs(w.std() - 0.1) < 0.002
+    assert np.all(rhos[1].asnumpy() == -3.0)
+    again, _ = init_variational_params(shapes, ctx, seed=7)
+    np.testing.assert_array_equal(again[0].asnumpy(), w)
+    assert mus[0].grad is not None
+
+
+def test_sample_epsilons_are_standard_normal(ctx):
+    eps = sample_epsilons([(1000, 100), (7,)], ctx)
+    assert [e.shape for e in eps] == [(1000, 100), (7,)]
+    assert all(e.context == ctx for e in eps)
+    values = eps[0].asnumpy()
+    assert abs(values.mean()) < 0.01 and abs(values.std() - 1.0) < 0.01
+
+
+def test_softplus_matches_numpy_and_is_stable(ctx):
+    x = np.linspace(-100, 100, 2001).astype(np.float32)
+    got = softplus(nd.array(x, ctx=ctx)).asnumpy()
+    expected = np_softplus(x.astype(np.float64))
+    assert np.all(np.isfinite(got))
+    # float32 precision; below 1.2e-38 float32 is denormal and keeps only a few bits
+    np.testing.assert_allclose(got, expected, rtol=1e-6, atol=1e-43)
+    assert got[-1] == np.float32(100.0)
+    assert 0 < got[0] and np.isclose(got[0], math.exp(-100), rtol=0.05)
+    # the tails MXNet's float32 softrelu gets wrong
+    tail = softplus(nd.array([-20.0, -30.0], ctx=ctx)).asnumpy()
+    np.testing.assert_allclose(tail, [2.0611537e-09, 9.3576230e-14], rtol=1e-6)
+
+
+def test_softplus_gradient_is_sigmoid_including_zero(ctx):
+    x = nd.array([-100.0, -5.0, 0.0, 3.0, 100.0], ctx=ctx)
+    x.attach_grad()
+    with autograd.record():
+        y = softplus(x)
+    y.backward()
+    xs = x.asnumpy().astype(np.float64)
+    np.testing.assert_allclose(x.grad.asnumpy(), 1 / (1 + np.exp(-xs)), rtol=1e-6, atol=1e-30)
+
+
+def test_transforms(ctx):
+    rng = np.random.default_rng(0)
+    mu, rho, eps = rng.normal(size=(3, 4, 5))
+    sigmas = transform_rhos([nd.array(rho, ctx=ctx)])
+    np.testing.assert_allclose(sigmas[0].asnumpy(), np_softplus(rho), rtol=1e-6)
+    w = transform_gaussian_samples([nd.array(mu, ctx=ctx)], sigmas, [nd.array(eps, ctx=ctx)])
+    assert w[0].context == ctx
+    np.testing.assert_allclose(w[0].asnumpy(), mu + np_softplus(rho) * eps, rtol=1e-5, atol=1e-6)
+
+
+def test_net_matches_numpy(ctx):
+    rng = np.random.default_rng(1)
+    shapes = layer_param_shapes(6, 5, 2, 3)
+    params = [rng.normal(size=s) for s in shapes]
+    X = rng.normal(size=(4, 6))
+    out = net(nd.array(X, ctx=ctx), [nd.array(p, ctx=ctx) for p in params])
+    assert out.shape == (4, 3) and out.context == ctx
+    np.testing.assert_allclose(out.asnumpy(), np_net(X, params), rtol=1e-5, atol=1e-5)
+
+
+def test_log_gaussian(ctx):
+    x = np.array([-2.0, 0.0, 0.5, 3.0])
+    mu = np.array([0.0, 0.1, -0.5, 3.0])
+    sigma = np.array([1.0, 0.3, 2.0, 0.01])
+    got = log_gaussian(nd64(x, ctx), nd64(mu, ctx), nd64(sigma, ctx))
+    np.testing.assert_allclose(got.asnumpy(), np_log_normal(x, mu, sigma), rtol=1e-12)
+
+
+def test_gaussian_prior_sums_log_density(ctx):
+    x = np.random.default_rng(2).normal(size=(7, 3))
+    got = gaussian_prior(nd64(x, ctx), sigma_p=0.5)
+    assert got.shape == (1,) and got.context == ctx
+    np.testing.assert_allclose(got.asscalar(), np_log_normal(x, 0, 0.5).sum(), rtol=1e-12)
+
+
+def np_scale_mixture(x, pi, s1, s2):
+    return np.logaddexp(np.log(pi) + np_log_normal(x, 0, s1),
+                        np.log1p(-pi) + np_log_normal(x, 0, s2)).sum()
+
+
+@pytest.mark.parametrize("pi,s1,s2", [(0.25, 0.75, 0.1), (0.5, 1.0, math.exp(-6)), (0.9, 2.0, 0.3)])
+def test_scale_mixture_prior_matches_numpy(ctx, pi, s1, s2):
+    x = np.random.default_rng(3).normal(scale=0.5, size=(50,))
+    got = scale_mixture_prior(nd64(x, ctx), pi, s1, s2)
+    assert got.shape == (1,) and got.context == ctx
+    naive = np.log(pi * np.exp(np_log_normal(x, 0, s1))
+                   + (1 - pi) * np.exp(np_log_normal(x, 0, s2))).sum()
+    np.testing.assert_allclose(got.asscalar(), np_scale_mixture(x, pi, s1, s2), rtol=1e-10)
+    np.testing.assert_allclose(got.asscalar(), naive, rtol=1e-8)
+
+
+def test_scale_mixture_prior_is_finite_far_out(ctx):
+    x = np.array([1000.0, -1000.0, 0.0, 40.0], dtype=np.float32)
+    got = scale_mixture_prior(nd.array(x, ctx=ctx), 0.25, 0.75, 0.1).asscalar()
+    expected = np_scale_mixture(x.astype(np.float64), 0.25, 0.75, 0.1)
+    assert np.isfinite(got)
+    np.testing.assert_allclose(got, expected, rtol=1e-6)
+    # the tutorial's formula underflows to log(0) there
+    with np.errstate(divide="ignore"):
+        assert np.log(0.25 * np.exp(np_log_normal(1000.0, 0, 0.75))) == -np.inf
+
+
+def test_scale_mixture_prior_degenerate_weights(ctx):
+    x = nd64([0.3, -1.2], ctx)
+    np.testing.assert_allclose(scale_mixture_prior(x, 0.0, 0.75, 0.1).asscalar(),
+                               np_log_normal(np.array([0.3, -1.2]), 0, 0.1).sum(), rtol=1e-12)
+    np.testing.assert_allclose(scale_mixture_prior(x, 1.0, 0.75, 0.1).asscalar(),
+                               np_log_normal(np.array([0.3, -1.2]), 0, 0.75).sum(), rtol=1e-12)
+
+
+def test_log_softmax_likelihood(ctx):
+    rng = np.random.default_rng(4)
+    logits = rng.normal(size=(5, 10)) * 3
+    labels = rng.integers(0, 10, size=5)
+    one_hot = np.eye(10)[labels]
+    got = log_softmax_likelihood(nd64(logits, ctx), nd64(one_hot, ctx))
+    assert got.shape == (5,)
+    np.testing.assert_allclose(got.asnumpy(), np_log_softmax(logits)[np.arange(5), labels],
+                               rtol=1e-12)
+
+
+def tiny_problem(seed=5):
+    rng = np.random.default_rng(seed)
+    shapes = layer_param_shapes(4, 3, 1, 3)
+    mus = [rng.normal(scale=0.5, size=s) for s in shapes]
+    rhos = [rng.normal(loc=-1.0, scale=0.5, size=s) for s in shapes]
+    eps = [rng.normal(size=s) for s in shapes]
+    X = rng.normal(size=(6, 4))
+    one_hot = np.eye(3)[rng.integers(0, 3, size=6)]
+    return mus, rhos, eps, X, one_hot
+
+
+def np_combined_loss(mus, rhos, eps, X, one_hot, num_batches, log_prior):
+    sigmas = [np_softplus(r) for r in rhos]
+    ws = [m + s * e for m, s, e in zip(mus, sigmas, eps)]
+    log_q = sum(np_log_normal(w, m, s).sum() for w, m, s in zip(ws, mus, sigmas))
+    log_p = sum(log_prior(w) for w in ws)
+    log_lik = (one_hot * np_log_softmax(np_net(X, ws))).sum()
+    return (log_q - log_p) / num_batches - log_lik
+
+
+def nd_combined_loss(ctx, mus, rhos, eps, X, one_hot, num_batches, prior):
+    sigmas = transform_rhos(rhos)
+    ws = transform_gaussian_samples(mus, sigmas, eps)
+    return combined_loss(net(X, ws), one_hot, ws, mus, sigmas, prior,
+                         log_softmax_likelihood, num_batches)
+
+
+@pytest.mark.parametrize("prior", ["gaussian", "scale_mixture"])
+def test_combined_loss_end_to_end(ctx, prior):
+    mus, rhos, eps, X, one_hot = tiny_problem()
+    if prior == "gaussian":
+        np_prior = lambda w: np_log_normal(w, 0, 1.0).sum()
+        nd_prior = lambda w: gaussian_prior(w, 1.0)
+    else:
+        np_prior = lambda w: np_scale_mixture(w, 0.25, 0.75, 0.1)
+        nd_prior = lambda w: scale_mixture_prior(w, 0.25, 0.75, 0.1)
+    expected = np_combined_loss(mus, rhos, eps, X, one_hot, 7, np_prior)
+    to = lambda arrays: [nd64(a, ctx) for a in arrays]
+    got = nd_combined_loss(ctx, to(mus), to(rhos), to(eps), nd64(X, ctx), nd64(one_hot, ctx), 7,
+                           nd_prior)
+    assert got.shape == (1,) and got.context == ctx
+    np.testing.assert_allclose(got.asscalar(), expected, rtol=1e-10)
+
+
+def test_combined_loss_gradient_matches_finite_differences(ctx):
+    mus, rhos, eps, X, one_hot = tiny_problem(seed=6)
+    np_prior = lambda w: np_scale_mixture(w, 0.25, 0.75, 0.1)
+    nd_prior = lambda w: scale_mixture_prior(w, 0.25, 0.75, 0.1)
+    mus_nd = [nd64(m, ctx) for m in mus]
+    rhos_nd = [nd64(r, ctx) for r in rhos]
+    for p in mus_nd + rhos_nd:
+        p.attach_grad()
+    with autograd.record():
+        loss = nd_combined_loss(ctx, mus_nd, rhos_nd, [nd64(e, ctx) for e in eps],
+                                nd64(X, ctx), nd64(one_hot, ctx), 5, nd_prior)
+    loss.backward()
+    h = 1e-6
+    for which, arrays, grads in (("mu", mus, mus_nd), ("rho", rhos, rhos_nd)):
+        for k, array in enumerate(arrays):
+            numeric = np.zeros_like(array)
+            for idx in np.ndindex(array.shape):
+                for sign in (1, -1):
+                    shifted = [a.copy() for a in arrays]
+                    shifted[k][idx] += sign * h
+                    args = (shifted, rhos) if which == "mu" else (mus, shifted)
+                    numeric[idx] += sign * np_combined_loss(*args, eps, X, one_hot, 5, np_prior)
+            numeric /= 2 * h
+            np.testing.assert_allclose(grads[k].grad.asnumpy(), numeric, rtol=1e-5, atol=1e-7,
+                                       err_msg="d loss / d %s[%d]" % (which, k))
+
+
+def test_evaluate_accuracy(ctx):
+    rng = np.random.default_rng(8)
+    shapes = layer_param_shapes(6, 5, 1, 4)
+    params = [rng.normal(size=s).astype(np.float32) for s in shapes]
+    X = rng.normal(size=(23, 6)).astype(np.float32)
+    predicted = np_net(X, params).argmax(axis=1)
+    labels = predicted.copy()
+    labels[:9] = (labels[:9] + 1) % 4
+    acc = evaluate_accuracy(X, labels, [nd.array(p, ctx=ctx) for p in params], batch_size=5)
+    assert acc == pytest.approx(14 / 23)
+    acc_nd = evaluate_accuracy(nd.array(X), nd.array(labels),
+                               [nd.array(p, ctx=ctx) for p in params])
+    assert acc_nd == pytest.approx(14 / 23)
