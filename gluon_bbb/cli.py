@@ -1,0 +1,33 @@
+"""Shared pieces of the command-line tools: one-line errors and a non-zero exit, never a traceback."""
+import argparse
+import os
+import sys
+
+from .errors import ConfigError, GluonBBBError
+
+
+class ArgumentParser(argparse.ArgumentParser):
+    """argparse that reports a bad flag on one line (no usage block) and exits with status 2."""
+
+    def error(self, message):
+        self.exit(2, "%s: error: %s\n" % (self.prog, message))
+
+
+def flag_for(field):
+    return "--" + field.replace("_", "-")
+
+
+def run_main(main, argv=None):
+    """Run ``main(argv)``; turn input errors into ``prog: error: message`` and exit status 2."""
+    prog = os.path.basename(sys.argv[0])
+    try:
+        return main(argv)
+    except ConfigError as exc:
+        message = "%s must be %s, got %r" % (flag_for(exc.field), exc.requirement, exc.value)
+    except GluonBBBError as exc:
+        message = str(exc)
+    except KeyboardInterrupt:
+        sys.stderr.write("\n%s: interrupted; completed epochs are in the checkpoint\n" % prog)
+        return 130
+    sys.stderr.write("%s: error: %s\n" % (prog, message))
+    return 2

@@ -1,0 +1,48 @@
+"""PNG figures of a run. Uses matplotlib's object API, so a notebook's backend is untouched."""
+import numpy as np
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+
+
+def _save(fig, path):
+    FigureCanvasAgg(fig)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+
+
+def plot_accuracy(history, path):
+    """Test (and train, where recorded) accuracy per epoch, from ``history`` records."""
+    fig = Figure(figsize=(6, 4))
+    ax = fig.add_subplot(1, 1, 1)
+    epochs = [r["epoch"] for r in history]
+    ax.plot(epochs, [r["test_accuracy"] for r in history], "o-", label="test (mean weights)")
+    if history and "train_accuracy" in history[0]:
+        ax.plot(epochs, [r["train_accuracy"] for r in history], "s--", label="train")
+    if history and "validation_accuracy" in history[0]:
+        ax.plot(epochs, [r["validation_accuracy"] for r in history], "^:", label="validation")
+    ax.set_xlabel("epoch")
+    ax.set_ylabel("accuracy")
+    ax.grid(alpha=0.3)
+    ax.legend()
+    _save(fig, path)
+
+
+def plot_weights(mus, sigmas, path):
+    """Histograms of all mu and sigma, and the density of weight W1[0, 0] (as the tutorial)."""
+    mu = np.concatenate([m.asnumpy().ravel() for m in mus])
+    sigma = np.concatenate([s.asnumpy().ravel() for s in sigmas])
+    fig = Figure(figsize=(12, 3.6))
+    ax_mu, ax_sigma, ax_one = (fig.add_subplot(1, 3, k) for k in (1, 2, 3))
+    ax_mu.hist(mu, bins=200)
+    ax_mu.set_xlabel("mu")
+    ax_mu.set_title("posterior means (%d parameters)" % mu.size)
+    ax_sigma.hist(sigma, bins=200)
+    ax_sigma.set_xlabel("sigma = softplus(rho)")
+    ax_sigma.set_title("posterior standard deviations")
+    m0 = float(mus[0].asnumpy().flat[0])
+    s0 = float(sigmas[0].asnumpy().flat[0])
+    x = np.linspace(m0 - 4 * s0, m0 + 4 * s0, 200)
+    ax_one.plot(x, np.exp(-0.5 * ((x - m0) / s0) ** 2) / (s0 * np.sqrt(2 * np.pi)))
+    ax_one.set_xlabel("w")
+    ax_one.set_title("q(W1[0,0]) = N(%.3g, %.3g^2)" % (m0, s0))
+    _save(fig, path)

@@ -1,0 +1,174 @@
+"""Training on real MNIST (a few thousand images), resume, the KL weighting and the CLI."""
+import json
+import os
+import subprocess
+import sys
+from fractions import Fraction
+
+import mxnet as mx
+import numpy as np
+import pytest
+from mxnet import nd
+
+from gluon_bbb import Config, TrainingDiverged, bbb_loss, kl_weights, load_checkpoint, train
+from gluon_bbb.model import gaussian_prior, init_variational_params
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SCRIPT = os.path.join(ROOT, "train_mnist.py")
+
+
+def run_script(*args, cwd=None):
+    return subprocess.run([sys.executable, SCRIPT] + list(args), capture_output=True,
+                          text=True, cwd=cwd, timeout=300)
+
+
+def params_of(path):
+    return nd.load(os.path.join(path, "checkpoint.params"))
+
+
+def test_kl_weights_uniform_and_blundell():
+    assert kl_weights(4, "uniform") == [0.25] * 4
+    exact = [Fraction(2 ** (5 - i), 2 ** 5 - 1) for i in range(1, 6)]
+    np.testing.assert_allclose(kl_weights(5, "blundell"), [float(w) for w in exact], rtol=1e-15)
+    for m in (469, 5000):
+        w = kl_weights(m, "blundell")
+        assert all(np.isfinite(w)) and sum(w) == pytest.approx(1.0, rel=1e-12)
+        assert w[0] == pytest.approx(0.5) and all(a >= b for a, b in zip(w, w[1:]))
+
+
+def test_num_samples_averages_independent_samples(ctx):
+    shapes = Config(num_hidden_units=20).layer_shapes()
+    mus, rhos = init_variational_params(shapes, ctx, seed=0)
+    X = nd.random.uniform(shape=(5, 784), ctx=ctx)
+    y = nd.one_hot(nd.array([0, 1, 2, 3, 4], ctx=ctx), 10)
+    prior = lambda w: gaussian_prior(w, 1.0)
+    mx.random.seed(11, ctx=ctx)
+    two = bbb_loss(X, y, mus, rhos, prior, 10, 0.1, num_samples=2).asscalar()
+    mx.random.seed(11, ctx=ctx)
+    first = bbb_loss(X, y, mus, rhos, prior, 10, 0.1, num_samples=1).asscalar()
+    second = bbb_loss(X, y, mus, rhos, prior, 10, 0.1, num_samples=1).asscalar()
+    assert first != second
+    assert two == pytest.approx((first + second) / 2, rel=1e-5)
+
+
+def test_short_run_on_real_mnist(tmp_path, mnist, ctx):
+    config = Config(train_size=3000, epochs=2, seed=0)
+    result = train(config, mnist, ctx, out_dir=str(tmp_path), log=lambda line: None)
+    assert [r["epoch"] for r in result.history] == [1, 2]
+    assert result.history[-1]["test_accuracy"] >= 0.78
+    assert all(m.context == ctx for m in result.mus + result.rhos)
+    state = load_checkpoint(str(tmp_path))
+    assert state["epoch"] == 2 and state["num_update"] == 2 * 24
+    np.testing.assert_array_equal(state["mus"][0].asnumpy(), result.mus[0].asnumpy())
+
+
+def test_scale_mixture_prior_trains(mnist, ctx):
+    config = Config(train_size=3000, epochs=2, seed=0, prior="scale_mixture")
+    result = train(config, mnist, ctx, log=lambda line: None)
+    assert all(np.isfinite(r["loss"]) for r in result.history)
+    assert result.history[-1]["test_accuracy"] >= 0.78
+
+
+@pytest.mark.parametrize("optimizer", ["sgd", "adam"])
+def test_resume_reaches_the_same_parameters(tmp_path, mnist, ctx, optimizer):
+    config = Config(train_size=1000, epochs=2, seed=5, optimizer=optimizer, num_hidden_units=50)
+    quiet = lambda line: None
+    whole = train(config, mnist, ctx, out_dir=str(tmp_path / "whole"), log=quiet)
+    first = Config(**dict(config.to_dict(), epochs=1))
+    train(first, mnist, ctx, out_dir=str(tmp_path / "split"), log=quiet)
+    resumed = train(config, mnist, ctx, out_dir=str(tmp_path / "split"), resume=True, log=quiet)
+    for a, b in zip(whole.mus + whole.rhos, resumed.mus + resumed.rhos):
+        np.testing.assert_array_equal(a.asnumpy(), b.asnumpy())
+    with open(tmp_path / "split" / "history.json") as f:
+        assert [r["epoch"] for r in json.load(f)] == [1, 2]
+    saved = params_of(str(tmp_path / "split"))
+    assert any(key.startswith("opt:") for key in saved) == (optimizer == "adam")
+
+
+def test_non_finite_loss_stops_and_keeps_the_last_checkpoint(tmp_path, mnist, ctx):
+    config = Config(train_size=1000, epochs=1, seed=1, num_hidden_units=50)
+    train(config, mnist, ctx, out_dir=str(tmp_path), log=lambda line: None)
+    before = (tmp_path / "checkpoint.params").read_bytes()
+    poisoned = mnist._replace(train_images=mnist.train_images[:1000].copy())
+    poisoned.train_images[:] = np.nan
+    with pytest.raises(TrainingDiverged) as info:
+        train(Config(**dict(config.to_dict(), epochs=3)), poisoned, ctx, out_dir=str(tmp_path),
+              resume=True, log=lambda line: None)
+    assert (info.value.epoch, info.value.batch) == (2, 1)
+    assert "epoch 2, batch 1" in str(info.value)
+    assert (tmp_path / "checkpoint.params").read_bytes() == before
+    assert load_checkpoint(str(tmp_path))["epoch"] == 1
+
+
+def test_command_line_run_writes_every_output(tmp_path):
+    out = tmp_path / "run"
+    proc = run_script("--train-size", "2000", "--epochs", "1", "--out", str(out), "--seed", "2",
+                      "--ctx", "cpu:1", "--num-hidden-units", "100", "--prior", "scale-mixture",
+                      "--kl-weighting", "blundell")
+    assert proc.returncode == 0, proc.stderr
+    assert "epoch 1/1" in proc.stdout and "test accuracy" in proc.stdout
+    with open(out / "config.json") as f:
+        config = json.load(f)
+    assert config["prior"] == "scale_mixture" and config["num_hidden_units"] == 100
+    assert config["kl_weighting"] == "blundell" and config["ctx"] == "cpu:1"
+    with open(out / "history.json") as f:
+        history = json.load(f)
+    assert set(history[0]) >= {"epoch", "loss", "test_accuracy", "epoch_seconds"}
+    assert history[0]["test_accuracy"] >= 0.45  # 1 short epoch, 100 units: 0.56 measured
+    for png in ("accuracy.png", "weights.png"):
+        data = (out / png).read_bytes()
+        assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 5000
+    assert load_checkpoint(str(out))["epoch"] == 1
+    # resume with no flags: takes the run's own config, trains one more epoch
+    proc = run_script("--out", str(out), "--resume", "--epochs", "2")
+    assert proc.returncode == 0, proc.stderr
+    assert "epoch 2/2" in proc.stdout and "epoch 1/2" not in proc.stdout
+    assert load_checkpoint(str(out))["epoch"] == 2
+
+
+@pytest.mark.parametrize("args,expected", [
+    (["--ctx", "gpu"], "--ctx gpu asked for GPU 0"),
+    (["--ctx", "tpu"], "--ctx 'tpu' not understood"),
+    (["--epochs", "-1"], "--epochs must be an integer >= 0, got -1"),
+    (["--sigma-p", "0"], "--sigma-p must be a finite number > 0, got 0.0"),
+    (["--sigma-p2", "-1"], "--sigma-p2 must be a finite number > 0, got -1.0"),
+    (["--pi", "1.5"], "--pi must be in [0, 1], got 1.5"),
+    (["--batch-size", "0"], "--batch-size must be an integer >= 1, got 0"),
+    (["--prior", "laplace"], "argument --prior: invalid choice: 'laplace'"),
+    (["--epochs", "ten"], "argument --epochs: invalid int value: 'ten'"),
+    (["--data-dir", "/nonexistent/mnist"], "MNIST not found: expected train-images-idx3-ubyte"),
+    (["--resume"], "--resume needs --out RUN_DIR"),
+])
+def test_command_line_errors(tmp_path, args, expected):
+    if "--ctx" in args and args[1] == "gpu" and mx.context.num_gpus() > 0:
+        pytest.skip("this machine has a GPU, so --ctx gpu is valid here")
+    proc = run_script("--out", str(tmp_path / "out"), *args) if args != ["--resume"] \
+        else run_script(*args)
+    assert proc.returncode != 0
+    assert expected in proc.stderr, proc.stderr
+    assert "Traceback" not in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
+    assert not (tmp_path / "out" / "checkpoint.params").exists()
+
+
+def test_command_line_refuses_to_clobber_or_resume_nothing(tmp_path):
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    proc = run_script("--out", str(empty), "--resume")
+    assert proc.returncode != 0 and "cannot resume" in proc.stderr
+    run = tmp_path / "run"
+    assert run_script("--out", str(run), "--train-size", "500", "--epochs", "1",
+                      "--num-hidden-units", "20").returncode == 0
+    before = (run / "checkpoint.params").read_bytes()
+    proc = run_script("--out", str(run), "--train-size", "500", "--epochs", "1")
+    assert proc.returncode != 0 and "already holds a run" in proc.stderr
+    proc = run_script("--out", str(run), "--resume", "--num-hidden-units", "30")
+    assert proc.returncode != 0 and "num_hidden_units=20, not 30" in proc.stderr
+    assert (run / "checkpoint.params").read_bytes() == before
+
+
+def test_non_finite_loss_on_the_command_line(tmp_path):
+    proc = run_script("--out", str(tmp_path / "nan"), "--train-size", "1000", "--epochs", "1",
+                      "--learning-rate", "100", "--seed", "1")
+    assert proc.returncode != 0
+    assert "loss became non-finite" in proc.stderr and "at epoch 1, batch" in proc.stderr
+    assert "Traceback" not in proc.stderr

@@ -1,0 +1,80 @@
+#!/usr/bin/env python3
+"""Train a Bayes-by-Backprop MLP on MNIST. A thin command-line wrapper over gluon_bbb.train.
+
+    python train_mnist.py --ctx cpu --epochs 10 --out runs/default
+    python train_mnist.py --out runs/default --epochs 20 --resume    # train 10 more epochs
+"""
+import dataclasses
+import os
+import sys
+import time
+
+from gluon_bbb import Config, load_mnist, load_run_config, parse_context, train
+from gluon_bbb.cli import ArgumentParser, flag_for, run_main
+from gluon_bbb.errors import CheckpointError
+from gluon_bbb.plots import plot_accuracy, plot_weights
+from gluon_bbb.train import CONFIG_FILE
+
+# Config fields set from the flag of the same name (--batch-size -> batch_size).
+CONFIG_FLAGS = {
+    "epochs": int, "batch_size": int, "num_hidden_layers": int, "num_hidden_units": int,
+    "learning_rate": float, "num_samples": int, "sigma_p": float, "pi": float,
+    "sigma_p1": float, "sigma_p2": float, "mu_scale": float, "rho_offset": float,
+    "train_size": int, "seed": int,
+}
+CHOICE_FLAGS = {"optimizer": ("sgd", "adam"), "prior": ("gaussian", "scale-mixture"),
+                "kl_weighting": ("uniform", "blundell")}
+
+
+def build_parser():
+    defaults = Config()
+    parser = ArgumentParser(description="Bayes by Backprop on MNIST (Blundell et al. 2015).")
+    parser.add_argument("--data-dir", help="directory with the four MNIST IDX files "
+                        "(default: $GLUON_BBB_DATA, else ~/.mxnet/datasets/mnist, else download)")
+    parser.add_argument("--out", help="run directory (default: runs/<timestamp>)")
+    parser.add_argument("--ctx", default="cpu", help="cpu, gpu or gpu:N (default: cpu)")
+    parser.add_argument("--resume", action="store_true",
+                        help="continue the run in --out from its last checkpoint")
+    parser.add_argument("--eval-train", action="store_true",
+                        help="also measure training-set accuracy after every epoch")
+    for field, kind in CONFIG_FLAGS.items():
+        parser.add_argument(flag_for(field), type=kind, metavar=field.upper(),
+                            help="default: %s" % getattr(defaults, field))
+    for field, choices in CHOICE_FLAGS.items():
+        parser.add_argument(flag_for(field), choices=choices,
+                            help="default: %s" % getattr(defaults, field).replace("_", "-"))
+    return parser
+
+
+def config_from_args(args):
+    """The run's Config: the flags given, over the resumed run's config or the defaults."""
+    base = Config()
+    if args.resume:
+        if not os.path.isfile(os.path.join(args.out, CONFIG_FILE)):
+            raise CheckpointError("cannot resume: %s holds no run (no %s)" % (args.out, CONFIG_FILE))
+        base = load_run_config(args.out)
+    given = {field: getattr(args, field) for field in list(CONFIG_FLAGS) + list(CHOICE_FLAGS)
+             if getattr(args, field) is not None}
+    return Config(**dict(dataclasses.asdict(base), **given))
+
+
+def main(argv=None):
+    args = build_parser().parse_args(argv)
+    if args.resume and not args.out:
+        raise CheckpointError("--resume needs --out RUN_DIR naming the run to continue")
+    config = config_from_args(args)
+    ctx = parse_context(args.ctx)
+    data = load_mnist(args.data_dir)
+    out_dir = args.out or os.path.join("runs", time.strftime("%Y%m%d-%H%M%S"))
+    print("training on %s, writing to %s" % (ctx, out_dir), flush=True)
+    result = train(config, data, ctx, out_dir=out_dir, resume=args.resume,
+                   eval_train=args.eval_train, log=lambda line: print(line, flush=True))
+    plot_accuracy(result.history, os.path.join(out_dir, "accuracy.png"))
+    plot_weights(result.mus, result.sigmas, os.path.join(out_dir, "weights.png"))
+    if result.history:
+        print("final test accuracy %.4f; wrote %s" % (result.history[-1]["test_accuracy"], out_dir))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(run_main(main))
