@@ -47,8 +47,9 @@ def load_checkpoint(path, ctx=None):
     try:
         arrays = nd.load(path)
     except mx.base.MXNetError as exc:
-        raise CheckpointError("checkpoint %s is unreadable: %s"
-                              % (path, str(exc).strip().splitlines()[0][:200])) from None
+        # MXNet's message carries a C++ traceback; its last line says what is wrong
+        reason = str(exc).strip().splitlines()[-1].replace("MXNetError: ", "")
+        raise CheckpointError("checkpoint %s is unreadable: %s" % (path, reason[:200])) from None
     if not isinstance(arrays, dict) or "mu:0" not in arrays or "epoch" not in arrays:
         raise CheckpointError("checkpoint %s does not hold gluon_bbb parameters" % path)
     count = sum(1 for key in arrays if key.startswith("mu:"))

@@ -46,3 +46,30 @@ def plot_weights(mus, sigmas, path):
     ax_one.set_xlabel("w")
     ax_one.set_title("q(W1[0,0]) = N(%.3g, %.3g^2)" % (m0, s0))
     _save(fig, path)
+
+
+def plot_pruning(rows, path):
+    """Test error (%) against the proportion of parameters removed."""
+    fig = Figure(figsize=(6, 4))
+    ax = fig.add_subplot(1, 1, 1)
+    ax.plot([r["proportion"] * 100 for r in rows], [r["test_error"] * 100 for r in rows], "o-")
+    ax.set_xlabel("parameters removed by SNR (%)")
+    ax.set_ylabel("test error (%)")
+    ax.set_yscale("log")
+    ax.grid(alpha=0.3, which="both")
+    _save(fig, path)
+
+
+def plot_snr(snr_db, cuts, path):
+    """Histogram of the signal-to-noise ratio in dB, each proportion's cut-off marked."""
+    fig = Figure(figsize=(7, 4))
+    ax = fig.add_subplot(1, 1, 1)
+    finite = snr_db[np.isfinite(snr_db)]
+    ax.hist(finite, bins=200, color="0.4")
+    for proportion, cut in sorted(cuts.items()):
+        ax.axvline(cut, color="tab:red", lw=0.8)
+        ax.text(cut, ax.get_ylim()[1] * 0.95, " %g%%" % (proportion * 100), rotation=90,
+                va="top", fontsize=8, color="tab:red")
+    ax.set_xlabel("signal-to-noise ratio |mu|/sigma (dB)")
+    ax.set_ylabel("parameters")
+    _save(fig, path)

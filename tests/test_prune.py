@@ -1,0 +1,160 @@
+"""SNR pruning against a NumPy reference, and prune.py on a short training run."""
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import mxnet as mx
+import numpy as np
+import pytest
+from mxnet import nd
+
+from gluon_bbb import Config, evaluate_accuracy, train
+from gluon_bbb.prune import (load_pruned, prune_weights, pruning_table, save_pruned,
+                             signal_to_noise_ratio, snr_ranks)
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def np_prune(mus, sigmas, proportion):
+    """Reference: rank |mu|/sigma over all entries (ties by flat position), zero the lowest."""
+    snr = np.concatenate([(np.abs(m) / s).ravel() for m, s in zip(mus, sigmas)])
+    k = int(np.floor(proportion * snr.size + 1e-7))
+    order = np.lexsort((np.arange(snr.size), snr))
+    keep = np.ones(snr.size, dtype=bool)
+    keep[order[:k]] = False
+    out, start = [], 0
+    for m in mus:
+        out.append(np.where(keep[start:start + m.size].reshape(m.shape), m, 0))
+        start += m.size
+    return out
+
+
+def random_params(rng, shapes, ties=False):
+    mus = [rng.normal(size=s).astype(np.float32) for s in shapes]
+    sigmas = [rng.uniform(0.1, 1.0, size=s).astype(np.float32) for s in shapes]
+    if ties:  # many exactly equal SNRs, across arrays too
+        mus = [np.round(m * 2) / 2 + 0.25 for m in mus]  # never 0
+        sigmas = [np.full(s, 0.5, dtype=np.float32) for s in shapes]
+    return mus, sigmas
+
+
+def test_signal_to_noise_ratio(ctx):
+    mus, sigmas = random_params(np.random.default_rng(0), [(3, 4)])
+    got = signal_to_noise_ratio([nd.array(mus[0], ctx=ctx)], [nd.array(sigmas[0], ctx=ctx)])
+    assert got[0].context == ctx
+    np.testing.assert_allclose(got[0].asnumpy(), np.abs(mus[0]) / sigmas[0], rtol=1e-6)
+
+
+@pytest.mark.parametrize("ties", [False, True])
+@pytest.mark.parametrize("proportion", [0.0, 0.1, 0.29, 0.5, 0.95, 0.999, 1.0])
+def test_prune_weights_matches_numpy(ctx, ties, proportion):
+    shapes = [(20, 7), (7,), (7, 3), (3,)]
+    mus, sigmas = random_params(np.random.default_rng(1), shapes, ties)
+    got = prune_weights([nd.array(m, ctx=ctx) for m in mus],
+                        [nd.array(s, ctx=ctx) for s in sigmas], proportion)
+    expected = np_prune(mus, sigmas, proportion)
+    total = sum(m.size for m in mus)
+    zeros = sum(int((g.asnumpy() == 0).sum()) for g in got)
+    assert zeros == int(np.floor(proportion * total + 1e-7))
+    for g, e in zip(got, expected):
+        assert g.context == ctx
+        np.testing.assert_array_equal(g.asnumpy(), e)
+
+
+def test_prune_rejects_bad_proportions(ctx):
+    mus = [nd.ones((2, 2), ctx=ctx)]
+    for bad in (-0.1, 1.01):
+        with pytest.raises(ValueError, match="proportions must be in"):
+            prune_weights(mus, mus, bad)
+
+
+def test_pruning_table_rows(ctx):
+    rng = np.random.default_rng(2)
+    shapes = Config(num_inputs=6, num_hidden_units=5, num_outputs=4).layer_shapes()
+    mus_np, sigmas_np = random_params(rng, shapes)
+    mus = [nd.array(m, ctx=ctx) for m in mus_np]
+    sigmas = [nd.array(s, ctx=ctx) for s in sigmas_np]
+    X = rng.normal(size=(50, 6)).astype(np.float32)
+    y = rng.integers(0, 4, size=50)
+    rows = pruning_table(mus, sigmas, [0.0, 0.5, 1.0], X, y)
+    total = sum(m.size for m in mus_np)
+    assert [r["weights_remaining"] for r in rows] == [total, total - total // 2, 0]
+    assert rows[0]["test_accuracy"] == pytest.approx(evaluate_accuracy(X, y, mus))
+    half = [nd.array(m) for m in np_prune(mus_np, sigmas_np, 0.5)]
+    assert rows[1]["test_accuracy"] == pytest.approx(evaluate_accuracy(X, y, half))
+    # all parameters zero: every logit is 0 and argmax picks class 0
+    assert rows[2]["test_accuracy"] == pytest.approx(np.mean(y == 0))
+    assert all(r["test_error"] == pytest.approx(1 - r["test_accuracy"]) for r in rows)
+
+
+def test_save_and_load_pruned_round_trip(tmp_path, ctx):
+    mus, sigmas = random_params(np.random.default_rng(3), [(400, 300), (300,)])
+    pruned = prune_weights([nd.array(m) for m in mus], [nd.array(s) for s in sigmas], 0.9)
+    size = save_pruned(str(tmp_path / "p.params"), pruned)
+    assert size < 0.25 * sum(m.nbytes for m in mus)
+    back = load_pruned(str(tmp_path / "p.params"), ctx)
+    for a, b in zip(pruned, back):
+        assert b.context == ctx
+        np.testing.assert_array_equal(a.asnumpy(), b.asnumpy())
+
+
+@pytest.fixture(scope="module")
+def short_run(tmp_path_factory, mnist):
+    run_dir = str(tmp_path_factory.mktemp("run"))
+    train(Config(train_size=2000, epochs=1, seed=0, num_hidden_units=100), mnist, mx.cpu(),
+          out_dir=run_dir, log=lambda line: None)
+    return run_dir
+
+
+def run_prune(*args):
+    return subprocess.run([sys.executable, os.path.join(ROOT, "prune.py")] + list(args),
+                          capture_output=True, text=True, timeout=300)
+
+
+def test_prune_command_on_a_training_run(short_run, tmp_path):
+    out = tmp_path / "pruned"
+    proc = run_prune("--checkpoint", short_run, "--out", str(out), "--ctx", "cpu:1",
+                     "--proportions", "0", "0.5", "0.95", "--save-pruned", "0.95")
+    assert proc.returncode == 0, proc.stderr
+    table = [line for line in proc.stdout.splitlines() if line.startswith("| ")]
+    assert len(table) == 4 and table[1].startswith("| 0% |") and table[3].startswith("| 95% |")
+    with open(out / "pruning.json") as f:
+        rows = json.load(f)
+    assert [r["proportion"] for r in rows] == [0.0, 0.5, 0.95]
+    total = 784 * 100 + 100 + 100 * 100 + 100 + 100 * 10 + 10
+    assert rows[0]["weights_remaining"] == total
+    assert rows[2]["weights_remaining"] == total - int(0.95 * total)
+    with open(os.path.join(short_run, "history.json")) as f:
+        assert rows[0]["test_accuracy"] == pytest.approx(json.load(f)[-1]["test_accuracy"])
+    for png in ("pruning.png", "snr.png"):
+        assert (out / png).read_bytes()[:4] == b"\x89PNG"
+    assert "pruned at 0.95" in proc.stdout
+    assert sum(int((m.asnumpy() != 0).sum()) for m in load_pruned(str(out / "pruned-0.95.params"))) \
+        <= rows[2]["weights_remaining"]
+
+
+def test_prune_command_errors(short_run, tmp_path):
+    cases = [
+        (["--checkpoint", short_run, "--proportions", "0.5", "1.5"],
+         "--proportions must be in [0, 1], got 1.5"),
+        (["--checkpoint", str(tmp_path / "missing")], "does not exist"),
+    ]
+    garbage = tmp_path / "garbage"
+    shutil.copytree(short_run, garbage)
+    (garbage / "checkpoint.params").write_bytes(b"not a checkpoint")
+    cases.append((["--checkpoint", str(garbage)], "is unreadable"))
+    mismatch = tmp_path / "mismatch"
+    shutil.copytree(short_run, mismatch)
+    with open(mismatch / "config.json") as f:
+        config = json.load(f)
+    config["num_hidden_units"] = 64
+    with open(mismatch / "config.json", "w") as f:
+        json.dump(config, f)
+    cases.append((["--checkpoint", str(mismatch)], "holds parameters of shapes"))
+    for args, expected in cases:
+        proc = run_prune(*args)
+        assert proc.returncode != 0, args
+        assert expected in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
+        assert len(proc.stderr.strip().splitlines()) == 1
