@@ -1,7 +1,7 @@
 """Atomic checkpoints of the variational parameters and optimizer state in ``nd.save`` format.
 
 One file holds everything, keyed ``mu:i``, ``rho:i``, ``opt:i:j`` (the j-th state array of
-parameter i of ``mus + rhos``) and ``num_update`` (optimizer steps taken) and ``epoch`` (epochs completed),
+the optimizer's parameter i; training keeps ``mu`` (i = 0) and ``rho`` (i = 1) as flat vectors) and ``num_update`` (optimizer steps taken) and ``epoch`` (epochs completed),
 so ``nd.load`` reads it without this package.
 """
 import os
@@ -58,12 +58,10 @@ def load_checkpoint(path, ctx=None):
         rhos = [arrays["rho:%d" % i].as_in_context(ctx) for i in range(count)]
     except KeyError as exc:
         raise CheckpointError("checkpoint %s lacks %s" % (path, exc)) from None
-    states = [[] for _ in range(2 * count)]  # one per parameter of mus + rhos
-    for key in (k for k in arrays if k.startswith("opt:")):
+    opt_keys = [k for k in arrays if k.startswith("opt:")]
+    states = [[] for _ in range(1 + max([int(k.split(":")[1]) for k in opt_keys], default=-1))]
+    for key in opt_keys:
         _, i, j = key.split(":")
-        if int(i) >= len(states):
-            raise CheckpointError("checkpoint %s has optimizer state %s for a parameter "
-                                  "it does not hold" % (path, key))
         states[int(i)].append((int(j), arrays[key].as_in_context(ctx)))
     states = [[a for _, a in sorted(s, key=lambda t: t[0])] for s in states]
     return {"mus": mus, "rhos": rhos, "optimizer_states": states,

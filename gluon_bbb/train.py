@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 import mxnet as mx
 import numpy as np
-from mxnet import autograd, nd
+from mxnet import nd
 
 from .checkpoint import CHECKPOINT_FILE, _state_arrays, load_checkpoint, save_checkpoint, \
     write_atomically
@@ -23,6 +23,7 @@ from .errors import CheckpointError, TrainingDiverged
 from .model import (combined_loss, evaluate_accuracy, init_variational_params,
                     log_softmax_likelihood, net, sample_epsilons, transform_gaussian_samples,
                     transform_rhos)
+from .step import FlatLayout, NormalSampler, bbb_gradients, prior_for
 
 CONFIG_FILE = "config.json"
 HISTORY_FILE = "history.json"
@@ -59,9 +60,9 @@ def kl_weights(num_batches, scheme):
 
 
 def bbb_loss(X, y_one_hot, mus, rhos, log_prior, num_batches, kl_weight, num_samples):
-    """The combined loss of one mini-batch averaged over ``num_samples`` weight samples.
-
-    Call inside ``autograd.record()``. X: (batch, inputs); y_one_hot: (batch, classes).
+    """The combined loss of one mini-batch averaged over ``num_samples`` weight samples,
+    written as the tutorial writes it, on per-layer arrays (``train`` uses the equivalent,
+    faster ``step.bbb_gradients``). Call inside ``autograd.record()``. X: (batch, inputs); y_one_hot: (batch, classes).
     """
     ctx = X.context
     sigmas = transform_rhos(rhos)
@@ -80,10 +81,6 @@ def make_optimizer(config, num_update=0):
     """``mx.optimizer`` of the config's kind; ``num_update`` steps already taken (for resume)."""
     return mx.optimizer.create(config.optimizer, learning_rate=config.learning_rate,
                                rescale_grad=1.0, wd=0.0, begin_num_update=num_update)
-
-
-def _epoch_seed(seed, epoch):
-    return (seed * 1000003 + epoch) % (2 ** 31)
 
 
 def train(config, data, ctx, out_dir=None, resume=False, eval_train=False,
@@ -129,16 +126,20 @@ def train(config, data, ctx, out_dir=None, resume=False, eval_train=False,
                     dict(config.to_dict(), ctx=context_name(ctx)))
     elif resume:
         raise CheckpointError("resume needs an output directory holding a checkpoint")
+    layout = FlatLayout(shapes)
     if start_epoch == 0:
         mus, rhos = init_variational_params(shapes, ctx, config.mu_scale, config.rho_offset,
                                             seed=config.seed)
+    # training works on two flat vectors; mus and rhos are per-layer views into them
+    mu, rho = layout.flatten(mus), layout.flatten(rhos)
+    mus, rhos = layout.views(mu), layout.views(rho)
 
     optimizer = make_optimizer(config, num_update)
-    params = mus + rhos
+    params = [mu, rho]
     optimizer_states = [optimizer.create_state(i, p) for i, p in enumerate(params)]
     if saved_states is not None:
         _restore_states(optimizer_states, saved_states)
-    log_prior = config.log_prior()
+    prior = prior_for(config)
 
     X_all = nd.array(train_images, ctx=ctx, dtype="float32")
     y_all = nd.array(train_labels, ctx=ctx, dtype="float32")
@@ -147,26 +148,14 @@ def train(config, data, ctx, out_dir=None, resume=False, eval_train=False,
 
     for epoch in range(start_epoch, config.epochs):
         started = time.time()
-        mx.random.seed(_epoch_seed(config.seed, epoch), ctx=ctx)
         order = np.random.default_rng([config.seed, epoch]).permutation(num_train)
         order_nd = nd.array(order, ctx=ctx, dtype="int32")
         X_epoch = nd.take(X_all, order_nd)
         y_epoch = nd.one_hot(nd.take(y_all, order_nd), config.num_outputs)
-        pending, loss_sum = [], 0.0
-        for batch in range(num_batches):
-            lo, hi = batch * config.batch_size, min((batch + 1) * config.batch_size, num_train)
-            with autograd.record():
-                loss = bbb_loss(X_epoch[lo:hi], y_epoch[lo:hi], mus, rhos, log_prior,
-                                num_batches, batch_kl_weights[batch], config.num_samples)
-            loss.backward()
-            for i, param in enumerate(params):
-                optimizer.update(i, param, param.grad, optimizer_states[i])
-            pending.append(loss)
-            if len(pending) == check_every or batch == num_batches - 1:
-                loss_sum += _check_finite(pending, epoch, batch)
-                pending = []
-                if progress:
-                    _draw_progress(epoch + 1, config.epochs, batch + 1, num_batches)
+        sample_normal = NormalSampler(layout.size, ctx, seed=[config.seed, epoch, 1])
+        loss_sum = _train_epoch(config, epoch, X_epoch, y_epoch, mu, rho, layout, prior,
+                                batch_kl_weights, sample_normal, optimizer, optimizer_states,
+                                progress, check_every)
         epoch_seconds = time.time() - started
         record = {"epoch": epoch + 1, "loss": loss_sum / num_batches,
                   "test_accuracy": evaluate_accuracy(X_test, y_test, mus),
@@ -187,6 +176,28 @@ def train(config, data, ctx, out_dir=None, resume=False, eval_train=False,
     return TrainResult(config=config, mus=mus, rhos=rhos, history=history)
 
 
+def _train_epoch(config, epoch, X_epoch, y_epoch, mu, rho, layout, prior, batch_kl_weights,
+                 sample_normal, optimizer, optimizer_states, progress, check_every):
+    """One pass over the shuffled data, updating ``mu`` and ``rho`` in place; the loss sum."""
+    num_train, num_batches = X_epoch.shape[0], len(batch_kl_weights)
+    pending, loss_sum = [], 0.0
+    for batch in range(num_batches):
+        lo, hi = batch * config.batch_size, min((batch + 1) * config.batch_size, num_train)
+        epsilons = [sample_normal() for _ in range(config.num_samples)]
+        loss, grad_mu, grad_rho = bbb_gradients(X_epoch[lo:hi], y_epoch[lo:hi], mu, rho, layout,
+                                                prior, batch_kl_weights[batch], epsilons)
+        optimizer.update(0, mu, grad_mu, optimizer_states[0])
+        optimizer.update(1, rho, grad_rho, optimizer_states[1])
+        pending.append(loss)
+        # reading a loss waits for MXNet's queue, so check for NaN only every check_every steps
+        if len(pending) == check_every or batch == num_batches - 1:
+            loss_sum += _check_finite(pending, epoch, batch)
+            pending = []
+            if progress:
+                _draw_progress(epoch + 1, config.epochs, batch + 1, num_batches)
+    return loss_sum
+
+
 def _check_finite(losses, epoch, last_batch):
     """Sum of the pending per-batch losses; raises TrainingDiverged naming the first bad one."""
     values = nd.concat(*losses, dim=0).asnumpy().astype(np.float64)
@@ -205,8 +216,9 @@ def _draw_progress(epoch, epochs, batch, num_batches, width=30):
 
 
 def _restore_states(fresh_states, saved_states):
-    for i, (fresh, saved) in enumerate(zip(fresh_states, saved_states)):
+    for i, fresh in enumerate(fresh_states):
         targets = _state_arrays(fresh)
+        saved = saved_states[i] if i < len(saved_states) else []
         if len(targets) != len(saved):
             raise CheckpointError("checkpoint optimizer state for parameter %d has %d arrays, "
                                   "this optimizer needs %d" % (i, len(saved), len(targets)))
