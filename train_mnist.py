@@ -23,7 +23,8 @@ CONFIG_FLAGS = {
     "train_size": int, "seed": int,
 }
 CHOICE_FLAGS = {"optimizer": ("sgd", "adam"), "prior": ("gaussian", "scale-mixture"),
-                "kl_weighting": ("uniform", "blundell")}
+                "kl_weighting": ("uniform", "blundell"), "estimator": ("sample", "lrt"),
+                "kl": ("mc", "analytic")}
 
 
 def build_parser():

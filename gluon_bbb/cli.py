@@ -26,6 +26,9 @@ def run_main(main, argv=None):
         message = "%s must be %s, got %r" % (flag_for(exc.field), exc.requirement, exc.value)
     except GluonBBBError as exc:
         message = str(exc)
+    except BrokenPipeError:  # output piped into head or similar: not an error of ours
+        sys.stderr.close()
+        return 0
     except KeyboardInterrupt:
         sys.stderr.write("\n%s: interrupted; completed epochs are in the checkpoint\n" % prog)
         return 130

@@ -9,6 +9,8 @@ from .errors import ConfigError
 PRIORS = ("gaussian", "scale_mixture")
 OPTIMIZERS = ("sgd", "adam")
 KL_WEIGHTINGS = ("uniform", "blundell")
+ESTIMATORS = ("sample", "lrt")
+KL_ESTIMATES = ("mc", "analytic")
 
 
 @dataclass
@@ -18,6 +20,9 @@ class Config:
     Sizes are counts; ``learning_rate`` is per summed mini-batch loss (the tutorial's
     plain SGD); ``sigma_*`` are standard deviations of the prior in weight units;
     ``pi`` is the weight of the first (wide, ``sigma_p1``) component of the scale mixture.
+    ``estimator``: ``sample`` draws weights (the tutorial), ``lrt`` draws pre-activations
+    (local reparametrization); ``kl``: ``mc`` estimates log q - log P at the sampled weights
+    (the tutorial), ``analytic`` uses the closed form (Gaussian prior only).
     """
     num_inputs: int = 784
     num_outputs: int = 10
@@ -36,6 +41,8 @@ class Config:
     mu_scale: float = 0.1
     rho_offset: float = -3.0
     kl_weighting: str = "uniform"
+    estimator: str = "sample"
+    kl: str = "mc"
     train_size: Optional[int] = None
     seed: Optional[int] = None
 
@@ -59,6 +66,11 @@ class Config:
         _require_choice("prior", self.prior, PRIORS)
         _require_choice("optimizer", self.optimizer, OPTIMIZERS)
         _require_choice("kl_weighting", self.kl_weighting, KL_WEIGHTINGS)
+        _require_choice("estimator", self.estimator, ESTIMATORS)
+        _require_choice("kl", self.kl, KL_ESTIMATES)
+        if self.kl == "analytic" and self.prior != "gaussian":
+            raise ConfigError("kl", self.kl, "mc with the scale-mixture prior (its KL has no "
+                              "closed form)")
 
     def layer_shapes(self):
         """Parameter shapes ``[W1 (in,out), b1 (out,), ...]`` of this config's MLP."""

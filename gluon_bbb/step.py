@@ -101,9 +101,9 @@ class NormalSampler:
         self.size, self.ctx = size, ctx
         self.rng = np.random.default_rng(seed)
 
-    def __call__(self):
-        return nd.array(self.rng.standard_normal(self.size, dtype=np.float32), ctx=self.ctx,
-                        dtype="float32")
+    def __call__(self, size=None):
+        draws = self.rng.standard_normal(self.size if size is None else size, dtype=np.float32)
+        return nd.array(draws, ctx=self.ctx, dtype="float32")
 
 
 def softplus_and_sigmoid(rho):
@@ -114,38 +114,108 @@ def softplus_and_sigmoid(rho):
     return positive_part + nd.log1p(e), nd.maximum(e, rho > 0) / (1.0 + e)
 
 
-def bbb_gradients(X, y_one_hot, mu, rho, layout, prior, kl_weight, epsilons):
+def analytic_kl_and_grads(mu, sigma, sigma_p, ones):
+    """KL(q || N(0, sigma_p^2)) summed over all entries, with d/dmu and d/dsigma (flat)."""
+    scale = 1.0 / sigma_p ** 2
+    value = (nd.dot(nd.square(sigma) + nd.square(mu), ones) * (0.5 * scale)
+             - nd.dot(nd.log(sigma), ones) + mu.size * (math.log(sigma_p) - 0.5))
+    return value, mu * scale, sigma * scale - 1.0 / sigma
+
+
+def lrt_net(X, mus, sigmas, eps):
+    """Logits with the local reparametrization trick (Kingma et al. 2015): each layer's
+    pre-activations are drawn from N(h mu_W + mu_b, h^2 sigma_W^2 + sigma_b^2) instead of
+    drawing weights. ``eps``: flat standard normals, batch * (sum of layer widths) of them."""
+    h, offset = X, 0
+    num_layers = len(mus) // 2
+    for i in range(num_layers):
+        mean = nd.broadcast_add(nd.dot(h, mus[2 * i]), mus[2 * i + 1])
+        variance = nd.broadcast_add(nd.dot(nd.square(h), nd.square(sigmas[2 * i])),
+                                    nd.square(sigmas[2 * i + 1]))
+        count = mean.size
+        h = mean + nd.sqrt(variance) * eps[offset:offset + count].reshape(mean.shape)
+        offset += count
+        if i < num_layers - 1:
+            h = nd.relu(h)
+    return h
+
+
+def lrt_noise_size(layout, batch_size):
+    """How many standard normals one ``lrt_net`` pass over ``batch_size`` examples needs."""
+    return batch_size * sum(shape[0] for shape in layout.shapes[1::2])
+
+
+def bbb_gradients(X, y_one_hot, mu, rho, layout, prior, kl_weight, epsilons,
+                  estimator="sample", kl="mc", sigma_p=1.0):
     """Loss of one mini-batch and its gradients with respect to the flat ``mu`` and ``rho``.
 
     X: (batch, inputs); y_one_hot: (batch, classes); mu, rho: (N,); ``epsilons``: a list of
-    (N,) standard-normal draws, one per weight sample (the loss is their average).
-    Returns ``(loss (1,), grad_mu (N,), grad_rho (N,))``, equal to autograd of
-    ``combined_loss`` with ``kl_weight`` in place of 1/M.
+    standard-normal draws, one per sample (the loss is their average): (N,) for weight
+    sampling, ``lrt_noise_size`` for ``estimator="lrt"``, plus (N,) more when ``lrt`` is used
+    with ``kl="mc"`` (the KL term needs a weight sample). ``kl="analytic"`` uses the closed
+    form KL to N(0, sigma_p^2). Returns ``(loss (1,), grad_mu (N,), grad_rho (N,))``; with the
+    defaults they equal autograd of ``combined_loss`` with ``kl_weight`` in place of 1/M.
     """
     sigma, sigmoid_rho = softplus_and_sigmoid(rho)
     ones = layout.ones(mu.context, mu.dtype)
-    num_samples = len(epsilons)
-    loss = grad_mu = grad_eps_sum = None
+    loss = grad_mu = grad_sigma = None
     for eps in epsilons:
-        w = mu + sigma * eps
-        grad_w = nd.zeros_like(w)
-        weights = layout.views(w)
-        # backward writes dL/dw of every layer straight into the flat grad_w
-        autograd.mark_variables(weights, layout.views(grad_w))
-        with autograd.record():
-            neg_log_likelihood = -nd.sum(log_softmax_likelihood(net(X, weights), y_one_hot))
-        neg_log_likelihood.backward()
-        log_prior, prior_grad = prior.log_density_and_grad(w, ones)
-        grad_w = grad_w - kl_weight * prior_grad
-        # sum log q(w) = -sum log sigma - sum eps^2 / 2 - N log(2 pi) / 2; log sigma is added below
-        sample_loss = (kl_weight * (-0.5 * nd.dot(eps, eps) - w.size * LOG_SQRT_2PI - log_prior)
-                       + neg_log_likelihood.detach())
-        loss = sample_loss if loss is None else loss + sample_loss
-        grad_mu = grad_w if grad_mu is None else grad_mu + grad_w
-        grad_eps = grad_w * eps
-        grad_eps_sum = grad_eps if grad_eps_sum is None else grad_eps_sum + grad_eps
-    if num_samples > 1:
-        loss, grad_mu, grad_eps_sum = (a / num_samples for a in (loss, grad_mu, grad_eps_sum))
-    loss = loss - kl_weight * nd.dot(nd.log(sigma), ones)
-    grad_rho = (grad_eps_sum - kl_weight / sigma) * sigmoid_rho
-    return loss, grad_mu, grad_rho
+        if estimator == "lrt":
+            split = lrt_noise_size(layout, X.shape[0])
+            nll, g_mu, g_sigma = _lrt_likelihood_grads(X, y_one_hot, mu, sigma, layout,
+                                                       eps[:split])
+            eps = eps[split:]
+            w = mu + sigma * eps if kl == "mc" else None
+        else:
+            w = mu + sigma * eps
+            nll, g_w = _likelihood_grads(X, y_one_hot, w, layout)
+        if kl == "mc":
+            # sum log q(w) = -sum log sigma - sum eps^2/2 - N log(2 pi)/2 at w = mu + sigma eps;
+            # -sum log sigma and its gradient -1/sigma are added once, after the loop
+            log_prior, prior_grad = prior.log_density_and_grad(w, ones)
+            nll = nll + kl_weight * (-0.5 * nd.dot(eps, eps) - w.size * LOG_SQRT_2PI - log_prior)
+            kl_grad_w = prior_grad * (-kl_weight)
+        if estimator == "lrt":
+            if kl == "mc":
+                g_mu, g_sigma = g_mu + kl_grad_w, g_sigma + kl_grad_w * eps
+        else:
+            if kl == "mc":
+                g_w = g_w + kl_grad_w
+            g_mu, g_sigma = g_w, g_w * eps
+        loss = nll if loss is None else loss + nll
+        grad_mu = g_mu if grad_mu is None else grad_mu + g_mu
+        grad_sigma = g_sigma if grad_sigma is None else grad_sigma + g_sigma
+    if len(epsilons) > 1:
+        loss, grad_mu, grad_sigma = (a / len(epsilons) for a in (loss, grad_mu, grad_sigma))
+    if kl == "analytic":
+        kl_value, kl_grad_mu, kl_grad_sigma = analytic_kl_and_grads(mu, sigma, sigma_p, ones)
+        loss = loss + kl_weight * kl_value
+        grad_mu = grad_mu + kl_weight * kl_grad_mu
+        grad_sigma = grad_sigma + kl_weight * kl_grad_sigma
+    else:
+        loss = loss - kl_weight * nd.dot(nd.log(sigma), ones)
+        grad_sigma = grad_sigma - kl_weight / sigma
+    return loss, grad_mu, grad_sigma * sigmoid_rho
+
+
+def _likelihood_grads(X, y_one_hot, w, layout):
+    """-sum log P(y | X, w) and its gradient with respect to the flat weights ``w``."""
+    grad_w = nd.zeros_like(w)
+    weights = layout.views(w)
+    # backward writes dL/dw of every layer straight into the flat grad_w
+    autograd.mark_variables(weights, layout.views(grad_w))
+    with autograd.record():
+        nll = -nd.sum(log_softmax_likelihood(net(X, weights), y_one_hot))
+    nll.backward()
+    return nll.detach(), grad_w
+
+
+def _lrt_likelihood_grads(X, y_one_hot, mu, sigma, layout, eps):
+    """-sum log P(y | X) under the local reparametrization, and its d/dmu and d/dsigma."""
+    grad_mu, grad_sigma = nd.zeros_like(mu), nd.zeros_like(sigma)
+    mus, sigmas = layout.views(mu), layout.views(sigma)
+    autograd.mark_variables(mus + sigmas, layout.views(grad_mu) + layout.views(grad_sigma))
+    with autograd.record():
+        nll = -nd.sum(log_softmax_likelihood(lrt_net(X, mus, sigmas, eps), y_one_hot))
+    nll.backward()
+    return nll.detach(), grad_mu, grad_sigma

@@ -23,7 +23,7 @@ from .errors import CheckpointError, TrainingDiverged
 from .model import (combined_loss, evaluate_accuracy, init_variational_params,
                     log_softmax_likelihood, net, sample_epsilons, transform_gaussian_samples,
                     transform_rhos)
-from .step import FlatLayout, NormalSampler, bbb_gradients, prior_for
+from .step import FlatLayout, NormalSampler, bbb_gradients, lrt_noise_size, prior_for
 
 CONFIG_FILE = "config.json"
 HISTORY_FILE = "history.json"
@@ -180,12 +180,19 @@ def _train_epoch(config, epoch, X_epoch, y_epoch, mu, rho, layout, prior, batch_
                  sample_normal, optimizer, optimizer_states, progress, check_every):
     """One pass over the shuffled data, updating ``mu`` and ``rho`` in place; the loss sum."""
     num_train, num_batches = X_epoch.shape[0], len(batch_kl_weights)
+    weight_noise = layout.size if (config.estimator == "sample" or config.kl == "mc") else 0
+
+    def noise_size(batch_size):
+        lrt = lrt_noise_size(layout, batch_size) if config.estimator == "lrt" else 0
+        return lrt + weight_noise
+
     pending, loss_sum = [], 0.0
     for batch in range(num_batches):
         lo, hi = batch * config.batch_size, min((batch + 1) * config.batch_size, num_train)
-        epsilons = [sample_normal() for _ in range(config.num_samples)]
+        epsilons = [sample_normal(noise_size(hi - lo)) for _ in range(config.num_samples)]
         loss, grad_mu, grad_rho = bbb_gradients(X_epoch[lo:hi], y_epoch[lo:hi], mu, rho, layout,
-                                                prior, batch_kl_weights[batch], epsilons)
+                                                prior, batch_kl_weights[batch], epsilons,
+                                                config.estimator, config.kl, config.sigma_p)
         optimizer.update(0, mu, grad_mu, optimizer_states[0])
         optimizer.update(1, rho, grad_rho, optimizer_states[1])
         pending.append(loss)

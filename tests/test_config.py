@@ -21,6 +21,7 @@ def test_prior_spelling_is_normalised():
     ("epochs", -1), ("num_hidden_units", 0), ("num_samples", 0), ("learning_rate", 0.0),
     ("train_size", 0), ("batch_size", 2.5), ("prior", "laplace"), ("optimizer", "rmsprop"),
     ("kl_weighting", "linear"), ("num_hidden_layers", -1), ("seed", -3),
+    ("estimator", "flipout"), ("kl", "exact"),
 ])
 def test_invalid_values_name_field_and_value(field, value):
     with pytest.raises(ConfigError) as info:
@@ -39,3 +40,9 @@ def test_round_trip_and_unknown_keys():
     assert Config.from_dict(c.to_dict()) == c
     with pytest.raises(ConfigError, match="bogus"):
         Config.from_dict(dict(c.to_dict(), bogus=1))
+
+
+def test_analytic_kl_needs_the_gaussian_prior():
+    Config(kl="analytic", prior="gaussian")
+    with pytest.raises(ConfigError, match="kl must be mc with the scale-mixture prior"):
+        Config(kl="analytic", prior="scale_mixture")

@@ -69,6 +69,15 @@ def test_scale_mixture_prior_trains(mnist, ctx):
     assert result.history[-1]["test_accuracy"] >= 0.78
 
 
+@pytest.mark.parametrize("estimator,kl", [("lrt", "analytic"), ("sample", "analytic"),
+                                          ("lrt", "mc")])
+def test_other_estimators_train(mnist, ctx, estimator, kl):
+    config = Config(train_size=3000, epochs=2, seed=0, estimator=estimator, kl=kl)
+    result = train(config, mnist, ctx, log=lambda line: None)
+    assert all(np.isfinite(r["loss"]) for r in result.history)
+    assert result.history[-1]["test_accuracy"] >= 0.78
+
+
 @pytest.mark.parametrize("optimizer", ["sgd", "adam"])
 def test_resume_reaches_the_same_parameters(tmp_path, mnist, ctx, optimizer):
     config = Config(train_size=1000, epochs=2, seed=5, optimizer=optimizer, num_hidden_units=50)

@@ -1,0 +1,174 @@
+#!/usr/bin/env python3
+"""Time training steps side by side, in one process, and print seconds per epoch and ratios.
+
+  (a) our Bayes-by-Backprop step, as train_mnist.py runs it (flat mu/rho, bbb_gradients)
+  (b) a deterministic MLP of the same shape trained the usual MXNet way
+      (gluon.nn Dense layers, hybridized, gluon.Trainer SGD, data in memory)
+  (c) the tutorial's code path: per-sample transform in a gluon DataLoader, per-layer
+      nd.random.normal epsilons, autograd of combined_loss, Python SGD loop
+
+Also (a) with the closed-form KL and with the local reparametrization trick. Then, in a child
+process, the peak resident memory of a 2x1200 training run.
+
+    python bench/bench_train.py [--steps 60] [--data-dir DIR]
+"""
+import argparse
+import os
+import resource
+import subprocess
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+import gluon_bbb  # noqa: E402  (sets MXNet's thread settings before mxnet is imported)
+import mxnet as mx  # noqa: E402
+import numpy as np  # noqa: E402
+from mxnet import autograd, gluon, nd  # noqa: E402
+
+from gluon_bbb import (Config, combined_loss, gaussian_prior, init_variational_params,  # noqa
+                       load_mnist, log_softmax_likelihood, net, sample_epsilons,
+                       transform_gaussian_samples, transform_rhos)
+from gluon_bbb.step import FlatLayout, NormalSampler, prior_for  # noqa: E402
+from gluon_bbb.train import _train_epoch, make_optimizer  # noqa: E402
+
+STEPS_PER_EPOCH = 469  # ceil(60000 / 128)
+
+
+def timed(step, steps, warmup=5):
+    for i in range(warmup):
+        step(i)
+    nd.waitall()
+    started = time.perf_counter()
+    for i in range(steps):
+        step(warmup + i)
+    nd.waitall()
+    return (time.perf_counter() - started) / steps
+
+
+def bench_ours(data, config, ctx, steps, **options):
+    """Time gluon_bbb.train's own epoch loop over ``steps`` mini-batches."""
+    import dataclasses
+    config = dataclasses.replace(config, **options)
+    layout = FlatLayout(config.layer_shapes())
+    mus, rhos = init_variational_params(config.layer_shapes(), ctx, seed=0)
+    mu, rho = layout.flatten(mus), layout.flatten(rhos)
+    optimizer = make_optimizer(config)
+    states = [optimizer.create_state(0, mu), optimizer.create_state(1, rho)]
+    prior, sample = prior_for(config), NormalSampler(layout.size, ctx, seed=0)
+    b = config.batch_size
+    X = nd.array(data.train_images[:(steps + 5) * b], ctx=ctx)
+    y = nd.one_hot(nd.array(data.train_labels[:(steps + 5) * b], ctx=ctx), 10)
+    kl_weights = [1.0 / STEPS_PER_EPOCH] * (steps + 5)
+
+    def run(lo, hi):
+        _train_epoch(config, 0, X[lo * b:hi * b], y[lo * b:hi * b], mu, rho, layout, prior,
+                     kl_weights[lo:hi], sample, optimizer, states, False, 50)
+    run(0, 5)
+    nd.waitall()
+    started = time.perf_counter()
+    run(5, 5 + steps)
+    nd.waitall()
+    return (time.perf_counter() - started) / steps
+
+
+def bench_deterministic(data, config, ctx, steps):
+    model = gluon.nn.HybridSequential()
+    for _ in range(config.num_hidden_layers):
+        model.add(gluon.nn.Dense(config.num_hidden_units, activation="relu"))
+    model.add(gluon.nn.Dense(10))
+    model.initialize(mx.init.Normal(0.1), ctx=ctx)
+    model.hybridize(static_alloc=True, static_shape=True)
+    trainer = gluon.Trainer(model.collect_params(), "sgd",
+                            {"learning_rate": config.learning_rate})
+    loss_fn = gluon.loss.SoftmaxCrossEntropyLoss()
+    X = nd.array(data.train_images, ctx=ctx)
+    y = nd.array(data.train_labels, ctx=ctx)
+    b = config.batch_size
+
+    def step(i):
+        lo = (i % (STEPS_PER_EPOCH - 1)) * b  # full batches only: static shapes
+        with autograd.record():
+            loss = loss_fn(model(X[lo:lo + b]), y[lo:lo + b]).sum()
+        loss.backward()
+        trainer.step(1)
+    return timed(step, steps)
+
+
+def bench_tutorial(data, config, ctx, steps):
+    images = nd.array(data.train_images.reshape(-1, 28, 28, 1) * 126.0, dtype="uint8")
+    labels = nd.array(data.train_labels, dtype="float32")
+
+    def transform(image, label):
+        return image.astype(np.float32) / 126.0, label.astype(np.float32)
+
+    dataset = gluon.data.ArrayDataset(images, labels).transform(transform)
+    loader = iter(gluon.data.DataLoader(dataset, config.batch_size, shuffle=True))
+    shapes = config.layer_shapes()
+    mus, rhos = init_variational_params(shapes, ctx, seed=0)
+    params = mus + rhos
+
+    def step(i):
+        X, label = next(loader)
+        X = X.as_in_context(ctx).reshape((-1, 784))
+        y = nd.one_hot(label.as_in_context(ctx), 10)
+        with autograd.record():
+            eps = sample_epsilons(shapes, ctx)
+            sigmas = transform_rhos(rhos)
+            weights = transform_gaussian_samples(mus, sigmas, eps)
+            loss = combined_loss(net(X, weights), y, weights, mus, sigmas,
+                                 lambda w: gaussian_prior(w, config.sigma_p),
+                                 log_softmax_likelihood, STEPS_PER_EPOCH)
+        loss.backward()
+        for p in params:
+            p[:] = p - config.learning_rate * p.grad
+    return timed(step, steps)
+
+
+def peak_memory_child(data_dir):
+    """Train 2x1200 for 20 steps (plus a test evaluation) and print the peak RSS in MiB."""
+    from gluon_bbb import train
+    data = load_mnist(data_dir)
+    train(Config(num_hidden_units=1200, epochs=1, train_size=20 * 128, seed=0), data,
+          mx.cpu(), log=lambda line: None, progress=False)
+    print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--steps", type=int, default=60, help="timed steps per variant")
+    parser.add_argument("--data-dir")
+    parser.add_argument("--peak-memory-child", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.peak_memory_child:
+        return peak_memory_child(args.data_dir)
+    data = load_mnist(args.data_dir)
+    config, ctx = Config(), mx.cpu()
+    print("MXNet %s, %d cores, OMP_NUM_THREADS=%s, MXNET_USE_OPERATOR_TUNING=%s; %d steps each"
+          % (mx.__version__, os.cpu_count(), os.environ.get("OMP_NUM_THREADS"),
+             os.environ.get("MXNET_USE_OPERATOR_TUNING"), args.steps))
+    per_epoch = {}
+    variants = (("a", bench_ours, {}), ("b", bench_deterministic, {}),
+                ("c", bench_tutorial, {}), ("kl", bench_ours, {"kl": "analytic"}),
+                ("lrt", bench_ours, {"estimator": "lrt", "kl": "analytic"}),
+                ("lrt-mc", bench_ours, {"estimator": "lrt"}))
+    for name, fn, options in variants:
+        per_epoch[name] = fn(data, config, ctx, args.steps, **options) * STEPS_PER_EPOCH
+    print("    --kl analytic:                            %6.2f s/epoch" % per_epoch["kl"])
+    print("    --estimator lrt --kl analytic:            %6.2f s/epoch" % per_epoch["lrt"])
+    print("    --estimator lrt (Monte Carlo KL):         %6.2f s/epoch" % per_epoch["lrt-mc"])
+    print("(a) Bayes by Backprop, gluon_bbb step:        %6.2f s/epoch" % per_epoch["a"])
+    print("(b) deterministic MLP, gluon Dense + Trainer: %6.2f s/epoch" % per_epoch["b"])
+    print("(c) tutorial's data path and operations:      %6.2f s/epoch" % per_epoch["c"])
+    cmd = [sys.executable, os.path.abspath(__file__), "--peak-memory-child"]
+    if args.data_dir:
+        cmd += ["--data-dir", args.data_dir]
+    peak = float(subprocess.run(cmd, capture_output=True, text=True, check=True).stdout.split()[-1])
+    print("peak RSS of a 2x1200 training process:      %6.0f MiB" % peak)
+    print("a/b = %.2f" % (per_epoch["a"] / per_epoch["b"]))
+    print("lrt/a = %.2f" % (per_epoch["lrt"] / per_epoch["a"]))
+    print("c/a = %.2f" % (per_epoch["c"] / per_epoch["a"]))
+
+
+if __name__ == "__main__":
+    main()
