@@ -11,7 +11,8 @@ import time
 
 from gluon_bbb import Config, load_mnist, load_run_config, parse_context, train
 from gluon_bbb.cli import ArgumentParser, flag_for, run_main
-from gluon_bbb.errors import CheckpointError
+from gluon_bbb.errors import CheckpointError, ConfigError
+from gluon_bbb.evaluate import evaluate_run, load_ood_images
 from gluon_bbb.plots import plot_accuracy, plot_weights
 from gluon_bbb.train import CONFIG_FILE
 
@@ -24,7 +25,7 @@ CONFIG_FLAGS = {
 }
 CHOICE_FLAGS = {"optimizer": ("sgd", "adam"), "prior": ("gaussian", "scale-mixture"),
                 "kl_weighting": ("uniform", "blundell"), "estimator": ("sample", "lrt"),
-                "kl": ("mc", "analytic")}
+                "kl": ("mc", "analytic"), "model": ("bbb", "mlp")}
 
 
 def build_parser():
@@ -38,6 +39,11 @@ def build_parser():
                         help="continue the run in --out from its last checkpoint")
     parser.add_argument("--eval-train", action="store_true",
                         help="also measure training-set accuracy after every epoch")
+    parser.add_argument("--test-samples", type=int, default=10,
+                        help="weight samples for the uncertainty report after training "
+                        "(default 10; 0 skips the report)")
+    parser.add_argument("--ood-data-dir", help="another MNIST-format dataset's test images "
+                        "for the out-of-distribution part of the report")
     for field, kind in CONFIG_FLAGS.items():
         parser.add_argument(flag_for(field), type=kind, metavar=field.upper(),
                             help="default: %s" % getattr(defaults, field))
@@ -64,14 +70,24 @@ def main(argv=None):
     if args.resume and not args.out:
         raise CheckpointError("--resume needs --out RUN_DIR naming the run to continue")
     config = config_from_args(args)
+    if args.test_samples < 0:
+        raise ConfigError("test_samples", args.test_samples, "an integer >= 0")
     ctx = parse_context(args.ctx)
     data = load_mnist(args.data_dir)
+    ood_images = load_ood_images(args.ood_data_dir) if args.ood_data_dir else None
     out_dir = args.out or os.path.join("runs", time.strftime("%Y%m%d-%H%M%S"))
     print("training on %s, writing to %s" % (ctx, out_dir), flush=True)
     result = train(config, data, ctx, out_dir=out_dir, resume=args.resume,
                    eval_train=args.eval_train, log=lambda line: print(line, flush=True))
     plot_accuracy(result.history, os.path.join(out_dir, "accuracy.png"))
     plot_weights(result.mus, result.sigmas, os.path.join(out_dir, "weights.png"))
+    if args.test_samples > 0 and result.history:
+        report = evaluate_run(out_dir, data, ctx, args.test_samples, ood_images)
+        print("uncertainty: test accuracy %.4f with %d samples, ECE %.4f, mean entropy %.3f "
+              "bits on MNIST and %.3f on noise" % (
+                  report["in_distribution"]["accuracy"], report["test_samples"],
+                  report["in_distribution"]["ece"], report["in_distribution"]["mean_entropy"],
+                  report["noise"]["mean_entropy"]))
     if result.history:
         print("final test accuracy %.4f; wrote %s" % (result.history[-1]["test_accuracy"], out_dir))
     return 0

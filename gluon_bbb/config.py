@@ -10,6 +10,7 @@ PRIORS = ("gaussian", "scale_mixture")
 OPTIMIZERS = ("sgd", "adam")
 KL_WEIGHTINGS = ("uniform", "blundell")
 ESTIMATORS = ("sample", "lrt")
+MODELS = ("bbb", "mlp")
 KL_ESTIMATES = ("mc", "analytic")
 
 
@@ -20,6 +21,8 @@ class Config:
     Sizes are counts; ``learning_rate`` is per summed mini-batch loss (the tutorial's
     plain SGD); ``sigma_*`` are standard deviations of the prior in weight units;
     ``pi`` is the weight of the first (wide, ``sigma_p1``) component of the scale mixture.
+    ``model``: ``bbb`` (Bayes by Backprop) or ``mlp``, a deterministic baseline trained on
+    the mean weights with the same data and optimizer (cross-entropy, no KL, rho unused).
     ``estimator``: ``sample`` draws weights (the tutorial), ``lrt`` draws pre-activations
     (local reparametrization); ``kl``: ``mc`` estimates log q - log P at the sampled weights
     (the tutorial), ``analytic`` uses the closed form (Gaussian prior only).
@@ -41,6 +44,7 @@ class Config:
     mu_scale: float = 0.1
     rho_offset: float = -3.0
     kl_weighting: str = "uniform"
+    model: str = "bbb"
     estimator: str = "sample"
     kl: str = "mc"
     train_size: Optional[int] = None
@@ -66,6 +70,7 @@ class Config:
         _require_choice("prior", self.prior, PRIORS)
         _require_choice("optimizer", self.optimizer, OPTIMIZERS)
         _require_choice("kl_weighting", self.kl_weighting, KL_WEIGHTINGS)
+        _require_choice("model", self.model, MODELS)
         _require_choice("estimator", self.estimator, ESTIMATORS)
         _require_choice("kl", self.kl, KL_ESTIMATES)
         if self.kl == "analytic" and self.prior != "gaussian":

@@ -168,7 +168,7 @@ def bbb_gradients(X, y_one_hot, mu, rho, layout, prior, kl_weight, epsilons,
             w = mu + sigma * eps if kl == "mc" else None
         else:
             w = mu + sigma * eps
-            nll, g_w = _likelihood_grads(X, y_one_hot, w, layout)
+            nll, g_w = likelihood_grads(X, y_one_hot, w, layout)
         if kl == "mc":
             # sum log q(w) = -sum log sigma - sum eps^2/2 - N log(2 pi)/2 at w = mu + sigma eps;
             # -sum log sigma and its gradient -1/sigma are added once, after the loop
@@ -198,7 +198,7 @@ def bbb_gradients(X, y_one_hot, mu, rho, layout, prior, kl_weight, epsilons,
     return loss, grad_mu, grad_sigma * sigmoid_rho
 
 
-def _likelihood_grads(X, y_one_hot, w, layout):
+def likelihood_grads(X, y_one_hot, w, layout):
     """-sum log P(y | X, w) and its gradient with respect to the flat weights ``w``."""
     grad_w = nd.zeros_like(w)
     weights = layout.views(w)

@@ -23,7 +23,8 @@ from .errors import CheckpointError, TrainingDiverged
 from .model import (combined_loss, evaluate_accuracy, init_variational_params,
                     log_softmax_likelihood, net, sample_epsilons, transform_gaussian_samples,
                     transform_rhos)
-from .step import FlatLayout, NormalSampler, bbb_gradients, lrt_noise_size, prior_for
+from .step import (FlatLayout, NormalSampler, bbb_gradients, likelihood_grads,
+                   lrt_noise_size, prior_for)
 
 CONFIG_FILE = "config.json"
 HISTORY_FILE = "history.json"
@@ -189,12 +190,16 @@ def _train_epoch(config, epoch, X_epoch, y_epoch, mu, rho, layout, prior, batch_
     pending, loss_sum = [], 0.0
     for batch in range(num_batches):
         lo, hi = batch * config.batch_size, min((batch + 1) * config.batch_size, num_train)
-        epsilons = [sample_normal(noise_size(hi - lo)) for _ in range(config.num_samples)]
-        loss, grad_mu, grad_rho = bbb_gradients(X_epoch[lo:hi], y_epoch[lo:hi], mu, rho, layout,
-                                                prior, batch_kl_weights[batch], epsilons,
-                                                config.estimator, config.kl, config.sigma_p)
-        optimizer.update(0, mu, grad_mu, optimizer_states[0])
-        optimizer.update(1, rho, grad_rho, optimizer_states[1])
+        if config.model == "mlp":
+            loss, grad_mu = likelihood_grads(X_epoch[lo:hi], y_epoch[lo:hi], mu, layout)
+            optimizer.update(0, mu, grad_mu, optimizer_states[0])
+        else:
+            epsilons = [sample_normal(noise_size(hi - lo)) for _ in range(config.num_samples)]
+            loss, grad_mu, grad_rho = bbb_gradients(
+                X_epoch[lo:hi], y_epoch[lo:hi], mu, rho, layout, prior,
+                batch_kl_weights[batch], epsilons, config.estimator, config.kl, config.sigma_p)
+            optimizer.update(0, mu, grad_mu, optimizer_states[0])
+            optimizer.update(1, rho, grad_rho, optimizer_states[1])
         pending.append(loss)
         # reading a loss waits for MXNet's queue, so check for NaN only every check_every steps
         if len(pending) == check_every or batch == num_batches - 1:

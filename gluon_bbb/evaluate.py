@@ -1,0 +1,131 @@
+"""Uncertainty report of a trained run: ``python -m gluon_bbb.evaluate --checkpoint RUN_DIR``.
+
+Writes ``uncertainty.json`` and ``uncertainty.png`` into the run directory (or ``--out``).
+"""
+import json
+import os
+import sys
+
+import numpy as np
+
+from .checkpoint import CHECKPOINT_FILE, load_checkpoint
+from .cli import ArgumentParser, run_main
+from .context import parse_context
+from .data import PIXEL_SCALE, find_idx_file, load_mnist, read_idx
+from .errors import DataError
+from .model import evaluate_accuracy, transform_rhos
+from .train import check_shapes, load_run_config
+from .uncertainty import (auroc, expected_calibration_error, negative_log_likelihood,
+                          noise_images, predict, predictive_entropy, reliability)
+
+OOD_IMAGES = "t10k-images-idx3-ubyte"
+
+
+def load_ood_images(directory):
+    """Test images of another MNIST-format dataset (e.g. Fashion-MNIST), scaled like MNIST."""
+    path = find_idx_file(directory, OOD_IMAGES)
+    if path is None:
+        raise DataError("no %s[.gz] in --ood-data-dir %s" % (OOD_IMAGES, directory))
+    images = read_idx(path, ndim=3)
+    return images.reshape(images.shape[0], -1).astype(np.float32) / np.float32(PIXEL_SCALE)
+
+
+def uncertainty_report(mus, sigmas, test_images, test_labels, num_samples, ood_images=None,
+                       seed=0):
+    """The ``uncertainty.json`` dict and the entropies behind it. ``num_samples=0`` evaluates
+    the mean weights only (the deterministic MLP baseline)."""
+    probs = predict(test_images, mus, sigmas, num_samples, seed=seed).asnumpy()
+    entropy_in = predictive_entropy(probs)
+    report = {"test_samples": num_samples, "entropy_unit": "bits", "in_distribution": {
+        "accuracy": float(np.mean(probs.argmax(axis=1) == test_labels)),
+        "mean_weights_accuracy": evaluate_accuracy(test_images, test_labels, mus),
+        "nll": negative_log_likelihood(probs, test_labels),
+        "ece": expected_calibration_error(probs, test_labels),
+        "mean_entropy": float(entropy_in.mean())}}
+    entropy_noise = predictive_entropy(predict(noise_images(1000, test_images.shape[1]), mus,
+                                               sigmas, num_samples, seed=seed + 1))
+    report["noise"] = {"mean_entropy": float(entropy_noise.mean()),
+                       "auroc": auroc(entropy_in, entropy_noise)}
+    entropies = {"MNIST test": entropy_in, "noise": entropy_noise}
+    if ood_images is not None:
+        entropy_ood = predictive_entropy(predict(ood_images, mus, sigmas, num_samples,
+                                                 seed=seed + 2))
+        report["ood"] = {"mean_entropy": float(entropy_ood.mean()),
+                         "auroc": auroc(entropy_in, entropy_ood)}
+        entropies["OOD"] = entropy_ood
+    return report, entropies, probs
+
+
+def plot_uncertainty(entropies, probs, labels, path):
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+    fig = Figure(figsize=(11, 4))
+    FigureCanvasAgg(fig)
+    ax = fig.add_subplot(1, 2, 1)
+    for name, values in entropies.items():
+        ax.hist(values, bins=50, range=(0, np.log2(probs.shape[1])), alpha=0.5, density=True,
+                label="%s (mean %.2f)" % (name, values.mean()))
+    ax.set_xlabel("predictive entropy (bits)")
+    ax.set_ylabel("density")
+    ax.legend()
+    ax = fig.add_subplot(1, 2, 2)
+    counts, confidence, accuracy = reliability(probs, labels)
+    centers = (np.arange(len(counts)) + 0.5) / len(counts)
+    used = counts > 0
+    ax.bar(centers[used], accuracy[used], width=1.0 / len(counts), edgecolor="k", alpha=0.7,
+           label="accuracy")
+    ax.plot([0, 1], [0, 1], "k--", label="perfect calibration")
+    ax.plot(confidence[used], accuracy[used], "ro", ms=3, label="bin mean confidence")
+    ax.set_xlabel("confidence")
+    ax.set_ylabel("accuracy")
+    ax.set_title("reliability, ECE %.4f" % expected_calibration_error(probs, labels))
+    ax.legend(loc="upper left")
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+
+
+def evaluate_run(run_dir, data, ctx, num_samples=10, ood_images=None, out_dir=None):
+    """Write uncertainty.json and uncertainty.png for a run directory; returns the report."""
+    config = load_run_config(run_dir)
+    state = load_checkpoint(os.path.join(run_dir, CHECKPOINT_FILE), ctx)
+    check_shapes(state["mus"], config.layer_shapes(), run_dir)
+    if config.model == "mlp":
+        num_samples = 0
+    report, entropies, probs = uncertainty_report(
+        state["mus"], transform_rhos(state["rhos"]), data.test_images, data.test_labels,
+        num_samples, ood_images)
+    report["model"] = config.model
+    out_dir = out_dir or run_dir
+    os.makedirs(out_dir, exist_ok=True)
+    with open(os.path.join(out_dir, "uncertainty.json"), "w") as f:
+        json.dump(report, f, indent=2)
+    plot_uncertainty(entropies, probs, data.test_labels, os.path.join(out_dir, "uncertainty.png"))
+    return report
+
+
+def main(argv=None):
+    parser = ArgumentParser(prog="python -m gluon_bbb.evaluate",
+                            description="Uncertainty report (entropy, ECE, NLL, OOD AUROC).")
+    parser.add_argument("--checkpoint", required=True, help="run directory of train_mnist.py")
+    parser.add_argument("--data-dir", help="directory with the MNIST IDX files")
+    parser.add_argument("--ood-data-dir", help="directory with another dataset's "
+                        "t10k-images-idx3-ubyte[.gz] (e.g. Fashion-MNIST)")
+    parser.add_argument("--test-samples", type=int, default=10,
+                        help="weight samples of the Monte Carlo predictive (default 10)")
+    parser.add_argument("--out", help="output directory (default: the run directory)")
+    parser.add_argument("--ctx", default="cpu", help="cpu, gpu or gpu:N")
+    args = parser.parse_args(argv)
+    if args.test_samples < 1:
+        raise DataError("--test-samples must be >= 1, got %d" % args.test_samples)
+    if not os.path.isdir(args.checkpoint):
+        raise DataError("--checkpoint %s is not a run directory" % args.checkpoint)
+    ctx = parse_context(args.ctx)
+    ood = load_ood_images(args.ood_data_dir) if args.ood_data_dir else None
+    report = evaluate_run(args.checkpoint, load_mnist(args.data_dir), ctx, args.test_samples,
+                          ood, args.out)
+    print(json.dumps(report, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(run_main(main))
