@@ -29,7 +29,7 @@ def save_checkpoint(path, mus, rhos, optimizer_states, num_update, epoch):
         arrays["mu:%d" % i] = mu
         arrays["rho:%d" % i] = rho
     for i, state in enumerate(optimizer_states):
-        for j, array in enumerate(_state_arrays(state)):
+        for j, array in enumerate(state_arrays(state)):
             arrays["opt:%d:%d" % (i, j)] = array
     write_atomically(path, lambda tmp: nd.save(tmp, arrays))
 
@@ -69,9 +69,10 @@ def load_checkpoint(path, ctx=None):
             "epoch": int(arrays["epoch"].asscalar())}
 
 
-def _state_arrays(state):
+def state_arrays(state):
+    """The NDArrays of one optimizer state (None, an NDArray or nested tuples), in order."""
     if state is None:
         return []
     if isinstance(state, (tuple, list)):
-        return [a for s in state for a in _state_arrays(s)]
+        return [a for s in state for a in state_arrays(s)]
     return [state]

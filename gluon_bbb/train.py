@@ -15,8 +15,8 @@ import mxnet as mx
 import numpy as np
 from mxnet import nd
 
-from .checkpoint import CHECKPOINT_FILE, _state_arrays, load_checkpoint, save_checkpoint, \
-    write_atomically
+from .checkpoint import (CHECKPOINT_FILE, load_checkpoint, save_checkpoint, state_arrays,
+                         write_atomically)
 from .config import Config
 from .context import context_name
 from .errors import CheckpointError, TrainingDiverged
@@ -86,7 +86,8 @@ def make_optimizer(config, num_update=0):
 
 def train(config, data, ctx, out_dir=None, resume=False, eval_train=False,
           log=print, progress=None, check_every=50):
-    """Train a Bayes-by-Backprop MLP; returns a ``TrainResult``.
+    """Train a Bayes-by-Backprop MLP (or, with ``config.model == "mlp"``, its deterministic
+    baseline); returns a ``TrainResult``.
 
     config: a ``Config``; data: an ``MNIST`` tuple of NumPy arrays (``load_mnist()``);
     ctx: the MXNet context everything runs on. With ``out_dir``, writes config.json,
@@ -116,8 +117,6 @@ def train(config, data, ctx, out_dir=None, resume=False, eval_train=False,
         if resume:
             config, state, history = _load_run(out_dir, config, ctx, shapes)
             mus, rhos = state["mus"], state["rhos"]
-            for param in mus + rhos:
-                param.attach_grad()
             start_epoch, num_update = state["epoch"], state["num_update"]
             saved_states = state["optimizer_states"]
         elif os.path.exists(checkpoint_path):
@@ -229,7 +228,7 @@ def _draw_progress(epoch, epochs, batch, num_batches, width=30):
 
 def _restore_states(fresh_states, saved_states):
     for i, fresh in enumerate(fresh_states):
-        targets = _state_arrays(fresh)
+        targets = state_arrays(fresh)
         saved = saved_states[i] if i < len(saved_states) else []
         if len(targets) != len(saved):
             raise CheckpointError("checkpoint optimizer state for parameter %d has %d arrays, "
