@@ -10,6 +10,7 @@ import sys
 import time
 
 from gluon_bbb import Config, load_mnist, load_run_config, parse_context, train
+from gluon_bbb.config import PRESETS
 from gluon_bbb.cli import ArgumentParser, flag_for, run_main
 from gluon_bbb.errors import CheckpointError, ConfigError
 from gluon_bbb.evaluate import evaluate_run, load_ood_images
@@ -21,7 +22,7 @@ CONFIG_FLAGS = {
     "epochs": int, "batch_size": int, "num_hidden_layers": int, "num_hidden_units": int,
     "learning_rate": float, "num_samples": int, "sigma_p": float, "pi": float,
     "sigma_p1": float, "sigma_p2": float, "mu_scale": float, "rho_offset": float,
-    "train_size": int, "seed": int,
+    "train_size": int, "validation": int, "seed": int,
 }
 CHOICE_FLAGS = {"optimizer": ("sgd", "adam"), "prior": ("gaussian", "scale-mixture"),
                 "kl_weighting": ("uniform", "blundell"), "estimator": ("sample", "lrt"),
@@ -37,6 +38,8 @@ def build_parser():
     parser.add_argument("--ctx", default="cpu", help="cpu, gpu or gpu:N (default: cpu)")
     parser.add_argument("--resume", action="store_true",
                         help="continue the run in --out from its last checkpoint")
+    parser.add_argument("--preset", choices=sorted(PRESETS),
+                        help="start from the paper's architecture and prior (flags override)")
     parser.add_argument("--eval-train", action="store_true",
                         help="also measure training-set accuracy after every epoch")
     parser.add_argument("--test-samples", type=int, default=10,
@@ -55,7 +58,7 @@ def build_parser():
 
 def config_from_args(args):
     """The run's Config: the flags given, over the resumed run's config or the defaults."""
-    base = Config()
+    base = Config(**PRESETS[args.preset]) if args.preset else Config()
     if args.resume:
         if not os.path.isfile(os.path.join(args.out, CONFIG_FILE)):
             raise CheckpointError("cannot resume: %s holds no run (no %s)" % (args.out, CONFIG_FILE))

@@ -21,6 +21,8 @@ class Config:
     Sizes are counts; ``learning_rate`` is per summed mini-batch loss (the tutorial's
     plain SGD); ``sigma_*`` are standard deviations of the prior in weight units;
     ``pi`` is the weight of the first (wide, ``sigma_p1``) component of the scale mixture.
+    ``validation``: how many of the last training images are held out and scored every epoch
+    (the paper holds out 10,000); ``train_size`` then counts from the images left.
     ``model``: ``bbb`` (Bayes by Backprop) or ``mlp``, a deterministic baseline trained on
     the mean weights with the same data and optimizer (cross-entropy, no KL, rho unused).
     ``estimator``: ``sample`` draws weights (the tutorial), ``lrt`` draws pre-activations
@@ -48,6 +50,7 @@ class Config:
     estimator: str = "sample"
     kl: str = "mc"
     train_size: Optional[int] = None
+    validation: int = 0
     seed: Optional[int] = None
 
     def __post_init__(self):
@@ -57,6 +60,7 @@ class Config:
             _require_int(name, getattr(self, name), minimum=1)
         _require_int("num_hidden_layers", self.num_hidden_layers, minimum=0)
         _require_int("epochs", self.epochs, minimum=0)
+        _require_int("validation", self.validation, minimum=0)
         if self.train_size is not None:
             _require_int("train_size", self.train_size, minimum=1)
         if self.seed is not None:
@@ -120,3 +124,14 @@ def _require_positive(name, value):
 def _require_choice(name, value, choices):
     if value not in choices:
         raise ConfigError(name, value, "one of %s" % ", ".join(choices))
+
+
+# The paper's MNIST setups (Blundell et al. 2015, section 5.1): 2 ReLU layers, pixels / 126,
+# a scale-mixture prior with pi = 1/4, -log sigma1 = 0, -log sigma2 = 6, and the last 10,000
+# training images held out for validation. Optimizer settings are not in the presets yet.
+PRESETS = {
+    "paper-2x1200": dict(num_hidden_units=1200, prior="scale_mixture", pi=0.25, sigma_p1=1.0,
+                         sigma_p2=math.exp(-6), validation=10000),
+    "paper-2x400": dict(num_hidden_units=400, prior="scale_mixture", pi=0.25, sigma_p1=1.0,
+                        sigma_p2=math.exp(-6), validation=10000),
+}

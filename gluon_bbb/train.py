@@ -19,7 +19,7 @@ from .checkpoint import (CHECKPOINT_FILE, load_checkpoint, save_checkpoint, stat
                          write_atomically)
 from .config import Config
 from .context import context_name
-from .errors import CheckpointError, TrainingDiverged
+from .errors import CheckpointError, ConfigError, TrainingDiverged
 from .model import (combined_loss, evaluate_accuracy, init_variational_params,
                     log_softmax_likelihood, net, sample_epsilons, transform_gaussian_samples,
                     transform_rhos)
@@ -102,6 +102,14 @@ def train(config, data, ctx, out_dir=None, resume=False, eval_train=False,
     if progress is None:
         progress = sys.stderr.isatty()
     train_images, train_labels = data.train_images, data.train_labels
+    if config.validation >= train_images.shape[0]:
+        raise ConfigError("validation", config.validation,
+                          "less than the %d training images" % train_images.shape[0])
+    if config.validation:
+        X_val = nd.array(train_images[-config.validation:], ctx=ctx, dtype="float32")
+        y_val = nd.array(train_labels[-config.validation:], ctx=ctx, dtype="float32")
+        train_images = train_images[:-config.validation]
+        train_labels = train_labels[:-config.validation]
     if config.train_size is not None:
         train_images = train_images[:config.train_size]
         train_labels = train_labels[:config.train_size]
@@ -160,6 +168,8 @@ def train(config, data, ctx, out_dir=None, resume=False, eval_train=False,
         record = {"epoch": epoch + 1, "loss": loss_sum / num_batches,
                   "test_accuracy": evaluate_accuracy(X_test, y_test, mus),
                   "epoch_seconds": epoch_seconds}
+        if config.validation:
+            record["validation_accuracy"] = evaluate_accuracy(X_val, y_val, mus)
         if eval_train:
             record["train_accuracy"] = evaluate_accuracy(X_all, y_all, mus)
         history.append(record)
@@ -169,8 +179,10 @@ def train(config, data, ctx, out_dir=None, resume=False, eval_train=False,
             _write_json(os.path.join(out_dir, HISTORY_FILE), history)
         if progress:
             sys.stderr.write("\r" + " " * 60 + "\r")
-        log("epoch %d/%d  loss %.1f  test accuracy %.4f%s  %.1f s" % (
+        log("epoch %d/%d  loss %.1f  test accuracy %.4f%s%s  %.1f s" % (
             epoch + 1, config.epochs, record["loss"], record["test_accuracy"],
+            "  validation accuracy %.4f" % record["validation_accuracy"]
+            if config.validation else "",
             "  train accuracy %.4f" % record["train_accuracy"] if eval_train else "",
             epoch_seconds))
     return TrainResult(config=config, mus=mus, rhos=rhos, history=history)

@@ -181,3 +181,29 @@ def test_non_finite_loss_on_the_command_line(tmp_path):
     assert proc.returncode != 0
     assert "loss became non-finite" in proc.stderr and "at epoch 1, batch" in proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+def test_validation_split_holds_out_the_last_images(mnist, ctx):
+    from gluon_bbb import evaluate_accuracy
+    config = Config(train_size=1000, epochs=1, seed=0, validation=10000, num_hidden_units=50)
+    result = train(config, mnist, ctx, log=lambda line: None)
+    held_out = evaluate_accuracy(mnist.train_images[-10000:], mnist.train_labels[-10000:],
+                                 result.mus)
+    assert result.history[0]["validation_accuracy"] == pytest.approx(held_out)
+    assert result.history[0]["validation_accuracy"] > 0.3  # 0.42 measured after 8 steps
+    with pytest.raises(ValueError, match="validation must be less than the 60000"):
+        train(Config(validation=60000), mnist, ctx)
+
+
+def test_paper_preset_with_overrides(tmp_path):
+    out = tmp_path / "paper"
+    proc = run_script("--preset", "paper-2x1200", "--num-hidden-units", "30", "--out", str(out),
+                      "--train-size", "500", "--epochs", "1", "--test-samples", "0")
+    assert proc.returncode == 0, proc.stderr
+    with open(out / "config.json") as f:
+        config = json.load(f)
+    assert config["num_hidden_units"] == 30 and config["prior"] == "scale_mixture"
+    assert config["sigma_p1"] == 1.0 and config["sigma_p2"] == pytest.approx(np.exp(-6))
+    assert config["validation"] == 10000 and config["pi"] == 0.25
+    with open(out / "history.json") as f:
+        assert "validation_accuracy" in json.load(f)[0]
