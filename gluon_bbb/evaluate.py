@@ -75,7 +75,7 @@ def plot_uncertainty(entropies, probs, labels, path):
     ax.bar(centers[used], accuracy[used], width=1.0 / len(counts), edgecolor="k", alpha=0.7,
            label="accuracy")
     ax.plot([0, 1], [0, 1], "k--", label="perfect calibration")
-    ax.plot(confidence[used], accuracy[used], "ro", ms=3, label="bin mean confidence")
+    ax.plot(centers[used], confidence[used], "r_", ms=14, mew=2, label="mean confidence")
     ax.set_xlabel("confidence")
     ax.set_ylabel("accuracy")
     ax.set_title("reliability, ECE %.4f" % expected_calibration_error(probs, labels))
