@@ -5,7 +5,8 @@
   (b) a deterministic MLP of the same shape trained the usual MXNet way
       (gluon.nn Dense layers, hybridized, gluon.Trainer SGD, data in memory)
   (c) the tutorial's code path: per-sample transform in a gluon DataLoader, per-layer
-      nd.random.normal epsilons, autograd of combined_loss, Python SGD loop
+      nd.random.normal epsilons, autograd of combined_loss, Python SGD loop; timed both with
+      our MXNet settings and, in a child process, with MXNet's defaults as the tutorial runs
 
 Also (a) with the closed-form KL and with the local reparametrization trick. Then, in a child
 process, the peak resident memory of a 2x1200 training run.
@@ -125,6 +126,20 @@ def bench_tutorial(data, config, ctx, steps):
     return timed(step, steps)
 
 
+def tutorial_defaults_child(data_dir, steps):
+    """(c) again in a process with MXNet's default settings, as the tutorial runs."""
+    print(bench_tutorial(load_mnist(data_dir), Config(), mx.cpu(), steps) * STEPS_PER_EPOCH)
+
+
+def run_child(flag, data_dir, env=None, *extra):
+    cmd = [sys.executable, os.path.abspath(__file__), flag] + list(extra)
+    if data_dir:
+        cmd += ["--data-dir", data_dir]
+    out = subprocess.run(cmd, capture_output=True, text=True, check=True,
+                         env=dict(os.environ, **(env or {})))
+    return float(out.stdout.split()[-1])
+
+
 def peak_memory_child(data_dir):
     """Train 2x1200 for 20 steps (plus a test evaluation) and print the peak RSS in MiB."""
     from gluon_bbb import train
@@ -139,9 +154,12 @@ def main():
     parser.add_argument("--steps", type=int, default=60, help="timed steps per variant")
     parser.add_argument("--data-dir")
     parser.add_argument("--peak-memory-child", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--tutorial-defaults-child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.peak_memory_child:
         return peak_memory_child(args.data_dir)
+    if args.tutorial_defaults_child:
+        return tutorial_defaults_child(args.data_dir, args.steps)
     data = load_mnist(args.data_dir)
     config, ctx = Config(), mx.cpu()
     print("MXNet %s, %d cores, OMP_NUM_THREADS=%s, MXNET_USE_OPERATOR_TUNING=%s; %d steps each"
@@ -160,14 +178,15 @@ def main():
     print("(a) Bayes by Backprop, gluon_bbb step:        %6.2f s/epoch" % per_epoch["a"])
     print("(b) deterministic MLP, gluon Dense + Trainer: %6.2f s/epoch" % per_epoch["b"])
     print("(c) tutorial's data path and operations:      %6.2f s/epoch" % per_epoch["c"])
-    cmd = [sys.executable, os.path.abspath(__file__), "--peak-memory-child"]
-    if args.data_dir:
-        cmd += ["--data-dir", args.data_dir]
-    peak = float(subprocess.run(cmd, capture_output=True, text=True, check=True).stdout.split()[-1])
+    per_epoch["c0"] = run_child("--tutorial-defaults-child", args.data_dir,
+                                {"MXNET_USE_OPERATOR_TUNING": "1"}, "--steps", str(args.steps))
+    print("(c) with MXNet's default operator tuning:   %6.2f s/epoch" % per_epoch["c0"])
+    peak = run_child("--peak-memory-child", args.data_dir)
     print("peak RSS of a 2x1200 training process:      %6.0f MiB" % peak)
     print("a/b = %.2f" % (per_epoch["a"] / per_epoch["b"]))
     print("lrt/a = %.2f" % (per_epoch["lrt"] / per_epoch["a"]))
-    print("c/a = %.2f" % (per_epoch["c"] / per_epoch["a"]))
+    print("c/a = %.2f (c as the tutorial runs, MXNet defaults: %.2f)"
+          % (per_epoch["c"] / per_epoch["a"], per_epoch["c0"] / per_epoch["a"]))
 
 
 if __name__ == "__main__":
