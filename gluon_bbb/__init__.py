@@ -21,5 +21,7 @@ from .model import (combined_loss, evaluate_accuracy, gaussian_prior, init_varia
 from .prune import prune_weights, pruning_table, signal_to_noise_ratio
 from .step import bbb_gradients
 from .train import TrainResult, bbb_loss, kl_weights, load_run_config, train
+from .uncertainty import (auroc, expected_calibration_error, negative_log_likelihood, predict,
+                          predictive_entropy)
 
 __version__ = "0.1.0"
