@@ -1,0 +1,20 @@
+"""The benchmark script keeps running as the code changes (no timing is asserted here)."""
+import os
+import re
+import subprocess
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def test_bench_train_runs_and_prints_ratios():
+    proc = subprocess.run([sys.executable, os.path.join(ROOT, "bench", "bench_train.py"),
+                           "--steps", "2"], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.strip().splitlines()
+    assert re.match(r"a/b = \d+\.\d\d$", lines[-3])
+    assert re.match(r"lrt/a = \d+\.\d\d$", lines[-2])
+    assert re.match(r"c/a = \d+\.\d\d \(c as the tutorial runs, MXNet defaults: \d+\.\d\d\)$",
+                    lines[-1])
+    peak = [line for line in lines if line.startswith("peak RSS")]
+    assert peak and 100 < float(peak[0].split()[-2]) < 4096
