@@ -20,7 +20,8 @@ from gluon_bbb.train import CONFIG_FILE
 # Config fields set from the flag of the same name (--batch-size -> batch_size).
 CONFIG_FLAGS = {
     "epochs": int, "batch_size": int, "num_hidden_layers": int, "num_hidden_units": int,
-    "learning_rate": float, "num_samples": int, "sigma_p": float, "pi": float,
+    "learning_rate": float, "lr_decay_every": int, "lr_decay_factor": float,
+    "num_samples": int, "sigma_p": float, "pi": float,
     "sigma_p1": float, "sigma_p2": float, "mu_scale": float, "rho_offset": float,
     "train_size": int, "validation": int, "seed": int,
 }

@@ -30,6 +30,8 @@ CONFIG_FILE = "config.json"
 HISTORY_FILE = "history.json"
 # Fields that may differ between a run and its resumption (training longer is allowed).
 RESUMABLE_CHANGES = ("epochs",)
+# may change on resume if the epochs already trained keep their learning rates
+SCHEDULE_FIELDS = ("lr_decay_every", "lr_decay_factor")
 
 
 @dataclass
@@ -156,6 +158,8 @@ def train(config, data, ctx, out_dir=None, resume=False, eval_train=False,
 
     for epoch in range(start_epoch, config.epochs):
         started = time.time()
+        learning_rate = config.learning_rate_at(epoch)
+        optimizer.set_learning_rate(learning_rate)
         order = np.random.default_rng([config.seed, epoch]).permutation(num_train)
         order_nd = nd.array(order, ctx=ctx, dtype="int32")
         X_epoch = nd.take(X_all, order_nd)
@@ -167,7 +171,7 @@ def train(config, data, ctx, out_dir=None, resume=False, eval_train=False,
         epoch_seconds = time.time() - started
         record = {"epoch": epoch + 1, "loss": loss_sum / num_batches,
                   "test_accuracy": evaluate_accuracy(X_test, y_test, mus),
-                  "epoch_seconds": epoch_seconds}
+                  "epoch_seconds": epoch_seconds, "learning_rate": learning_rate}
         if config.validation:
             record["validation_accuracy"] = evaluate_accuracy(X_val, y_val, mus)
         if eval_train:
@@ -256,14 +260,20 @@ def _load_run(out_dir, config, ctx, shapes):
         raise CheckpointError("cannot resume: %s does not exist" % config_path)
     saved = load_run_config(out_dir).to_dict()
     for name, value in config.to_dict().items():
-        if name in RESUMABLE_CHANGES or (name == "seed" and value is None):
+        if name in RESUMABLE_CHANGES + SCHEDULE_FIELDS or (name == "seed" and value is None):
             continue
         if saved[name] != value:
             raise CheckpointError("cannot resume %s: it was trained with %s=%r, not %r"
                                   % (out_dir, name, saved[name], value))
     saved = Config.from_dict(saved)
-    resumed = dataclasses.replace(saved, epochs=config.epochs)
+    resumed = dataclasses.replace(saved, epochs=config.epochs,
+                                  **{name: getattr(config, name) for name in SCHEDULE_FIELDS})
     state = load_checkpoint(os.path.join(out_dir, CHECKPOINT_FILE), ctx)
+    changed = [e + 1 for e in range(state["epoch"])
+               if resumed.learning_rate_at(e) != saved.learning_rate_at(e)]
+    if changed:
+        raise CheckpointError("cannot resume %s: the new learning-rate schedule changes the "
+                              "rate of epochs already trained (epoch %d)" % (out_dir, changed[0]))
     check_shapes(state["mus"], shapes, os.path.join(out_dir, CHECKPOINT_FILE))
     history_path = os.path.join(out_dir, HISTORY_FILE)
     history = []

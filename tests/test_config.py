@@ -21,7 +21,8 @@ def test_prior_spelling_is_normalised():
     ("epochs", -1), ("num_hidden_units", 0), ("num_samples", 0), ("learning_rate", 0.0),
     ("train_size", 0), ("batch_size", 2.5), ("prior", "laplace"), ("optimizer", "rmsprop"),
     ("kl_weighting", "linear"), ("num_hidden_layers", -1), ("seed", -3),
-    ("estimator", "flipout"), ("kl", "exact"),
+    ("estimator", "flipout"), ("kl", "exact"), ("lr_decay_every", -1),
+    ("lr_decay_factor", 0.0), ("lr_decay_factor", 1.5),
 ])
 def test_invalid_values_name_field_and_value(field, value):
     with pytest.raises(ConfigError) as info:
@@ -46,3 +47,11 @@ def test_analytic_kl_needs_the_gaussian_prior():
     Config(kl="analytic", prior="gaussian")
     with pytest.raises(ConfigError, match="kl must be mc with the scale-mixture prior"):
         Config(kl="analytic", prior="scale_mixture")
+
+
+def test_step_decay_schedule():
+    assert Config(learning_rate=0.01).learning_rate_at(500) == 0.01  # constant by default
+    c = Config(learning_rate=0.01, lr_decay_every=3, lr_decay_factor=0.5)
+    rates = [c.learning_rate_at(epoch) for epoch in range(7)]
+    assert rates == pytest.approx([0.01] * 3 + [0.005] * 3 + [0.0025])
+    assert Config(lr_decay_every=1, lr_decay_factor=1.0).learning_rate_at(9) == 0.001

@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 from mxnet import nd
 
-from gluon_bbb import Config, TrainingDiverged, bbb_loss, kl_weights, load_checkpoint, train
+from gluon_bbb import (CheckpointError, Config, TrainingDiverged, bbb_loss, kl_weights,
+                       load_checkpoint, train)
 from gluon_bbb.model import gaussian_prior, init_variational_params
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -92,6 +93,29 @@ def test_resume_reaches_the_same_parameters(tmp_path, mnist, ctx, optimizer):
         assert [r["epoch"] for r in json.load(f)] == [1, 2]
     saved = params_of(str(tmp_path / "split"))
     assert any(key.startswith("opt:") for key in saved) == (optimizer == "adam")
+
+
+def test_resume_may_add_a_decay_after_the_trained_epochs(tmp_path, mnist, ctx):
+    # a run trained at a constant rate, resumed with a decay starting after its last epoch,
+    # is the run that had the decay from the start; a decay reaching back is refused
+    quiet = lambda line: None
+    decayed = Config(train_size=1000, epochs=3, seed=2, optimizer="adam", num_hidden_units=50,
+                     lr_decay_every=2, lr_decay_factor=0.1)
+    whole = train(decayed, mnist, ctx, out_dir=str(tmp_path / "whole"), log=quiet)
+    constant = Config(**dict(decayed.to_dict(), epochs=2, lr_decay_every=0))
+    train(constant, mnist, ctx, out_dir=str(tmp_path / "split"), log=quiet)
+    with pytest.raises(CheckpointError, match="changes the rate of epochs already trained "
+                                              r"\(epoch 2\)"):
+        train(Config(**dict(decayed.to_dict(), lr_decay_every=1)), mnist, ctx,
+              out_dir=str(tmp_path / "split"), resume=True, log=quiet)
+    resumed = train(decayed, mnist, ctx, out_dir=str(tmp_path / "split"), resume=True, log=quiet)
+    for a, b in zip(whole.mus + whole.rhos, resumed.mus + resumed.rhos):
+        np.testing.assert_array_equal(a.asnumpy(), b.asnumpy())
+    assert [r["learning_rate"] for r in resumed.history] == pytest.approx([1e-3, 1e-3, 1e-4])
+    undecayed = train(Config(**dict(decayed.to_dict(), lr_decay_every=0)), mnist, ctx, log=quiet)
+    assert not np.array_equal(undecayed.mus[0].asnumpy(), whole.mus[0].asnumpy())
+    with open(tmp_path / "split" / "config.json") as f:
+        assert json.load(f)["lr_decay_every"] == 2
 
 
 def test_non_finite_loss_stops_and_keeps_the_last_checkpoint(tmp_path, mnist, ctx):
@@ -205,5 +229,7 @@ def test_paper_preset_with_overrides(tmp_path):
     assert config["num_hidden_units"] == 30 and config["prior"] == "scale_mixture"
     assert config["sigma_p1"] == 1.0 and config["sigma_p2"] == pytest.approx(np.exp(-6))
     assert config["validation"] == 10000 and config["pi"] == 0.25
+    assert config["optimizer"] == "adam" and config["learning_rate"] == 0.001
+    assert config["rho_offset"] == -5.0 and config["epochs"] == 1  # the flag beats the preset
     with open(out / "history.json") as f:
         assert "validation_accuracy" in json.load(f)[0]
