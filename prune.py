@@ -4,7 +4,6 @@
     python prune.py --checkpoint runs/default
     python prune.py --checkpoint runs/default --proportions 0 0.5 0.95 --save-pruned 0.95
 """
-import json
 import os
 import sys
 import tempfile
@@ -13,7 +12,7 @@ import time
 from mxnet import nd
 
 from gluon_bbb import load_checkpoint, load_mnist, load_run_config, parse_context
-from gluon_bbb.checkpoint import CHECKPOINT_FILE
+from gluon_bbb.checkpoint import CHECKPOINT_FILE, write_json
 from gluon_bbb.cli import ArgumentParser, run_main
 from gluon_bbb.errors import CheckpointError
 from gluon_bbb.model import transform_rhos
@@ -75,8 +74,7 @@ def main(argv=None):
     print(markdown_table(rows))
     print("\n%d parameters, %d proportions, %.1f s" % (
         sum(m.size for m in mus), len(rows), seconds))
-    with open(os.path.join(out_dir, "pruning.json"), "w") as f:
-        json.dump(rows, f, indent=2)
+    write_json(os.path.join(out_dir, "pruning.json"), rows)
     plot_pruning(rows, os.path.join(out_dir, "pruning.png"))
     snr_db, cuts = snr_thresholds_db(mus, sigmas, args.proportions)
     plot_snr(snr_db, cuts, os.path.join(out_dir, "snr.png"))

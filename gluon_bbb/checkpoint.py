@@ -4,6 +4,7 @@ One file holds everything, keyed ``mu:i``, ``rho:i``, ``opt:i:j`` (the j-th stat
 the optimizer's parameter i; training keeps ``mu`` (i = 0) and ``rho`` (i = 1) as flat vectors) and ``num_update`` (optimizer steps taken) and ``epoch`` (epochs completed),
 so ``nd.load`` reads it without this package.
 """
+import json
 import os
 
 import mxnet as mx
@@ -19,6 +20,15 @@ def write_atomically(path, write):
     tmp_path = path + ".tmp"
     write(tmp_path)
     os.replace(tmp_path, path)
+
+
+def write_json(path, value):
+    """Write ``value`` as indented JSON to ``path`` atomically."""
+    def write(tmp):
+        with open(tmp, "w") as f:
+            json.dump(value, f, indent=2)
+            f.write("\n")
+    write_atomically(path, write)
 
 
 def save_checkpoint(path, mus, rhos, optimizer_states, num_update, epoch):

@@ -8,11 +8,11 @@ import sys
 
 import numpy as np
 
-from .checkpoint import CHECKPOINT_FILE, load_checkpoint
+from .checkpoint import CHECKPOINT_FILE, load_checkpoint, write_json
 from .cli import ArgumentParser, run_main
 from .context import parse_context
 from .data import PIXEL_SCALE, find_idx_file, load_mnist, read_idx
-from .errors import DataError
+from .errors import ConfigError, DataError
 from .model import evaluate_accuracy, transform_rhos
 from .train import check_shapes, load_run_config
 from .uncertainty import (auroc, expected_calibration_error, negative_log_likelihood,
@@ -97,8 +97,7 @@ def evaluate_run(run_dir, data, ctx, num_samples=10, ood_images=None, out_dir=No
     report["model"] = config.model
     out_dir = out_dir or run_dir
     os.makedirs(out_dir, exist_ok=True)
-    with open(os.path.join(out_dir, "uncertainty.json"), "w") as f:
-        json.dump(report, f, indent=2)
+    write_json(os.path.join(out_dir, "uncertainty.json"), report)
     plot_uncertainty(entropies, probs, data.test_labels, os.path.join(out_dir, "uncertainty.png"))
     return report
 
@@ -116,7 +115,7 @@ def main(argv=None):
     parser.add_argument("--ctx", default="cpu", help="cpu, gpu or gpu:N")
     args = parser.parse_args(argv)
     if args.test_samples < 1:
-        raise DataError("--test-samples must be >= 1, got %d" % args.test_samples)
+        raise ConfigError("test_samples", args.test_samples, "an integer >= 1")
     if not os.path.isdir(args.checkpoint):
         raise DataError("--checkpoint %s is not a run directory" % args.checkpoint)
     ctx = parse_context(args.ctx)

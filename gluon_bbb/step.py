@@ -175,12 +175,11 @@ def bbb_gradients(X, y_one_hot, mu, rho, layout, prior, kl_weight, epsilons,
             log_prior, prior_grad = prior.log_density_and_grad(w, ones)
             nll = nll + kl_weight * (-0.5 * nd.dot(eps, eps) - w.size * LOG_SQRT_2PI - log_prior)
             kl_grad_w = prior_grad * (-kl_weight)
-        if estimator == "lrt":
-            if kl == "mc":
+            if estimator == "lrt":
                 g_mu, g_sigma = g_mu + kl_grad_w, g_sigma + kl_grad_w * eps
-        else:
-            if kl == "mc":
+            else:
                 g_w = g_w + kl_grad_w
+        if estimator != "lrt":
             g_mu, g_sigma = g_w, g_w * eps
         loss = nll if loss is None else loss + nll
         grad_mu = g_mu if grad_mu is None else grad_mu + g_mu

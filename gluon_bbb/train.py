@@ -16,7 +16,7 @@ import numpy as np
 from mxnet import nd
 
 from .checkpoint import (CHECKPOINT_FILE, load_checkpoint, save_checkpoint, state_arrays,
-                         write_atomically)
+                         write_json)
 from .config import Config
 from .context import context_name
 from .errors import CheckpointError, ConfigError, TrainingDiverged
@@ -132,7 +132,7 @@ def train(config, data, ctx, out_dir=None, resume=False, eval_train=False,
         elif os.path.exists(checkpoint_path):
             raise CheckpointError("%s already holds a run; pass --resume to continue it or "
                                   "choose another --out" % out_dir)
-        _write_json(os.path.join(out_dir, CONFIG_FILE),
+        write_json(os.path.join(out_dir, CONFIG_FILE),
                     dict(config.to_dict(), ctx=context_name(ctx)))
     elif resume:
         raise CheckpointError("resume needs an output directory holding a checkpoint")
@@ -180,7 +180,7 @@ def train(config, data, ctx, out_dir=None, resume=False, eval_train=False,
         if out_dir is not None:
             save_checkpoint(checkpoint_path, mus, rhos, optimizer_states,
                             optimizer.num_update, epoch + 1)
-            _write_json(os.path.join(out_dir, HISTORY_FILE), history)
+            write_json(os.path.join(out_dir, HISTORY_FILE), history)
         if progress:
             sys.stderr.write("\r" + " " * 60 + "\r")
         log("epoch %d/%d  loss %.1f  test accuracy %.4f%s%s  %.1f s" % (
@@ -301,11 +301,3 @@ def check_shapes(arrays, shapes, source):
     if found != [tuple(s) for s in shapes]:
         raise CheckpointError("%s holds parameters of shapes %s, the model needs %s"
                               % (source, found, [tuple(s) for s in shapes]))
-
-
-def _write_json(path, value):
-    def write(tmp):
-        with open(tmp, "w") as f:
-            json.dump(value, f, indent=2)
-            f.write("\n")
-    write_atomically(path, write)

@@ -7,6 +7,7 @@ not know: entropy, calibration (ECE), negative log-likelihood and AUROC for OOD 
 import numpy as np
 from mxnet import nd
 
+from .data import PIXEL_SCALE
 from .model import net
 from .step import FlatLayout, NormalSampler
 
@@ -85,21 +86,17 @@ def auroc(scores_negative, scores_positive):
     negative = np.asarray(scores_negative, dtype=np.float64)
     positive = np.asarray(scores_positive, dtype=np.float64)
     both = np.concatenate([negative, positive])
-    order = np.argsort(both, kind="mergesort")
-    ranks = np.empty(both.size)
-    ranks[order] = np.arange(1, both.size + 1)
-    # ties share their average rank
-    sorted_scores = both[order]
-    _, first, counts = np.unique(sorted_scores, return_index=True, return_counts=True)
-    for start, count in zip(first, counts):
-        if count > 1:
-            ranks[order[start:start + count]] = start + (count + 1) / 2.0
+    # 1-based ranks, ties sharing their average rank: a group of c equal scores after
+    # `before` smaller ones holds ranks before+1 .. before+c
+    _, group, counts = np.unique(both, return_inverse=True, return_counts=True)
+    before = np.cumsum(counts) - counts
+    ranks = (before + (counts + 1) / 2.0)[group]
     positive_rank_sum = ranks[negative.size:].sum()
     return float((positive_rank_sum - positive.size * (positive.size + 1) / 2.0)
                  / (positive.size * negative.size))
 
 
-def noise_images(count=1000, num_inputs=784, seed=0, pixel_scale=126.0):
+def noise_images(count=1000, num_inputs=784, seed=0):
     """Uniform random pixel images in [0, 255] scaled like MNIST (/126); (count, inputs)."""
     rng = np.random.default_rng(seed)
-    return (rng.uniform(0, 255, size=(count, num_inputs)) / pixel_scale).astype(np.float32)
+    return (rng.uniform(0, 255, size=(count, num_inputs)) / PIXEL_SCALE).astype(np.float32)

@@ -12,7 +12,7 @@ from mxnet import nd
 
 from gluon_bbb import Config, evaluate_accuracy, train
 from gluon_bbb.prune import (load_pruned, prune_weights, pruning_table, save_pruned,
-                             signal_to_noise_ratio, snr_ranks)
+                             signal_to_noise_ratio)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
