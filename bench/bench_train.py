@@ -8,8 +8,9 @@
       nd.random.normal epsilons, autograd of combined_loss, Python SGD loop; timed both with
       our MXNet settings and, in a child process, with MXNet's defaults as the tutorial runs
 
-Also (a) with the closed-form KL and with the local reparametrization trick. Then, in a child
-process, the peak resident memory of a 2x1200 training run.
+Also (a) without the native kernels (MXNet operators only), with the paper's scale-mixture
+prior and Adam, with the closed-form KL and with the local reparametrization trick. Then, in a
+child process, the peak resident memory of a 2x1200 training run.
 
     python bench/bench_train.py [--steps 60] [--data-dir DIR]
 """
@@ -30,7 +31,7 @@ from mxnet import autograd, gluon, nd  # noqa: E402
 from gluon_bbb import (Config, combined_loss, gaussian_prior, init_variational_params,  # noqa
                        load_mnist, log_softmax_likelihood, net, sample_epsilons,
                        transform_gaussian_samples, transform_rhos)
-from gluon_bbb.step import FlatLayout, NormalSampler, prior_for  # noqa: E402
+from gluon_bbb.step import FlatLayout, NormalSampler, fused_supported, prior_for  # noqa: E402
 from gluon_bbb.train import _train_epoch, make_optimizer  # noqa: E402
 
 STEPS_PER_EPOCH = 469  # ceil(60000 / 128)
@@ -47,10 +48,13 @@ def timed(step, steps, warmup=5):
     return (time.perf_counter() - started) / steps
 
 
-def bench_ours(data, config, ctx, steps, **options):
-    """Time gluon_bbb.train's own epoch loop over ``steps`` mini-batches."""
+def bench_ours(data, config, ctx, steps, native=None, **options):
+    """Time gluon_bbb.train's own epoch loop over ``steps`` mini-batches; ``native`` as in
+    ``train`` (None: the native kernels wherever they serve)."""
     import dataclasses
     config = dataclasses.replace(config, **options)
+    if native is None:
+        native = fused_supported(ctx, config.estimator, config.kl)
     layout = FlatLayout(config.layer_shapes())
     mus, rhos = init_variational_params(config.layer_shapes(), ctx, seed=0)
     mu, rho = layout.flatten(mus), layout.flatten(rhos)
@@ -64,7 +68,7 @@ def bench_ours(data, config, ctx, steps, **options):
 
     def run(lo, hi):
         _train_epoch(config, 0, X[lo * b:hi * b], y[lo * b:hi * b], mu, rho, layout, prior,
-                     kl_weights[lo:hi], sample, optimizer, states, False, 50)
+                     kl_weights[lo:hi], sample, optimizer, states, False, 50, native)
     run(0, 5)
     nd.waitall()
     started = time.perf_counter()
@@ -166,12 +170,21 @@ def main():
           % (mx.__version__, os.cpu_count(), os.environ.get("OMP_NUM_THREADS"),
              os.environ.get("MXNET_USE_OPERATOR_TUNING"), args.steps))
     per_epoch = {}
+    paper = {"prior": "scale_mixture", "pi": 0.25, "sigma_p1": 1.0, "sigma_p2": np.exp(-6.0),
+             "optimizer": "adam"}
     variants = (("a", bench_ours, {}), ("b", bench_deterministic, {}),
-                ("c", bench_tutorial, {}), ("kl", bench_ours, {"kl": "analytic"}),
+                ("c", bench_tutorial, {}), ("a-ops", bench_ours, {"native": False}),
+                ("paper", bench_ours, paper), ("paper-ops", bench_ours, dict(paper, native=False)),
+                ("kl", bench_ours, {"kl": "analytic"}),
                 ("lrt", bench_ours, {"estimator": "lrt", "kl": "analytic"}),
                 ("lrt-mc", bench_ours, {"estimator": "lrt"}))
     for name, fn, options in variants:
         per_epoch[name] = fn(data, config, ctx, args.steps, **options) * STEPS_PER_EPOCH
+    print("native kernels: %s" % ("yes" if gluon_bbb.native.available()
+                                  else "no (%s)" % gluon_bbb.native.unavailable_reason()))
+    print("    MXNet operators only (no native kernels): %6.2f s/epoch" % per_epoch["a-ops"])
+    print("    paper prior (scale mixture) and Adam:     %6.2f s/epoch" % per_epoch["paper"])
+    print("      the same, MXNet operators only:         %6.2f s/epoch" % per_epoch["paper-ops"])
     print("    --kl analytic:                            %6.2f s/epoch" % per_epoch["kl"])
     print("    --estimator lrt --kl analytic:            %6.2f s/epoch" % per_epoch["lrt"])
     print("    --estimator lrt (Monte Carlo KL):         %6.2f s/epoch" % per_epoch["lrt-mc"])

@@ -15,6 +15,7 @@ import mxnet as mx
 import numpy as np
 from mxnet import nd
 
+from . import native
 from .checkpoint import (CHECKPOINT_FILE, load_checkpoint, save_checkpoint, state_arrays,
                          write_json)
 from .config import Config
@@ -23,8 +24,8 @@ from .errors import CheckpointError, ConfigError, TrainingDiverged
 from .model import (combined_loss, evaluate_accuracy, init_variational_params,
                     log_softmax_likelihood, net, sample_epsilons, transform_gaussian_samples,
                     transform_rhos)
-from .step import (FlatLayout, NormalSampler, bbb_gradients, likelihood_grads,
-                   lrt_noise_size, prior_for)
+from .step import (FlatLayout, FusedWorkspace, NormalSampler, bbb_gradients, fused_bbb_gradients,
+                   fused_supported, likelihood_grads, lrt_noise_size, prior_for)
 
 CONFIG_FILE = "config.json"
 HISTORY_FILE = "history.json"
@@ -87,7 +88,7 @@ def make_optimizer(config, num_update=0):
 
 
 def train(config, data, ctx, out_dir=None, resume=False, eval_train=False,
-          log=print, progress=None, check_every=50):
+          log=print, progress=None, check_every=50, native=None):
     """Train a Bayes-by-Backprop MLP (or, with ``config.model == "mlp"``, its deterministic
     baseline); returns a ``TrainResult``.
 
@@ -98,6 +99,9 @@ def train(config, data, ctx, out_dir=None, resume=False, eval_train=False,
     was interrupted and resumed. ``log`` receives one line per epoch; ``progress``
     (default: when stderr is a terminal) draws a progress bar within the epoch.
     Raises TrainingDiverged on a non-finite loss, before writing anything for that epoch.
+    ``native``: use the fused C kernels of ``step.fused_bbb_gradients`` (None: where they
+    are built and serve the context and estimator; False: MXNet operators only). Both give
+    the same run up to float rounding.
     """
     if config.seed is None and not resume:
         config = dataclasses.replace(config, seed=int(np.random.SeedSequence().entropy % 2 ** 31))
@@ -150,6 +154,7 @@ def train(config, data, ctx, out_dir=None, resume=False, eval_train=False,
     if saved_states is not None:
         _restore_states(optimizer_states, saved_states)
     prior = prior_for(config)
+    use_native = fused_supported(ctx, config.estimator, config.kl) if native is None else native
 
     X_all = nd.array(train_images, ctx=ctx, dtype="float32")
     y_all = nd.array(train_labels, ctx=ctx, dtype="float32")
@@ -167,7 +172,7 @@ def train(config, data, ctx, out_dir=None, resume=False, eval_train=False,
         sample_normal = NormalSampler(layout.size, ctx, seed=[config.seed, epoch, 1])
         loss_sum = _train_epoch(config, epoch, X_epoch, y_epoch, mu, rho, layout, prior,
                                 batch_kl_weights, sample_normal, optimizer, optimizer_states,
-                                progress, check_every)
+                                progress, check_every, use_native)
         epoch_seconds = time.time() - started
         record = {"epoch": epoch + 1, "loss": loss_sum / num_batches,
                   "test_accuracy": evaluate_accuracy(X_test, y_test, mus),
@@ -193,7 +198,8 @@ def train(config, data, ctx, out_dir=None, resume=False, eval_train=False,
 
 
 def _train_epoch(config, epoch, X_epoch, y_epoch, mu, rho, layout, prior, batch_kl_weights,
-                 sample_normal, optimizer, optimizer_states, progress, check_every):
+                 sample_normal, optimizer, optimizer_states, progress, check_every,
+                 use_native=False):
     """One pass over the shuffled data, updating ``mu`` and ``rho`` in place; the loss sum."""
     num_train, num_batches = X_epoch.shape[0], len(batch_kl_weights)
     weight_noise = layout.size if (config.estimator == "sample" or config.kl == "mc") else 0
@@ -203,11 +209,18 @@ def _train_epoch(config, epoch, X_epoch, y_epoch, mu, rho, layout, prior, batch_
         return lrt + weight_noise
 
     pending, loss_sum = [], 0.0
+    workspace = FusedWorkspace(layout, mu.context) if use_native else None
     for batch in range(num_batches):
         lo, hi = batch * config.batch_size, min((batch + 1) * config.batch_size, num_train)
         if config.model == "mlp":
             loss, grad_mu = likelihood_grads(X_epoch[lo:hi], y_epoch[lo:hi], mu, layout)
             optimizer.update(0, mu, grad_mu, optimizer_states[0])
+        elif use_native:
+            loss, grad_mu, grad_rho = fused_bbb_gradients(
+                X_epoch[lo:hi], y_epoch[lo:hi], mu, rho, layout, prior,
+                batch_kl_weights[batch], sample_normal, config.num_samples, workspace)
+            native.optimizer_update(optimizer, 0, mu, grad_mu, optimizer_states[0])
+            native.optimizer_update(optimizer, 1, rho, grad_rho, optimizer_states[1])
         else:
             epsilons = [sample_normal(noise_size(hi - lo)) for _ in range(config.num_samples)]
             loss, grad_mu, grad_rho = bbb_gradients(
