@@ -88,7 +88,7 @@ def make_optimizer(config, num_update=0):
 
 
 def train(config, data, ctx, out_dir=None, resume=False, eval_train=False,
-          log=print, progress=None, check_every=50, native=None):
+          log=print, progress=None, check_every=50, native_kernels=None):
     """Train a Bayes-by-Backprop MLP (or, with ``config.model == "mlp"``, its deterministic
     baseline); returns a ``TrainResult``.
 
@@ -99,9 +99,9 @@ def train(config, data, ctx, out_dir=None, resume=False, eval_train=False,
     was interrupted and resumed. ``log`` receives one line per epoch; ``progress``
     (default: when stderr is a terminal) draws a progress bar within the epoch.
     Raises TrainingDiverged on a non-finite loss, before writing anything for that epoch.
-    ``native``: use the fused C kernels of ``step.fused_bbb_gradients`` (None: where they
-    are built and serve the context and estimator; False: MXNet operators only). Both give
-    the same run up to float rounding.
+    ``native_kernels``: use the fused C kernels of ``step.fused_bbb_gradients`` (None: where
+    they are built and serve the context and estimator; False: MXNet operators only; True:
+    raise ConfigError where they cannot). Both give the same run up to float rounding.
     """
     if config.seed is None and not resume:
         config = dataclasses.replace(config, seed=int(np.random.SeedSequence().entropy % 2 ** 31))
@@ -154,7 +154,13 @@ def train(config, data, ctx, out_dir=None, resume=False, eval_train=False,
     if saved_states is not None:
         _restore_states(optimizer_states, saved_states)
     prior = prior_for(config)
-    use_native = fused_supported(ctx, config.estimator, config.kl) if native is None else native
+    use_native = fused_supported(ctx, config.estimator, config.kl)
+    if native_kernels and not use_native:
+        raise ConfigError("native_kernels", native_kernels,
+                          "None or False here: the kernels serve a CPU context with "
+                          "--estimator sample --kl mc (%s)"
+                          % (native.unavailable_reason() or "and they are built"))
+    use_native = use_native and native_kernels is not False
 
     X_all = nd.array(train_images, ctx=ctx, dtype="float32")
     y_all = nd.array(train_labels, ctx=ctx, dtype="float32")

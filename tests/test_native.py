@@ -197,7 +197,7 @@ def test_optimizer_update_equals_mxnet(ctx, name, options):
 def test_training_with_and_without_native_kernels_agrees(ctx, mnist):
     config = Config(epochs=2, train_size=1500, seed=3, prior="scale_mixture", pi=0.25,
                     sigma_p1=1.0, sigma_p2=math.exp(-6.0), optimizer="adam")
-    runs = [train(config, mnist, ctx, log=lambda line: None, progress=False, native=flag)
+    runs = [train(config, mnist, ctx, log=lambda line: None, progress=False, native_kernels=flag)
             for flag in (True, False)]
     for ours, theirs in zip(runs[0].mus + runs[0].rhos, runs[1].mus + runs[1].rhos):
         assert ours.context == ctx
@@ -213,3 +213,10 @@ def test_loading_the_library_keeps_denormals():
     tiny = np.float32(1e-40)
     assert tiny * np.float32(1.0) != 0.0
     assert nd.array([1e-40], dtype="float32").__mul__(1.0).asnumpy()[0] != 0.0
+
+
+def test_asking_for_native_kernels_where_they_cannot_serve_is_an_error(ctx, mnist):
+    from gluon_bbb.errors import ConfigError
+    with pytest.raises(ConfigError, match="native_kernels"):
+        train(Config(epochs=1, train_size=256, estimator="lrt"), mnist, ctx,
+              log=lambda line: None, progress=False, native_kernels=True)
