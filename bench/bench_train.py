@@ -48,13 +48,13 @@ def timed(step, steps, warmup=5):
     return (time.perf_counter() - started) / steps
 
 
-def bench_ours(data, config, ctx, steps, native=None, **options):
-    """Time gluon_bbb.train's own epoch loop over ``steps`` mini-batches; ``native`` as in
-    ``train`` (None: the native kernels wherever they serve)."""
+def bench_ours(data, config, ctx, steps, native_kernels=None, **options):
+    """Time gluon_bbb.train's own epoch loop over ``steps`` mini-batches; ``native_kernels``
+    as in ``train`` (None: the native kernels wherever they serve; False: none)."""
     import dataclasses
     config = dataclasses.replace(config, **options)
-    if native is None:
-        native = fused_supported(ctx, config.estimator, config.kl)
+    use_native = (native_kernels is not False
+                  and fused_supported(ctx, config.estimator, config.kl))
     layout = FlatLayout(config.layer_shapes())
     mus, rhos = init_variational_params(config.layer_shapes(), ctx, seed=0)
     mu, rho = layout.flatten(mus), layout.flatten(rhos)
@@ -68,7 +68,8 @@ def bench_ours(data, config, ctx, steps, native=None, **options):
 
     def run(lo, hi):
         _train_epoch(config, 0, X[lo * b:hi * b], y[lo * b:hi * b], mu, rho, layout, prior,
-                     kl_weights[lo:hi], sample, optimizer, states, False, 50, native)
+                     kl_weights[lo:hi], sample, optimizer, states, False, 50, use_native,
+                     native_kernels is not False)
     run(0, 5)
     nd.waitall()
     started = time.perf_counter()
@@ -173,8 +174,9 @@ def main():
     paper = {"prior": "scale_mixture", "pi": 0.25, "sigma_p1": 1.0, "sigma_p2": np.exp(-6.0),
              "optimizer": "adam"}
     variants = (("a", bench_ours, {}), ("b", bench_deterministic, {}),
-                ("c", bench_tutorial, {}), ("a-ops", bench_ours, {"native": False}),
-                ("paper", bench_ours, paper), ("paper-ops", bench_ours, dict(paper, native=False)),
+                ("c", bench_tutorial, {}), ("a-ops", bench_ours, {"native_kernels": False}),
+                ("paper", bench_ours, paper),
+                ("paper-ops", bench_ours, dict(paper, native_kernels=False)),
                 ("kl", bench_ours, {"kl": "analytic"}),
                 ("lrt", bench_ours, {"estimator": "lrt", "kl": "analytic"}),
                 ("lrt-mc", bench_ours, {"estimator": "lrt"}))

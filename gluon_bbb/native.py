@@ -11,8 +11,8 @@ draw exceeds 5.9 in absolute value (a standard normal does with probability 4e-9
 """
 import ctypes
 import functools
-import math
 import glob
+import math
 import os
 
 import mxnet as mx

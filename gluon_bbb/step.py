@@ -81,12 +81,12 @@ class ScaleMixturePrior:
     """log(pi N(w|0, s1^2) + (1-pi) N(w|0, s2^2)) summed over w, in log space, with its gradient."""
 
     def __init__(self, pi, sigma_p1, sigma_p2):
+        if not 0.0 < pi < 1.0:
+            raise ValueError("a scale mixture needs 0 < pi < 1 (prior_for turns pi = 0 or 1 "
+                             "into its one Gaussian), got %r" % (pi,))
         self.pi, self.sigma_p1, self.sigma_p2 = pi, sigma_p1, sigma_p2
 
     def log_density_and_grad(self, w, ones):
-        if self.pi in (0.0, 1.0):
-            return GaussianPrior(self.sigma_p1 if self.pi == 1.0 else self.sigma_p2) \
-                .log_density_and_grad(w, ones)
         k1, k2 = 0.5 / self.sigma_p1 ** 2, 0.5 / self.sigma_p2 ** 2
         w2 = nd.square(w)
         log_first = (math.log(self.pi) - LOG_SQRT_2PI - math.log(self.sigma_p1)) - k1 * w2
@@ -102,14 +102,15 @@ class ScaleMixturePrior:
 
     def native_args(self):
         """The prior as ``native.kl_gradients`` takes it."""
-        if self.pi in (0.0, 1.0):
-            return native.GAUSSIAN, 0.0, self.sigma_p1 if self.pi == 1.0 else self.sigma_p2, 0.0
         return native.SCALE_MIXTURE, self.pi, self.sigma_p1, self.sigma_p2
 
 
 def prior_for(config):
+    """The config's prior; a scale mixture with pi = 1 or 0 is its one remaining Gaussian."""
     if config.prior == "gaussian":
         return GaussianPrior(config.sigma_p)
+    if config.pi in (0.0, 1.0):
+        return GaussianPrior(config.sigma_p1 if config.pi == 1.0 else config.sigma_p2)
     return ScaleMixturePrior(config.pi, config.sigma_p1, config.sigma_p2)
 
 

@@ -66,7 +66,8 @@ def kl_weights(num_batches, scheme):
 def bbb_loss(X, y_one_hot, mus, rhos, log_prior, num_batches, kl_weight, num_samples):
     """The combined loss of one mini-batch averaged over ``num_samples`` weight samples,
     written as the tutorial writes it, on per-layer arrays (``train`` uses the equivalent,
-    faster ``step.bbb_gradients``). Call inside ``autograd.record()``. X: (batch, inputs); y_one_hot: (batch, classes).
+    faster ``step.bbb_gradients``). Call inside ``autograd.record()``.
+    X: (batch, inputs); y_one_hot: (batch, classes).
     """
     ctx = X.context
     sigmas = transform_rhos(rhos)
@@ -154,13 +155,13 @@ def train(config, data, ctx, out_dir=None, resume=False, eval_train=False,
     if saved_states is not None:
         _restore_states(optimizer_states, saved_states)
     prior = prior_for(config)
-    use_native = fused_supported(ctx, config.estimator, config.kl)
+    use_native = (native_kernels is not False
+                  and fused_supported(ctx, config.estimator, config.kl))
     if native_kernels and not use_native:
         raise ConfigError("native_kernels", native_kernels,
                           "None or False here: the kernels serve a CPU context with "
                           "--estimator sample --kl mc (%s)"
                           % (native.unavailable_reason() or "and they are built"))
-    use_native = use_native and native_kernels is not False
 
     X_all = nd.array(train_images, ctx=ctx, dtype="float32")
     y_all = nd.array(train_labels, ctx=ctx, dtype="float32")
@@ -178,7 +179,8 @@ def train(config, data, ctx, out_dir=None, resume=False, eval_train=False,
         sample_normal = NormalSampler(layout.size, ctx, seed=[config.seed, epoch, 1])
         loss_sum = _train_epoch(config, epoch, X_epoch, y_epoch, mu, rho, layout, prior,
                                 batch_kl_weights, sample_normal, optimizer, optimizer_states,
-                                progress, check_every, use_native)
+                                progress, check_every, use_native,
+                                update_natively=native_kernels is not False)
         epoch_seconds = time.time() - started
         record = {"epoch": epoch + 1, "loss": loss_sum / num_batches,
                   "test_accuracy": evaluate_accuracy(X_test, y_test, mus),
@@ -205,8 +207,10 @@ def train(config, data, ctx, out_dir=None, resume=False, eval_train=False,
 
 def _train_epoch(config, epoch, X_epoch, y_epoch, mu, rho, layout, prior, batch_kl_weights,
                  sample_normal, optimizer, optimizer_states, progress, check_every,
-                 use_native=False):
-    """One pass over the shuffled data, updating ``mu`` and ``rho`` in place; the loss sum."""
+                 use_native=False, update_natively=False):
+    """One pass over the shuffled data, updating ``mu`` and ``rho`` in place; the loss sum.
+    ``use_native``: the step of ``fused_bbb_gradients``; ``update_natively``: the optimizer
+    update of ``native.optimizer_update`` (which itself falls back where it cannot serve)."""
     num_train, num_batches = X_epoch.shape[0], len(batch_kl_weights)
     weight_noise = layout.size if (config.estimator == "sample" or config.kl == "mc") else 0
 
@@ -214,26 +218,31 @@ def _train_epoch(config, epoch, X_epoch, y_epoch, mu, rho, layout, prior, batch_
         lrt = lrt_noise_size(layout, batch_size) if config.estimator == "lrt" else 0
         return lrt + weight_noise
 
+    def update(index, param, grad):
+        if update_natively:
+            native.optimizer_update(optimizer, index, param, grad, optimizer_states[index])
+        else:
+            optimizer.update(index, param, grad, optimizer_states[index])
+
     pending, loss_sum = [], 0.0
     workspace = FusedWorkspace(layout, mu.context) if use_native else None
     for batch in range(num_batches):
         lo, hi = batch * config.batch_size, min((batch + 1) * config.batch_size, num_train)
+        X, y = X_epoch[lo:hi], y_epoch[lo:hi]
         if config.model == "mlp":
-            loss, grad_mu = likelihood_grads(X_epoch[lo:hi], y_epoch[lo:hi], mu, layout)
-            optimizer.update(0, mu, grad_mu, optimizer_states[0])
+            loss, grad_mu = likelihood_grads(X, y, mu, layout)
         elif use_native:
             loss, grad_mu, grad_rho = fused_bbb_gradients(
-                X_epoch[lo:hi], y_epoch[lo:hi], mu, rho, layout, prior,
-                batch_kl_weights[batch], sample_normal, config.num_samples, workspace)
-            native.optimizer_update(optimizer, 0, mu, grad_mu, optimizer_states[0])
-            native.optimizer_update(optimizer, 1, rho, grad_rho, optimizer_states[1])
+                X, y, mu, rho, layout, prior, batch_kl_weights[batch], sample_normal,
+                config.num_samples, workspace)
         else:
             epsilons = [sample_normal(noise_size(hi - lo)) for _ in range(config.num_samples)]
             loss, grad_mu, grad_rho = bbb_gradients(
-                X_epoch[lo:hi], y_epoch[lo:hi], mu, rho, layout, prior,
-                batch_kl_weights[batch], epsilons, config.estimator, config.kl, config.sigma_p)
-            optimizer.update(0, mu, grad_mu, optimizer_states[0])
-            optimizer.update(1, rho, grad_rho, optimizer_states[1])
+                X, y, mu, rho, layout, prior, batch_kl_weights[batch], epsilons,
+                config.estimator, config.kl, config.sigma_p)
+        update(0, mu, grad_mu)
+        if config.model != "mlp":
+            update(1, rho, grad_rho)
         pending.append(loss)
         # reading a loss waits for MXNet's queue, so check for NaN only every check_every steps
         if len(pending) == check_every or batch == num_batches - 1:

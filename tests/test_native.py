@@ -40,7 +40,7 @@ def test_normals_equal_the_numpy_reference(size):
 
 
 def test_normals_do_not_depend_on_thread_count():
-    code = ("import gluon_bbb.native as n; import hashlib; "
+    code = ("import gluon_bbb.native as n; "
             "print(n.normals(100003, n.philox_key([1, 2, 3]), 9).round(4).tobytes().hex()[:4000])")
     outputs = set()
     for threads in ("1", "2", "3"):
