@@ -54,7 +54,7 @@ def bench_ours(data, config, ctx, steps, native_kernels=None, **options):
     import dataclasses
     config = dataclasses.replace(config, **options)
     use_native = (native_kernels is not False
-                  and fused_supported(ctx, config.estimator, config.kl))
+                  and fused_supported(ctx))
     layout = FlatLayout(config.layer_shapes())
     mus, rhos = init_variational_params(config.layer_shapes(), ctx, seed=0)
     mu, rho = layout.flatten(mus), layout.flatten(rhos)

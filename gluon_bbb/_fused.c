@@ -4,7 +4,9 @@
  * about 40 MXNet elementwise operators, each of which reads and writes every parameter:
  *
  *   bbb_sample_weights: eps ~ N(0, 1) (Philox4x64-10 + Box-Muller), w = mu + softplus(rho) * eps
- *   bbb_kl_gradients:   sum(log q(w) - log P(w)) and dL/dmu, dL/drho given dNLL/dw
+ *   bbb_kl_gradients:   the KL term (Monte Carlo or closed form) and dL/dmu, dL/drho given
+ *                       the data term's gradients (dNLL/dw, or dNLL/dmu and dNLL/dsigma)
+ *   bbb_softplus:       sigma = softplus(rho), for the local reparametrization trick
  *
  * Normal draws: element i of stream s belongs to chunk c = i / CHUNK; chunk c takes its
  * uniforms from the 64-bit words of Philox4x64-10 blocks with counter (c * BLOCKS_PER_CHUNK + j
@@ -62,6 +64,9 @@ void bbb_philox_words(int64_t count, uint64_t k0, uint64_t k1, uint64_t first,
     }
 }
 
+/* exp's argument is kept above -80 (libmvec's expf takes a slow scalar path for lanes that
+ * underflow), so sigma bottoms out at softplus(-80) = 1.8e-35 for rho < -80; the same clamp
+ * gives sigmoid(rho) = 1.8e-35 there. Both are zero for any purpose of a weight's noise. */
 static inline float softplus(float rho) {
     return fmaxf(rho, 0.0f) + log1pf(expf(fmaxf(-fabsf(rho), -80.0f)));
 }
@@ -122,73 +127,171 @@ void bbb_sample_weights(int64_t n, const float *mu, const float *rho, uint64_t k
     sample(n, mu, rho, k0, k1, stream, eps, w);
 }
 
-/* One entry of the step, given log P(x) and d log P / dx at x = w[i]: writes grad_mu[i] and
- * grad_rho[i] and returns log q(x) - log P(x). */
-static inline float kl_entry(int64_t i, const float *rho, const float *eps, const float *grad_w,
-                             float kl_weight, float log_prior, float dlog_prior,
+/* The gradients of one entry of a Monte Carlo KL step. The data term's are grad_mu_data[i]
+ * with respect to mu and, for the local reparametrization (lrt = 1), grad_sigma_data[i] with
+ * respect to sigma; for weight sampling (lrt = 0) the latter is grad_mu_data[i] * eps[i].
+ * The KL term's: kl_w through w = mu + sigma * eps, kl_sigma directly through sigma.
+ * lrt is a constant at every call, so that each loop below compiles without the test. */
+static inline void entry_gradients(int64_t i, const float *eps, const float *grad_mu_data,
+                                   const float *grad_sigma_data, const int lrt, float kl_w,
+                                   float kl_sigma, float sigmoid, float *grad_mu,
+                                   float *grad_rho) {
+    if (lrt) {
+        grad_mu[i] = grad_mu_data[i] + kl_w;
+        grad_rho[i] = (grad_sigma_data[i] + kl_w * eps[i] + kl_sigma) * sigmoid;
+    } else {
+        float g = grad_mu_data[i] + kl_w;
+        grad_mu[i] = g;
+        grad_rho[i] = (g * eps[i] + kl_sigma) * sigmoid;
+    }
+}
+
+/* One entry of the Monte Carlo KL, given log P(x) and d log P / dx at x = w[i]: writes
+ * grad_mu[i] and grad_rho[i] and returns log q(x) - log P(x). */
+static inline float kl_entry(int64_t i, const float *rho, const float *eps,
+                             const float *grad_mu_data, const float *grad_sigma_data,
+                             const int lrt, float kl_weight, float log_prior, float dlog_prior,
                              float *grad_mu, float *grad_rho) {
     float r = rho[i], e = expf(fmaxf(-fabsf(r), -80.0f));
     float sigma = fmaxf(r, 0.0f) + log1pf(e);
     float sigmoid = (r > 0.0f ? 1.0f : e) / (1.0f + e);
-    float z = eps[i], g = grad_w[i] - kl_weight * dlog_prior;
-    grad_mu[i] = g;
-    grad_rho[i] = (g * z - kl_weight / sigma) * sigmoid;
+    float z = eps[i];
+    entry_gradients(i, eps, grad_mu_data, grad_sigma_data, lrt, -kl_weight * dlog_prior,
+                    -kl_weight / sigma, sigmoid, grad_mu, grad_rho);
     return -logf(sigma) - 0.5f * z * z - LOG_SQRT_2PI - log_prior;
 }
 
 /* Gaussian prior N(0, s^2): log P = -x^2 / (2 s^2) - log s - log sqrt(2 pi). */
-VECTOR_CLONES
-static double kl_gaussian(int64_t n, const float *rho, const float *eps, const float *w,
-                          const float *grad_w, float kl_weight, float sigma_p,
-                          float *grad_mu, float *grad_rho) {
-    const float k = 0.5f / (sigma_p * sigma_p), c = -logf(sigma_p) - LOG_SQRT_2PI;
-    double total = 0.0;
-#pragma omp parallel for simd reduction(+ : total) schedule(static)
-    for (int64_t i = 0; i < n; ++i) {
-        float x = w[i];
-        total += kl_entry(i, rho, eps, grad_w, kl_weight, c - k * x * x, -2.0f * k * x,
-                          grad_mu, grad_rho);
-    }
-    return total;
+static inline float gaussian_entry(int64_t i, const float *rho, const float *eps,
+                                   const float *w, const float *grad_mu_data,
+                                   const float *grad_sigma_data, const int lrt, float kl_weight,
+                                   float k, float c, float *grad_mu, float *grad_rho) {
+    float x = w[i];
+    return kl_entry(i, rho, eps, grad_mu_data, grad_sigma_data, lrt, kl_weight, c - k * x * x,
+                    -2.0f * k * x, grad_mu, grad_rho);
 }
 
 /* Scale mixture pi N(0, s1^2) + (1 - pi) N(0, s2^2) in log space: with a, b the two
  * components' log densities and d = a - b, log P = max(a, b) + log1p(exp(-|d|)), and the
  * first component's share of the density is sigmoid(d), the second's sigmoid(-d). */
+static inline float mixture_entry(int64_t i, const float *rho, const float *eps,
+                                  const float *w, const float *grad_mu_data,
+                                  const float *grad_sigma_data, const int lrt, float kl_weight,
+                                  float k1, float k2, float c1, float c2, float *grad_mu,
+                                  float *grad_rho) {
+    float x = w[i], x2 = x * x;
+    float a = c1 - k1 * x2, b = c2 - k2 * x2, d = a - b;
+    /* exp(-80) is already negligible next to 1; larger arguments would take libmvec's
+     * slow scalar path for underflowing lanes */
+    float ed = expf(fmaxf(-fabsf(d), -80.0f));
+    /* the components' shares of the density, each computed directly: 1 - share1 would
+     * lose all precision where share1 is near 1, and k2 is large */
+    float share1 = (d > 0.0f ? 1.0f : ed) / (1.0f + ed);
+    float share2 = (d > 0.0f ? ed : 1.0f) / (1.0f + ed);
+    return kl_entry(i, rho, eps, grad_mu_data, grad_sigma_data, lrt, kl_weight,
+                    fmaxf(a, b) + log1pf(ed), -2.0f * x * (k1 * share1 + k2 * share2),
+                    grad_mu, grad_rho);
+}
+
+/* Closed-form KL(N(mu, sigma^2) || N(0, s^2)) = log(s / sigma) + (sigma^2 + mu^2) / (2 s^2) - 1/2,
+ * with d/dmu = mu / s^2 and d/dsigma = sigma / s^2 - 1 / sigma. */
+static inline float closed_form_entry(int64_t i, const float *mu, const float *rho,
+                                      const float *eps, const float *grad_mu_data,
+                                      const float *grad_sigma_data, const int lrt,
+                                      float kl_weight, float inv, float c, float *grad_mu,
+                                      float *grad_rho) {
+    float r = rho[i], e = expf(fmaxf(-fabsf(r), -80.0f));
+    float sigma = fmaxf(r, 0.0f) + log1pf(e);
+    float sigmoid = (r > 0.0f ? 1.0f : e) / (1.0f + e);
+    float m = mu[i];
+    float gs = lrt ? grad_sigma_data[i] : grad_mu_data[i] * eps[i];
+    grad_mu[i] = grad_mu_data[i] + kl_weight * m * inv;
+    grad_rho[i] = (gs + kl_weight * (sigma * inv - 1.0f / sigma)) * sigmoid;
+    return c - logf(sigma) + 0.5f * (sigma * sigma + m * m) * inv;
+}
+
+/* total = sum over i < n of ENTRY(..., lrt, ...), one loop for each value of lrt. The loops
+ * sit in the VECTOR_CLONES functions themselves so that OpenMP's outlined bodies get the avx2
+ * clone too. */
+#define PARALLEL_SUM _Pragma("omp parallel for simd reduction(+ : total) schedule(static)")
+#define SUM_ENTRIES(ENTRY_WITH_LRT)                                                      \
+    do {                                                                                 \
+        if (grad_sigma_data) {                                                           \
+            PARALLEL_SUM for (int64_t i = 0; i < n; ++i) total += ENTRY_WITH_LRT(1);     \
+        } else {                                                                         \
+            PARALLEL_SUM for (int64_t i = 0; i < n; ++i) total += ENTRY_WITH_LRT(0);     \
+        }                                                                                \
+    } while (0)
+
+VECTOR_CLONES
+static double kl_gaussian(int64_t n, const float *rho, const float *eps, const float *w,
+                          const float *grad_mu_data, const float *grad_sigma_data,
+                          float kl_weight, float sigma_p, float *grad_mu, float *grad_rho) {
+    const float k = 0.5f / (sigma_p * sigma_p), c = -logf(sigma_p) - LOG_SQRT_2PI;
+    double total = 0.0;
+#define ENTRY(lrt) gaussian_entry(i, rho, eps, w, grad_mu_data, grad_sigma_data, lrt, \
+                                  kl_weight, k, c, grad_mu, grad_rho)
+    SUM_ENTRIES(ENTRY);
+#undef ENTRY
+    return total;
+}
+
 VECTOR_CLONES
 static double kl_mixture(int64_t n, const float *rho, const float *eps, const float *w,
-                         const float *grad_w, float kl_weight, float pi, float s1, float s2,
+                         const float *grad_mu_data, const float *grad_sigma_data,
+                         float kl_weight, float pi, float s1, float s2,
                          float *grad_mu, float *grad_rho) {
     const float k1 = 0.5f / (s1 * s1), k2 = 0.5f / (s2 * s2);
     const float c1 = logf(pi) - logf(s1) - LOG_SQRT_2PI;
     const float c2 = log1pf(-pi) - logf(s2) - LOG_SQRT_2PI;
     double total = 0.0;
-#pragma omp parallel for simd reduction(+ : total) schedule(static)
-    for (int64_t i = 0; i < n; ++i) {
-        float x = w[i], x2 = x * x;
-        float a = c1 - k1 * x2, b = c2 - k2 * x2, d = a - b;
-        /* exp(-80) is already negligible next to 1; larger arguments would take libmvec's
-         * slow scalar path for underflowing lanes */
-        float ed = expf(fmaxf(-fabsf(d), -80.0f));
-        /* the components' shares of the density, each computed directly: 1 - share1 would
-         * lose all precision where share1 is near 1, and k2 is large */
-        float share1 = (d > 0.0f ? 1.0f : ed) / (1.0f + ed);
-        float share2 = (d > 0.0f ? ed : 1.0f) / (1.0f + ed);
-        total += kl_entry(i, rho, eps, grad_w, kl_weight, fmaxf(a, b) + log1pf(ed),
-                          -2.0f * x * (k1 * share1 + k2 * share2), grad_mu, grad_rho);
-    }
+#define ENTRY(lrt) mixture_entry(i, rho, eps, w, grad_mu_data, grad_sigma_data, lrt, \
+                                 kl_weight, k1, k2, c1, c2, grad_mu, grad_rho)
+    SUM_ENTRIES(ENTRY);
+#undef ENTRY
     return total;
 }
 
-/* sum over entries of log q(w) - log P(w), at w = mu + sigma * eps; and, with g = grad_w -
- * kl_weight * dlogP/dw, grad_mu = g and grad_rho = (g * eps - kl_weight / sigma) * sigmoid(rho).
- * prior 0: Gaussian N(0, s1^2); prior 1: scale mixture (pi, s1, s2) with 0 < pi < 1. */
-double bbb_kl_gradients(int64_t n, const float *rho, const float *eps, const float *w,
-                        const float *grad_w, float kl_weight, int prior, float pi, float s1,
-                        float s2, float *grad_mu, float *grad_rho) {
+VECTOR_CLONES
+static double kl_closed_form(int64_t n, const float *mu, const float *rho, const float *eps,
+                             const float *grad_mu_data, const float *grad_sigma_data,
+                             float kl_weight, float sigma_p, float *grad_mu, float *grad_rho) {
+    const float inv = 1.0f / (sigma_p * sigma_p), c = logf(sigma_p) - 0.5f;
+    double total = 0.0;
+#define ENTRY(lrt) closed_form_entry(i, mu, rho, eps, grad_mu_data, grad_sigma_data, lrt, \
+                                     kl_weight, inv, c, grad_mu, grad_rho)
+    SUM_ENTRIES(ENTRY);
+#undef ENTRY
+    return total;
+}
+
+/* The KL term of the step and the gradients of the whole loss with respect to mu and rho:
+ *   prior 0: Monte Carlo, Gaussian prior N(0, s1^2)       (sum of log q(w) - log P(w))
+ *   prior 1: Monte Carlo, scale mixture (pi, s1, s2), 0 < pi < 1
+ *   prior 2: closed form, Gaussian prior N(0, s1^2)       (sum of KL(q || P) per entry)
+ * Monte Carlo at w = mu + sigma * eps; grad_mu_data = dNLL/dw for weight sampling
+ * (grad_sigma_data NULL: dNLL/dsigma = dNLL/dw * eps), or dNLL/dmu with grad_sigma_data =
+ * dNLL/dsigma for the local reparametrization. Writes grad_mu and grad_rho = dL/dsigma *
+ * sigmoid(rho) of L = NLL + kl_weight * KL, and returns the KL term's sum (in double). */
+double bbb_kl_gradients(int64_t n, const float *mu, const float *rho, const float *eps,
+                        const float *w, const float *grad_mu_data,
+                        const float *grad_sigma_data, float kl_weight, int prior, float pi,
+                        float s1, float s2, float *grad_mu, float *grad_rho) {
     if (prior == 0)
-        return kl_gaussian(n, rho, eps, w, grad_w, kl_weight, s1, grad_mu, grad_rho);
-    return kl_mixture(n, rho, eps, w, grad_w, kl_weight, pi, s1, s2, grad_mu, grad_rho);
+        return kl_gaussian(n, rho, eps, w, grad_mu_data, grad_sigma_data, kl_weight, s1,
+                           grad_mu, grad_rho);
+    if (prior == 1)
+        return kl_mixture(n, rho, eps, w, grad_mu_data, grad_sigma_data, kl_weight, pi, s1, s2,
+                          grad_mu, grad_rho);
+    return kl_closed_form(n, mu, rho, eps, grad_mu_data, grad_sigma_data, kl_weight, s1,
+                          grad_mu, grad_rho);
+}
+
+/* sigma = softplus(rho), for the local reparametrization's network. */
+VECTOR_CLONES
+void bbb_softplus(int64_t n, const float *rho, float *sigma) {
+#pragma omp parallel for simd schedule(static)
+    for (int64_t i = 0; i < n; ++i) sigma[i] = softplus(rho[i]);
 }
 
 /* MXNet's sgd_update (no momentum) and adam_update, in place, for float32 vectors:

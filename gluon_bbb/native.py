@@ -20,7 +20,7 @@ import numpy as np
 
 CHUNK = 8192              # entries per chunk of draws; must match _fused.c
 BLOCKS_PER_CHUNK = 1024   # Philox blocks (4 words) reserved per chunk
-GAUSSIAN, SCALE_MIXTURE = 0, 1
+GAUSSIAN, SCALE_MIXTURE, GAUSSIAN_CLOSED_FORM = 0, 1, 2  # the KL terms bbb_kl_gradients knows
 
 _P, _I64, _U64, _F32 = ctypes.c_void_p, ctypes.c_int64, ctypes.c_uint64, ctypes.c_float
 
@@ -43,9 +43,11 @@ def _load():
     lib.bbb_normals.restype = None
     lib.bbb_sample_weights.argtypes = [_I64, _P, _P, _U64, _U64, _U64, _P, _P]
     lib.bbb_sample_weights.restype = None
-    lib.bbb_kl_gradients.argtypes = [_I64, _P, _P, _P, _P, _F32, ctypes.c_int, _F32, _F32,
-                                     _F32, _P, _P]
+    lib.bbb_kl_gradients.argtypes = [_I64, _P, _P, _P, _P, _P, _P, _F32, ctypes.c_int, _F32,
+                                     _F32, _F32, _P, _P]
     lib.bbb_kl_gradients.restype = ctypes.c_double
+    lib.bbb_softplus.argtypes = [_I64, _P, _P]
+    lib.bbb_softplus.restype = None
     lib.bbb_sgd_update.argtypes = [_I64, _P, _P, _F32, _F32, _F32]
     lib.bbb_sgd_update.restype = None
     lib.bbb_adam_update.argtypes = [_I64, _P, _P, _P, _P] + [_F32] * 6
@@ -138,15 +140,35 @@ def sample_weights(mu, rho, key, stream, eps, w):
                                   _host_pointer(eps, write=True), _host_pointer(w, write=True))
 
 
-def kl_gradients(rho, eps, w, grad_w, kl_weight, prior_args, grad_mu, grad_rho):
-    """sum of log q(w) - log P(w) over the N entries (a float), at w = mu + softplus(rho) * eps;
-    fills grad_mu = g and grad_rho = (g * eps - kl_weight / sigma) * sigmoid(rho), where
-    g = grad_w - kl_weight * d log P(w) / dw. ``prior_args``: ``(kind, pi, sigma1, sigma2)``."""
+def normals_into(out, key, stream):
+    """Fill the float32 CPU NDArray ``out`` with the normals of ``stream`` (row-major order)."""
+    _library().bbb_normals(out.size, int(key[0]), int(key[1]), stream,
+                           _host_pointer(out, write=True))
+
+
+def softplus(rho, sigma):
+    """sigma = softplus(rho) for (N,) float32 NDArrays on a CPU context."""
+    _library().bbb_softplus(rho.size, _host_pointer(rho), _host_pointer(sigma, write=True))
+
+
+def kl_gradients(mu, rho, eps, w, grad_mu_data, grad_sigma_data, kl_weight, prior_args,
+                 grad_mu, grad_rho):
+    """The KL term summed over the N entries (a float) and the loss's gradients: fills
+    grad_mu = dL/dmu and grad_rho = dL/drho of L = NLL + kl_weight * KL.
+
+    ``prior_args``: ``(kind, pi, sigma1, sigma2)``; kind ``GAUSSIAN`` or ``SCALE_MIXTURE`` takes
+    the Monte Carlo KL, log q(w) - log P(w) at w = mu + softplus(rho) * eps (``mu`` unused),
+    ``GAUSSIAN_CLOSED_FORM`` the closed-form KL to N(0, sigma1^2) (``w`` unused). The data
+    term's gradients: ``grad_mu_data`` = dNLL/dw with ``grad_sigma_data`` None (weight
+    sampling), or dNLL/dmu and dNLL/dsigma (local reparametrization; ``eps`` then only feeds
+    the Monte Carlo KL). All arrays (N,) float32 on a CPU context; unused ones may be None.
+    """
     kind, pi, sigma1, sigma2 = prior_args
+    pointer = lambda a: None if a is None else _host_pointer(a)
     return _library().bbb_kl_gradients(
-        rho.size, _host_pointer(rho), _host_pointer(eps), _host_pointer(w),
-        _host_pointer(grad_w), kl_weight, kind, pi, sigma1, sigma2,
-        _host_pointer(grad_mu, write=True), _host_pointer(grad_rho, write=True))
+        rho.size, pointer(mu), _host_pointer(rho), pointer(eps), pointer(w),
+        _host_pointer(grad_mu_data), pointer(grad_sigma_data), kl_weight, kind, pi, sigma1,
+        sigma2, _host_pointer(grad_mu, write=True), _host_pointer(grad_rho, write=True))
 
 
 def optimizer_update(optimizer, index, weight, grad, state):

@@ -25,7 +25,7 @@ from .model import (combined_loss, evaluate_accuracy, init_variational_params,
                     log_softmax_likelihood, net, sample_epsilons, transform_gaussian_samples,
                     transform_rhos)
 from .step import (FlatLayout, FusedWorkspace, NormalSampler, bbb_gradients, fused_bbb_gradients,
-                   fused_supported, likelihood_grads, lrt_noise_size, prior_for)
+                   fused_supported, likelihood_grads, prior_for, step_noise)
 
 CONFIG_FILE = "config.json"
 HISTORY_FILE = "history.json"
@@ -101,7 +101,7 @@ def train(config, data, ctx, out_dir=None, resume=False, eval_train=False,
     (default: when stderr is a terminal) draws a progress bar within the epoch.
     Raises TrainingDiverged on a non-finite loss, before writing anything for that epoch.
     ``native_kernels``: use the fused C kernels of ``step.fused_bbb_gradients`` (None: where
-    they are built and serve the context and estimator; False: MXNet operators only; True:
+    they are built and the context is a CPU; False: MXNet operators only; True:
     raise ConfigError where they cannot). Both give the same run up to float rounding.
     """
     if config.seed is None and not resume:
@@ -145,22 +145,21 @@ def train(config, data, ctx, out_dir=None, resume=False, eval_train=False,
     if start_epoch == 0:
         mus, rhos = init_variational_params(shapes, ctx, config.mu_scale, config.rho_offset,
                                             seed=config.seed)
-    # training works on two flat vectors; mus and rhos are per-layer views into them
+    # training works on two flat vectors (FlatLayout's storage); mus and rhos, in the model's
+    # shapes, are copied out of them after every epoch
     mu, rho = layout.flatten(mus), layout.flatten(rhos)
-    mus, rhos = layout.views(mu), layout.views(rho)
 
     optimizer = make_optimizer(config, num_update)
     params = [mu, rho]
     optimizer_states = [optimizer.create_state(i, p) for i, p in enumerate(params)]
     if saved_states is not None:
-        _restore_states(optimizer_states, saved_states)
+        _restore_states(optimizer_states, saved_states, layout)
     prior = prior_for(config)
     use_native = (native_kernels is not False
-                  and fused_supported(ctx, config.estimator, config.kl))
+                  and fused_supported(ctx))
     if native_kernels and not use_native:
         raise ConfigError("native_kernels", native_kernels,
-                          "None or False here: the kernels serve a CPU context with "
-                          "--estimator sample --kl mc (%s)"
+                          "None or False here: the kernels serve CPU contexts only (%s)"
                           % (native.unavailable_reason() or "and they are built"))
 
     X_all = nd.array(train_images, ctx=ctx, dtype="float32")
@@ -182,6 +181,7 @@ def train(config, data, ctx, out_dir=None, resume=False, eval_train=False,
                                 progress, check_every, use_native,
                                 update_natively=native_kernels is not False)
         epoch_seconds = time.time() - started
+        mus, rhos = layout.unflatten(mu), layout.unflatten(rho)
         record = {"epoch": epoch + 1, "loss": loss_sum / num_batches,
                   "test_accuracy": evaluate_accuracy(X_test, y_test, mus),
                   "epoch_seconds": epoch_seconds, "learning_rate": learning_rate}
@@ -191,7 +191,9 @@ def train(config, data, ctx, out_dir=None, resume=False, eval_train=False,
             record["train_accuracy"] = evaluate_accuracy(X_all, y_all, mus)
         history.append(record)
         if out_dir is not None:
-            save_checkpoint(checkpoint_path, mus, rhos, optimizer_states,
+            model_order_states = [[layout.to_model_order(a) for a in state_arrays(state)]
+                                  for state in optimizer_states]
+            save_checkpoint(checkpoint_path, mus, rhos, model_order_states,
                             optimizer.num_update, epoch + 1)
             write_json(os.path.join(out_dir, HISTORY_FILE), history)
         if progress:
@@ -212,11 +214,6 @@ def _train_epoch(config, epoch, X_epoch, y_epoch, mu, rho, layout, prior, batch_
     ``use_native``: the step of ``fused_bbb_gradients``; ``update_natively``: the optimizer
     update of ``native.optimizer_update`` (which itself falls back where it cannot serve)."""
     num_train, num_batches = X_epoch.shape[0], len(batch_kl_weights)
-    weight_noise = layout.size if (config.estimator == "sample" or config.kl == "mc") else 0
-
-    def noise_size(batch_size):
-        lrt = lrt_noise_size(layout, batch_size) if config.estimator == "lrt" else 0
-        return lrt + weight_noise
 
     def update(index, param, grad):
         if update_natively:
@@ -225,7 +222,9 @@ def _train_epoch(config, epoch, X_epoch, y_epoch, mu, rho, layout, prior, batch_
             optimizer.update(index, param, grad, optimizer_states[index])
 
     pending, loss_sum = [], 0.0
-    workspace = FusedWorkspace(layout, mu.context) if use_native else None
+    workspace = (FusedWorkspace(layout, mu.context,
+                                config.batch_size if config.estimator == "lrt" else 0)
+                 if use_native else None)
     for batch in range(num_batches):
         lo, hi = batch * config.batch_size, min((batch + 1) * config.batch_size, num_train)
         X, y = X_epoch[lo:hi], y_epoch[lo:hi]
@@ -234,9 +233,10 @@ def _train_epoch(config, epoch, X_epoch, y_epoch, mu, rho, layout, prior, batch_
         elif use_native:
             loss, grad_mu, grad_rho = fused_bbb_gradients(
                 X, y, mu, rho, layout, prior, batch_kl_weights[batch], sample_normal,
-                config.num_samples, workspace)
+                config.num_samples, workspace, config.estimator, config.kl)
         else:
-            epsilons = [sample_normal(noise_size(hi - lo)) for _ in range(config.num_samples)]
+            epsilons = [step_noise(sample_normal, layout, hi - lo, config.estimator, config.kl)
+                        for _ in range(config.num_samples)]
             loss, grad_mu, grad_rho = bbb_gradients(
                 X, y, mu, rho, layout, prior, batch_kl_weights[batch], epsilons,
                 config.estimator, config.kl, config.sigma_p)
@@ -270,7 +270,9 @@ def _draw_progress(epoch, epochs, batch, num_batches, width=30):
     sys.stderr.flush()
 
 
-def _restore_states(fresh_states, saved_states):
+def _restore_states(fresh_states, saved_states, layout):
+    """Copy a checkpoint's optimizer state (flat, in model order) into the fresh state arrays
+    (flat, in ``layout``'s storage order)."""
     for i, fresh in enumerate(fresh_states):
         targets = state_arrays(fresh)
         saved = saved_states[i] if i < len(saved_states) else []
@@ -278,7 +280,10 @@ def _restore_states(fresh_states, saved_states):
             raise CheckpointError("checkpoint optimizer state for parameter %d has %d arrays, "
                                   "this optimizer needs %d" % (i, len(saved), len(targets)))
         for target, array in zip(targets, saved):
-            target[:] = array
+            if array.shape != target.shape:
+                raise CheckpointError("checkpoint optimizer state for parameter %d has shape %s, "
+                                      "this run needs %s" % (i, array.shape, target.shape))
+            target[:] = layout.from_model_order(array)
 
 
 def _load_run(out_dir, config, ctx, shapes):

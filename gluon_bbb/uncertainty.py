@@ -27,7 +27,7 @@ def predict(X, mus, sigmas, num_samples, batch_size=1000, seed=None):
     sample_normal = NormalSampler(layout.size, ctx, seed=seed)
     total = None
     for _ in range(num_samples):
-        probs = _batched_softmax(X, layout.views(mu + sigma * sample_normal()), batch_size)
+        probs = _batched_softmax(X, layout.unflatten(mu + sigma * sample_normal()), batch_size)
         total = probs if total is None else total + probs
     return total / num_samples
 

@@ -12,7 +12,7 @@ from mxnet import nd
 
 from gluon_bbb import Config, init_variational_params, native, train
 from gluon_bbb.step import (FlatLayout, NormalSampler, bbb_gradients, fused_bbb_gradients,
-                            prior_for)
+                            lrt_noise_size, prior_for, step_noise)
 
 LOG_SQRT_2PI = 0.5 * math.log(2 * math.pi)
 
@@ -97,38 +97,80 @@ def numpy_log_prior(w, prior):
     return log_p, -w * (r1 / s1 ** 2 + (1 - r1) / s2 ** 2)
 
 
+def test_normals_into_an_ndarray_are_the_stream(ctx):
+    key = native.philox_key(8)
+    out = nd.zeros((3, native.CHUNK + 7), ctx=ctx)
+    native.normals_into(out, key, 2)
+    np.testing.assert_array_equal(out.asnumpy().ravel(), native.normals(out.size, key, 2))
+    assert out.context == ctx
+
+
+def test_softplus_follows_the_formula(ctx):
+    rho = np.concatenate([np.linspace(-100, 100, 20001), [-1e4, 1e4, 0.0]])
+    sigma = nd.zeros(rho.size, ctx=ctx)
+    native.softplus(nd.array(rho, ctx=ctx), sigma)
+    # below rho = -80 the kernels hold sigma at softplus(-80) = 1.8e-35 (see _fused.c)
+    rho32 = np.maximum(rho.astype(np.float32).astype(np.float64), -80.0)
+    expected = np.maximum(rho32, 0) + np.log1p(np.exp(-np.abs(rho32)))
+    np.testing.assert_allclose(sigma.asnumpy(), expected, rtol=2e-6, atol=0)
+    assert np.all(sigma.asnumpy() >= 0) and np.all(np.isfinite(sigma.asnumpy()))
+
+
+def numpy_kl_terms(mu, sigma, eps, prior):
+    """(KL entries, d/dw through w = mu + sigma eps, d/dmu direct, d/dsigma direct), float64."""
+    kind, pi, s1, s2 = prior
+    if kind == native.GAUSSIAN_CLOSED_FORM:
+        return (np.log(s1 / sigma) + (sigma ** 2 + mu ** 2) / (2 * s1 ** 2) - 0.5,
+                0.0, mu / s1 ** 2, sigma / s1 ** 2 - 1 / sigma)
+    w = (mu + sigma * eps).astype(np.float32).astype(np.float64)
+    log_prior, dlog_prior = numpy_log_prior(w, prior)
+    log_q = -np.log(sigma) - eps ** 2 / 2 - LOG_SQRT_2PI
+    return log_q - log_prior, -dlog_prior, 0.0, -1 / sigma
+
+
 @pytest.mark.parametrize("prior", [(native.GAUSSIAN, 0.0, 0.7, 0.0),
-                                   (native.SCALE_MIXTURE, 0.25, 1.0, math.exp(-6.0))])
-def test_kl_gradients_follow_the_formula(ctx, prior):
+                                   (native.SCALE_MIXTURE, 0.25, 1.0, math.exp(-6.0)),
+                                   (native.GAUSSIAN_CLOSED_FORM, 0.0, 0.7, 0.0)])
+@pytest.mark.parametrize("estimator", ["sample", "lrt"])
+def test_kl_gradients_follow_the_formula(ctx, prior, estimator):
     rng = np.random.default_rng(1)
     n = 2 * native.CHUNK + 3
     rho = np.concatenate([rng.uniform(-12, 4, size=n - 4), [-40.0, -20.0, 15.0, 40.0]])
     eps = rng.normal(size=n)
     mu = rng.normal(scale=0.05, size=n)
     mu[:10] = [0, 1e-6, -1e-6, 5.0, -5.0, 0.5, 30.0, -30.0, 1e-3, 0.0]  # tails of the mixture
+    mu, rho, eps = (a.astype(np.float32).astype(np.float64) for a in (mu, rho, eps))
     sigma = np.maximum(rho, 0) + np.log1p(np.exp(-np.abs(rho)))
     w = (mu + sigma * eps).astype(np.float32).astype(np.float64)
-    grad_w = rng.normal(size=n)
+    # the data term's gradients: dNLL/dw for weight sampling, dNLL/dmu and dNLL/dsigma for lrt
+    grad_mu_data = rng.normal(size=n)
+    grad_sigma_data = rng.normal(size=n) if estimator == "lrt" else None
     kl_weight = 0.01
-    as_nd = [nd.array(a, ctx=ctx, dtype="float32") for a in (rho, eps, w, grad_w)]
+    to = lambda a: None if a is None else nd.array(a, ctx=ctx, dtype="float32")
     grad_mu, grad_rho = nd.zeros(n, ctx=ctx), nd.zeros(n, ctx=ctx)
-    kl = native.kl_gradients(*as_nd, kl_weight, prior, grad_mu, grad_rho)
+    kl = native.kl_gradients(to(mu), to(rho), to(eps), to(w), to(grad_mu_data),
+                             to(grad_sigma_data), kl_weight, prior, grad_mu, grad_rho)
 
-    log_prior, dlog_prior = numpy_log_prior(w, prior)
-    log_q = -np.log(sigma) - eps ** 2 / 2 - LOG_SQRT_2PI
-    assert kl == pytest.approx(np.sum(log_q - log_prior), rel=1e-6)
-    g = grad_w - kl_weight * dlog_prior
+    entries, kl_w, kl_mu, kl_sigma = numpy_kl_terms(mu, sigma, eps, prior)
+    assert kl == pytest.approx(np.sum(entries), rel=1e-6)
+    if grad_sigma_data is None:
+        grad_sigma_data = grad_mu_data * eps
+    expected_mu = grad_mu_data + kl_weight * (kl_w + kl_mu)
+    expected_sigma = grad_sigma_data + kl_weight * (kl_w * eps + kl_sigma)
     sigmoid = 1.0 / (1.0 + np.exp(-rho))
-    np.testing.assert_allclose(grad_mu.asnumpy(), g, rtol=1e-5, atol=1e-6)
-    np.testing.assert_allclose(grad_rho.asnumpy(), (g * eps - kl_weight / sigma) * sigmoid,
-                               rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(grad_mu.asnumpy(), expected_mu, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(grad_rho.asnumpy(), expected_sigma * sigmoid, rtol=1e-5, atol=1e-6)
     assert grad_mu.context == ctx and grad_rho.context == ctx
 
 
-@pytest.mark.parametrize("prior,num_samples", [("gaussian", 1), ("scale_mixture", 1),
-                                                ("scale_mixture", 2)])
-def test_fused_step_equals_the_ndarray_step(ctx, mnist, prior, num_samples):
-    config = Config(prior=prior, pi=0.25, sigma_p1=1.0, sigma_p2=math.exp(-6.0))
+@pytest.mark.parametrize("estimator,kl,prior,num_samples", [
+    ("sample", "mc", "gaussian", 1), ("sample", "mc", "scale_mixture", 1),
+    ("sample", "mc", "scale_mixture", 2), ("sample", "analytic", "gaussian", 1),
+    ("lrt", "analytic", "gaussian", 1), ("lrt", "mc", "scale_mixture", 1),
+    ("lrt", "analytic", "gaussian", 2)])
+def test_fused_step_equals_the_ndarray_step(ctx, mnist, estimator, kl, prior, num_samples):
+    config = Config(prior=prior, pi=0.25, sigma_p1=1.0, sigma_p2=math.exp(-6.0), sigma_p=0.8,
+                    estimator=estimator, kl=kl)
     layout = FlatLayout(config.layer_shapes())
     mus, rhos = init_variational_params(config.layer_shapes(), ctx, rho_offset=-4.0, seed=0)
     mu, rho = layout.flatten(mus), layout.flatten(rhos)
@@ -136,10 +178,12 @@ def test_fused_step_equals_the_ndarray_step(ctx, mnist, prior, num_samples):
     y = nd.one_hot(nd.array(mnist.train_labels[:64], ctx=ctx), 10)
     prior_terms = prior_for(config)
     fused = fused_bbb_gradients(X, y, mu, rho, layout, prior_terms, 0.003,
-                                NormalSampler(layout.size, ctx, seed=7), num_samples)
+                                NormalSampler(layout.size, ctx, seed=7), num_samples,
+                                estimator=estimator, kl=kl)
     sampler = NormalSampler(layout.size, ctx, seed=7)
-    epsilons = [sampler() for _ in range(num_samples)]
-    reference = bbb_gradients(X, y, mu, rho, layout, prior_terms, 0.003, epsilons)
+    epsilons = [step_noise(sampler, layout, 64, estimator, kl) for _ in range(num_samples)]
+    reference = bbb_gradients(X, y, mu, rho, layout, prior_terms, 0.003, epsilons,
+                              estimator, kl, config.sigma_p)
     for ours, theirs in zip(fused[1:], reference[1:]):
         assert ours.context == ctx
         scale = np.abs(theirs.asnumpy()).max()
@@ -147,29 +191,44 @@ def test_fused_step_equals_the_ndarray_step(ctx, mnist, prior, num_samples):
                                    atol=1e-5 * scale)
     # the loss against float64 NumPy: the C kernel sums in double, MXNet's dot in float32
     exact = np.mean([numpy_loss(X.asnumpy(), y.asnumpy(), mu.asnumpy(), rho.asnumpy(),
-                                eps.asnumpy(), layout, 0.003, prior_terms.native_args())
+                                eps.asnumpy(), layout, 0.003,
+                                prior_terms.native_args(kl), estimator)
                      for eps in epsilons])
     assert fused[0].asnumpy()[0] == pytest.approx(exact, rel=2e-6)
     assert reference[0].asnumpy()[0] == pytest.approx(exact, rel=1e-3)
 
 
-def numpy_loss(X, y_one_hot, mu, rho, eps, layout, kl_weight, prior):
-    """Combined loss of one weight sample, float64: -log P(y|X,w) + kl_weight (log q - log P)."""
+def numpy_loss(X, y_one_hot, mu, rho, eps, layout, kl_weight, prior, estimator="sample"):
+    """Combined loss of one noise draw, float64: -log P(y|X, noise) + kl_weight * KL, the
+    KL's estimate as ``prior`` says (``numpy_kl_terms``); ``eps`` as ``step_noise`` draws it."""
     mu, rho, eps = (a.astype(np.float64) for a in (mu, rho, eps))
     sigma = np.maximum(rho, 0) + np.log1p(np.exp(-np.abs(rho)))
-    w = mu + sigma * eps
+    split = lrt_noise_size(layout, X.shape[0]) if estimator == "lrt" else 0
+    activation_noise, eps = eps[:split], eps[split:]
+    # the flat vectors hold each weight transposed, (outputs, inputs): FlatLayout's storage
+    views = lambda flat: [flat[a:b].reshape(shape).T for a, b, shape
+                          in zip(layout.offsets[:-1], layout.offsets[1:], layout.stored_shapes)]
     h = X.astype(np.float64)
-    params = [w[a:b].reshape(shape) for a, b, shape
-              in zip(layout.offsets[:-1], layout.offsets[1:], layout.shapes)]
-    for i in range(0, len(params), 2):
-        h = h @ params[i] + params[i + 1]
-        if i < len(params) - 2:
-            h = np.maximum(h, 0)
+    if estimator == "lrt":
+        mus, sigmas = views(mu), views(sigma)
+        for i in range(0, len(mus), 2):
+            mean = h @ mus[i] + mus[i + 1]
+            std = np.sqrt((h ** 2) @ (sigmas[i] ** 2) + sigmas[i + 1] ** 2)
+            z, activation_noise = (activation_noise[:mean.size].reshape(mean.shape),
+                                   activation_noise[mean.size:])
+            h = mean + std * z
+            if i < len(mus) - 2:
+                h = np.maximum(h, 0)
+    else:
+        params = views(mu + sigma * eps)
+        for i in range(0, len(params), 2):
+            h = h @ params[i] + params[i + 1]
+            if i < len(params) - 2:
+                h = np.maximum(h, 0)
     log_softmax = h - h.max(axis=1, keepdims=True)
     log_softmax -= np.log(np.exp(log_softmax).sum(axis=1, keepdims=True))
-    log_prior, _ = numpy_log_prior(w, prior)
-    log_q = -np.log(sigma) - eps ** 2 / 2 - LOG_SQRT_2PI
-    return -np.sum(y_one_hot * log_softmax) + kl_weight * np.sum(log_q - log_prior)
+    entries = numpy_kl_terms(mu, sigma, eps if eps.size else None, prior)[0]
+    return -np.sum(y_one_hot * log_softmax) + kl_weight * np.sum(entries)
 
 
 @pytest.mark.parametrize("name,options", [("sgd", {}), ("adam", {}),
@@ -215,8 +274,23 @@ def test_loading_the_library_keeps_denormals():
     assert nd.array([1e-40], dtype="float32").__mul__(1.0).asnumpy()[0] != 0.0
 
 
-def test_asking_for_native_kernels_where_they_cannot_serve_is_an_error(ctx, mnist):
+def test_asking_for_native_kernels_where_they_cannot_serve_is_an_error(ctx, mnist, monkeypatch):
     from gluon_bbb.errors import ConfigError
-    with pytest.raises(ConfigError, match="native_kernels"):
-        train(Config(epochs=1, train_size=256, estimator="lrt"), mnist, ctx,
+    monkeypatch.setattr(native, "available", lambda: False)
+    monkeypatch.setattr(native, "unavailable_reason", lambda: "not built (test)")
+    with pytest.raises(ConfigError, match="native_kernels.*not built"):
+        train(Config(epochs=1, train_size=256), mnist, ctx,
               log=lambda line: None, progress=False, native_kernels=True)
+
+
+def test_training_without_the_built_library_gives_the_same_run(ctx, mnist, monkeypatch):
+    # no C compiler at install: NumPy's Philox draws the same noise, MXNet does the rest
+    config = Config(epochs=1, train_size=1024, seed=5, estimator="lrt")
+    quiet = dict(log=lambda line: None, progress=False)
+    built = train(config, mnist, ctx, **quiet)
+    monkeypatch.setattr(native, "_load", lambda: (None, "not built (test)"))
+    assert not native.available()
+    unbuilt = train(config, mnist, ctx, **quiet)
+    for ours, theirs in zip(built.mus + built.rhos, unbuilt.mus + unbuilt.rhos):
+        assert theirs.context == ctx
+        np.testing.assert_allclose(ours.asnumpy(), theirs.asnumpy(), rtol=0, atol=1e-4)

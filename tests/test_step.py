@@ -41,7 +41,7 @@ def test_flat_gradients_equal_autograd_of_combined_loss(ctx, prior, num_samples)
     mus64 = [m.astype("float64") for m in mus]
     rhos64 = [r.astype("float64") for r in rhos]
     loss_ref, gmu_ref, grho_ref = reference(config, X, y, mus64, rhos64,
-                                            [layout.views(e) for e in flat_eps], 0.3)
+                                            [layout.unflatten(e) for e in flat_eps], 0.3)
     mu, rho = layout.flatten(mus64), layout.flatten(rhos64)
     loss, grad_mu, grad_rho = bbb_gradients(X, y, mu, rho, layout, prior_for(config), 0.3,
                                             flat_eps)
@@ -53,14 +53,25 @@ def test_flat_gradients_equal_autograd_of_combined_loss(ctx, prior, num_samples)
                                rtol=1e-8, atol=1e-10)
 
 
-def test_layout_views_share_memory(ctx):
+def test_layout_stores_weights_transposed_and_views_share_memory(ctx):
     layout = FlatLayout([(2, 3), (3,)])
-    flat = nd.arange(9, ctx=ctx)
+    W = nd.array([[0, 1, 2], [3, 4, 5]], ctx=ctx)
+    b = nd.array([6, 7, 8], ctx=ctx)
+    flat = layout.flatten([W, b])
+    # W is stored as its transpose, (outputs, inputs), as FullyConnected takes it
+    np.testing.assert_array_equal(flat.asnumpy(), [0, 3, 1, 4, 2, 5, 6, 7, 8])
     views = layout.views(flat)
-    assert [v.shape for v in views] == [(2, 3), (3,)]
+    assert [v.shape for v in views] == [(3, 2), (3,)]
     flat[:] = flat * 2
     np.testing.assert_array_equal(views[1].asnumpy(), [12, 14, 16])
-    np.testing.assert_array_equal(layout.flatten(views).asnumpy(), flat.asnumpy())
+    W2, b2 = layout.unflatten(flat)
+    np.testing.assert_array_equal(W2.asnumpy(), 2 * W.asnumpy())
+    np.testing.assert_array_equal(b2.asnumpy(), 2 * b.asnumpy())
+    assert W2.context == ctx
+    # checkpoints hold flat optimizer state in the model's order
+    model_order = layout.to_model_order(flat)
+    np.testing.assert_array_equal(model_order.asnumpy(), 2 * np.arange(9))
+    np.testing.assert_array_equal(layout.from_model_order(model_order).asnumpy(), flat.asnumpy())
 
 
 def test_normal_sampler_is_seeded_and_on_ctx(ctx):
@@ -125,10 +136,10 @@ def autograd_reference_loss(config, X, y, mu, rho, layout, kl_weight, estimator,
         sigma = softplus(rho)
         if estimator == "lrt":
             split = lrt_noise_size(layout, X.shape[0])
-            logits = lrt_net(X, layout.views(mu), layout.views(sigma), eps[:split])
+            logits = lrt_net(X, layout.unflatten(mu), layout.unflatten(sigma), eps[:split])
             eps = eps[split:]
         else:
-            logits = net(X, layout.views(mu + sigma * eps))
+            logits = net(X, layout.unflatten(mu + sigma * eps))
         nll = -nd.sum(log_softmax_likelihood(logits, y))
         if kl == "analytic":
             sp = config.sigma_p
