@@ -7,6 +7,8 @@
  *   bbb_kl_gradients:   the KL term (Monte Carlo or closed form) and dL/dmu, dL/drho given
  *                       the data term's gradients (dNLL/dw, or dNLL/dmu and dNLL/dsigma)
  *   bbb_softplus:       sigma = softplus(rho), for the local reparametrization trick
+ *   bbb_sample_kl_gradients: both of the first two in one pass, for the local
+ *                       reparametrization with the Monte Carlo KL
  *
  * Normal draws: element i of stream s belongs to chunk c = i / CHUNK; chunk c takes its
  * uniforms from the 64-bit words of Philox4x64-10 blocks with counter (c * BLOCKS_PER_CHUNK + j
@@ -321,4 +323,45 @@ void bbb_adam_update(int64_t n, float *param, const float *grad, float *mean, fl
         var[i] = v;
         param[i] -= lr * m / (sqrtf(v) + epsilon);
     }
+}
+
+/* The local reparametrization's Monte Carlo KL in one pass: the weight sample w = mu +
+ * softplus(rho) * eps (eps: the normals of stream `stream`, as bbb_sample_weights draws them)
+ * lives only chunk by chunk on the stack instead of in two arrays written by one pass and
+ * read by the next. Otherwise bbb_kl_gradients with prior 0 or 1 and grad_sigma_data given. */
+VECTOR_CLONES
+double bbb_sample_kl_gradients(int64_t n, const float *mu, const float *rho, uint64_t k0,
+                               uint64_t k1, uint64_t stream, const float *grad_mu_data,
+                               const float *grad_sigma_data, float kl_weight, int prior,
+                               float pi, float s1, float s2, float *grad_mu, float *grad_rho) {
+    const float k = 0.5f / (s1 * s1), c = -logf(s1) - LOG_SQRT_2PI;
+    const float k2 = 0.5f / (s2 * s2);
+    const float c1 = prior == 1 ? logf(pi) - logf(s1) - LOG_SQRT_2PI : 0.0f;
+    const float c2 = prior == 1 ? log1pf(-pi) - logf(s2) - LOG_SQRT_2PI : 0.0f;
+    int64_t chunks = (n + CHUNK - 1) / CHUNK;
+    double total = 0.0;
+#pragma omp parallel for reduction(+ : total) schedule(static)
+    for (int64_t ch = 0; ch < chunks; ++ch) {
+        float uniforms[CHUNK], eps[CHUNK], w[CHUNK];
+        int64_t lo = ch * CHUNK, length = (n - lo < CHUNK) ? n - lo : CHUNK;
+        int64_t half = (length + 1) / 2;
+        const float *r = rho + lo, *gm = grad_mu_data + lo, *gs = grad_sigma_data + lo;
+        float *out_mu = grad_mu + lo, *out_rho = grad_rho + lo;
+        double chunk_total = 0.0;
+        chunk_uniforms(ch, half, k0, k1, stream, uniforms);
+        chunk_normals(length, half, uniforms, eps, mu + lo, r, w);
+        if (prior == 0) {
+#pragma omp simd reduction(+ : chunk_total)
+            for (int64_t m = 0; m < length; ++m)
+                chunk_total += gaussian_entry(m, r, eps, w, gm, gs, 1, kl_weight, k, c, out_mu,
+                                              out_rho);
+        } else {
+#pragma omp simd reduction(+ : chunk_total)
+            for (int64_t m = 0; m < length; ++m)
+                chunk_total += mixture_entry(m, r, eps, w, gm, gs, 1, kl_weight, k, k2, c1, c2,
+                                             out_mu, out_rho);
+        }
+        total += chunk_total;
+    }
+    return total;
 }

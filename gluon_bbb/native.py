@@ -46,6 +46,9 @@ def _load():
     lib.bbb_kl_gradients.argtypes = [_I64, _P, _P, _P, _P, _P, _P, _F32, ctypes.c_int, _F32,
                                      _F32, _F32, _P, _P]
     lib.bbb_kl_gradients.restype = ctypes.c_double
+    lib.bbb_sample_kl_gradients.argtypes = [_I64, _P, _P, _U64, _U64, _U64, _P, _P, _F32,
+                                            ctypes.c_int, _F32, _F32, _F32, _P, _P]
+    lib.bbb_sample_kl_gradients.restype = ctypes.c_double
     lib.bbb_softplus.argtypes = [_I64, _P, _P]
     lib.bbb_softplus.restype = None
     lib.bbb_sgd_update.argtypes = [_I64, _P, _P, _F32, _F32, _F32]
@@ -169,6 +172,21 @@ def kl_gradients(mu, rho, eps, w, grad_mu_data, grad_sigma_data, kl_weight, prio
         rho.size, pointer(mu), _host_pointer(rho), pointer(eps), pointer(w),
         _host_pointer(grad_mu_data), pointer(grad_sigma_data), kl_weight, kind, pi, sigma1,
         sigma2, _host_pointer(grad_mu, write=True), _host_pointer(grad_rho, write=True))
+
+
+def sample_kl_gradients(mu, rho, key, stream, grad_mu_data, grad_sigma_data, kl_weight,
+                        prior_args, grad_mu, grad_rho):
+    """``kl_gradients`` for the local reparametrization with the Monte Carlo KL, its weight
+    sample drawn inside the same pass (eps: the normals of ``stream``, those ``sample_weights``
+    draws) instead of in arrays of its own; ``prior_args`` of kind ``GAUSSIAN`` or
+    ``SCALE_MIXTURE``. Returns the KL term's sum; fills grad_mu and grad_rho."""
+    kind, pi, sigma1, sigma2 = prior_args
+    if kind not in (GAUSSIAN, SCALE_MIXTURE):
+        raise ValueError("sample_kl_gradients takes a Monte Carlo KL, got kind %r" % (kind,))
+    return _library().bbb_sample_kl_gradients(
+        rho.size, _host_pointer(mu), _host_pointer(rho), int(key[0]), int(key[1]), stream,
+        _host_pointer(grad_mu_data), _host_pointer(grad_sigma_data), kl_weight, kind, pi,
+        sigma1, sigma2, _host_pointer(grad_mu, write=True), _host_pointer(grad_rho, write=True))
 
 
 def optimizer_update(optimizer, index, weight, grad, state):

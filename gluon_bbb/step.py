@@ -345,14 +345,18 @@ def fused_bbb_gradients(X, y_one_hot, mu, rho, layout, prior, kl_weight, sampler
             native.normals_into(activation_noise, sampler.key, sampler.next_stream())
             nll = _lrt_nll_backward(X, y_one_hot, layout, noise_views, mus, ws.sigmas,
                                     ws.weight_grads, ws.sigma_grads)
-            if kl == "mc":
-                native.sample_weights(mu, rho, sampler.key, sampler.next_stream(), ws.eps, ws.w)
         else:
             native.sample_weights(mu, rho, sampler.key, sampler.next_stream(), ws.eps, ws.w)
             nll = _nll_backward(X, y_one_hot, layout, ws.weights, ws.weight_grads)
-        kl_sum = native.kl_gradients(mu, rho, ws.eps, ws.w, ws.grad_w,
-                                     ws.grad_sigma if lrt else None, kl_weight, prior_args,
-                                     ws.grad_mu, ws.grad_rho)
+        if lrt and kl == "mc":
+            # the KL's weight sample is drawn inside the KL pass: nothing else needs it
+            kl_sum = native.sample_kl_gradients(mu, rho, sampler.key, sampler.next_stream(),
+                                                ws.grad_w, ws.grad_sigma, kl_weight, prior_args,
+                                                ws.grad_mu, ws.grad_rho)
+        else:
+            kl_sum = native.kl_gradients(mu, rho, ws.eps, ws.w, ws.grad_w,
+                                         ws.grad_sigma if lrt else None, kl_weight, prior_args,
+                                         ws.grad_mu, ws.grad_rho)
         sample_loss = nll + kl_weight * kl_sum
         if num_samples == 1:
             return sample_loss, ws.grad_mu, ws.grad_rho

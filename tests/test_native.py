@@ -163,6 +163,31 @@ def test_kl_gradients_follow_the_formula(ctx, prior, estimator):
     assert grad_mu.context == ctx and grad_rho.context == ctx
 
 
+@pytest.mark.parametrize("prior", [(native.GAUSSIAN, 0.0, 0.7, 0.0),
+                                   (native.SCALE_MIXTURE, 0.25, 1.0, math.exp(-6.0))])
+def test_sample_kl_gradients_equal_sampling_then_kl_gradients(ctx, prior):
+    # the one-pass kernel of lrt with the Monte Carlo KL against the two passes it replaces
+    rng = np.random.default_rng(4)
+    n = 3 * native.CHUNK + 5
+    mu, rho, grad_mu_data, grad_sigma_data = (
+        nd.array(a, ctx=ctx) for a in (rng.normal(scale=0.05, size=n), rng.uniform(-8, 1, size=n),
+                                       rng.normal(size=n), rng.normal(size=n)))
+    key = native.philox_key(6)
+    eps, w, expected_mu, expected_rho, got_mu, got_rho = (nd.zeros(n, ctx=ctx) for _ in range(6))
+    native.sample_weights(mu, rho, key, 3, eps, w)
+    expected = native.kl_gradients(mu, rho, eps, w, grad_mu_data, grad_sigma_data, 0.01, prior,
+                                   expected_mu, expected_rho)
+    got = native.sample_kl_gradients(mu, rho, key, 3, grad_mu_data, grad_sigma_data, 0.01,
+                                     prior, got_mu, got_rho)
+    assert got == pytest.approx(expected, rel=1e-6)
+    np.testing.assert_allclose(got_mu.asnumpy(), expected_mu.asnumpy(), rtol=1e-6, atol=1e-7)
+    np.testing.assert_allclose(got_rho.asnumpy(), expected_rho.asnumpy(), rtol=1e-6, atol=1e-7)
+    assert got_mu.context == ctx
+    with pytest.raises(ValueError, match="Monte Carlo"):
+        native.sample_kl_gradients(mu, rho, key, 3, grad_mu_data, grad_sigma_data, 0.01,
+                                   (native.GAUSSIAN_CLOSED_FORM, 0.0, 1.0, 0.0), got_mu, got_rho)
+
+
 @pytest.mark.parametrize("estimator,kl,prior,num_samples", [
     ("sample", "mc", "gaussian", 1), ("sample", "mc", "scale_mixture", 1),
     ("sample", "mc", "scale_mixture", 2), ("sample", "analytic", "gaussian", 1),
