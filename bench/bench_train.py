@@ -9,8 +9,10 @@
       our MXNet settings and, in a child process, with MXNet's defaults as the tutorial runs
 
 Also (a) without the native kernels (MXNet operators only), with the paper's scale-mixture
-prior and Adam, with the closed-form KL and with the local reparametrization trick. Then, in a
-child process, the peak resident memory of a 2x1200 training run.
+prior and Adam, with the closed-form KL and with the local reparametrization trick. Then, in
+child processes, (d) the same algorithm in PyTorch where it is installed (it is not a
+dependency of gluon-bbb: ``pip install torch`` to compare) and the peak resident memory of a
+2x1200 training run.
 
     python bench/bench_train.py [--steps 60] [--data-dir DIR]
 """
@@ -131,9 +133,64 @@ def bench_tutorial(data, config, ctx, steps):
     return timed(step, steps)
 
 
+def bench_pytorch(data, config, steps):
+    """(d) the same algorithm written the plain way in PyTorch (CPU), data in memory: every
+    step draws eps for every parameter, forms w = mu + softplus(rho) * eps, computes the
+    tutorial's combined loss (Gaussian prior) with autograd and takes a plain SGD step."""
+    import torch
+    import torch.nn.functional as F
+    torch.manual_seed(0)
+    shapes = config.layer_shapes()
+    mus = [(0.1 * torch.randn(shape)).requires_grad_() for shape in shapes]
+    rhos = [torch.full(shape, config.rho_offset, requires_grad=True) for shape in shapes]
+    X = torch.tensor(data.train_images, dtype=torch.float32)
+    y = torch.tensor(data.train_labels, dtype=torch.long)
+    b, log_sqrt_2pi = config.batch_size, 0.5 * np.log(2 * np.pi)
+
+    def step(i):
+        lo = (i % (STEPS_PER_EPOCH - 1)) * b
+        sigmas = [F.softplus(rho) for rho in rhos]
+        weights = [mu + sigma * torch.randn_like(mu) for mu, sigma in zip(mus, sigmas)]
+        h = X[lo:lo + b]
+        for j in range(0, len(weights), 2):
+            h = h @ weights[j] + weights[j + 1]
+            if j < len(weights) - 2:
+                h = torch.relu(h)
+        nll = F.cross_entropy(h, y[lo:lo + b], reduction="sum")
+        log_q = sum((-torch.log(s) - (w - m) ** 2 / (2 * s ** 2) - log_sqrt_2pi).sum()
+                    for w, m, s in zip(weights, mus, sigmas))
+        log_p = sum((-w ** 2 / (2 * config.sigma_p ** 2) - np.log(config.sigma_p)
+                     - log_sqrt_2pi).sum() for w in weights)
+        loss = (log_q - log_p) / STEPS_PER_EPOCH + nll
+        for p in mus + rhos:
+            p.grad = None
+        loss.backward()
+        with torch.no_grad():
+            for p in mus + rhos:
+                p -= config.learning_rate * p.grad
+
+    for i in range(5):
+        step(i)
+    started = time.perf_counter()
+    for i in range(steps):
+        step(5 + i)
+    return (time.perf_counter() - started) / steps
+
+
+def pytorch_child(data_dir, steps):
+    """(d) in a process of its own (PyTorch's threads apart from MXNet's)."""
+    print(bench_pytorch(load_mnist(data_dir), Config(), steps) * STEPS_PER_EPOCH)
+
+
 def tutorial_defaults_child(data_dir, steps):
     """(c) again in a process with MXNet's default settings, as the tutorial runs."""
     print(bench_tutorial(load_mnist(data_dir), Config(), mx.cpu(), steps) * STEPS_PER_EPOCH)
+
+
+def _torch_version():
+    out = subprocess.run([sys.executable, "-c", "import torch; print(torch.__version__)"],
+                         capture_output=True, text=True)
+    return out.stdout.strip() or "?"
 
 
 def run_child(flag, data_dir, env=None, *extra):
@@ -160,7 +217,10 @@ def main():
     parser.add_argument("--data-dir")
     parser.add_argument("--peak-memory-child", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--tutorial-defaults-child", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--pytorch-child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.pytorch_child:
+        return pytorch_child(args.data_dir, args.steps)
     if args.peak_memory_child:
         return peak_memory_child(args.data_dir)
     if args.tutorial_defaults_child:
@@ -196,8 +256,19 @@ def main():
     per_epoch["c0"] = run_child("--tutorial-defaults-child", args.data_dir,
                                 {"MXNET_USE_OPERATOR_TUNING": "1"}, "--steps", str(args.steps))
     print("(c) with MXNet's default operator tuning:   %6.2f s/epoch" % per_epoch["c0"])
+    try:
+        per_epoch["d"] = run_child("--pytorch-child", args.data_dir, None, "--steps",
+                                   str(args.steps))
+        print("(d) the same algorithm in PyTorch %s:     %6.2f s/epoch"
+              % (_torch_version(), per_epoch["d"]))
+    except subprocess.CalledProcessError as exc:
+        print("(d) PyTorch: not measured (%s)" % (exc.stderr.strip().splitlines() or ["?"])[-1])
     peak = run_child("--peak-memory-child", args.data_dir)
     print("peak RSS of a 2x1200 training process:      %6.0f MiB" % peak)
+    if "d" in per_epoch:
+        print("a/d = %.2f, lrt/d = %.2f (--kl analytic), %.2f (Monte Carlo KL)"
+              % (per_epoch["a"] / per_epoch["d"], per_epoch["lrt"] / per_epoch["d"],
+                 per_epoch["lrt-mc"] / per_epoch["d"]))
     print("a/b = %.2f" % (per_epoch["a"] / per_epoch["b"]))
     print("lrt/a = %.2f" % (per_epoch["lrt"] / per_epoch["a"]))
     print("c/a = %.2f (c as the tutorial runs, MXNet defaults: %.2f)"

@@ -16,5 +16,10 @@ def test_bench_train_runs_and_prints_ratios():
     assert re.match(r"lrt/a = \d+\.\d\d$", lines[-2])
     assert re.match(r"c/a = \d+\.\d\d \(c as the tutorial runs, MXNet defaults: \d+\.\d\d\)$",
                     lines[-1])
+    # (d) PyTorch is timed where it is installed (not a dependency), else says why not
+    pytorch = [line for line in lines if line.startswith("(d) ")]
+    assert pytorch and ("s/epoch" in pytorch[0] or "not measured (" in pytorch[0])
+    if "s/epoch" in pytorch[0]:
+        assert any(re.match(r"a/d = \d+\.\d\d, lrt/d = ", line) for line in lines)
     peak = [line for line in lines if line.startswith("peak RSS")]
     assert peak and 100 < float(peak[0].split()[-2]) < 4096
