@@ -223,6 +223,20 @@ def test_fused_step_equals_the_ndarray_step(ctx, mnist, estimator, kl, prior, nu
     assert reference[0].asnumpy()[0] == pytest.approx(exact, rel=1e-3)
 
 
+def test_fused_lrt_step_refuses_a_workspace_too_small(ctx, mnist):
+    from gluon_bbb.step import FusedWorkspace
+    config = Config(estimator="lrt")
+    layout = FlatLayout(config.layer_shapes())
+    mus, rhos = init_variational_params(config.layer_shapes(), ctx, seed=0)
+    X = nd.array(mnist.train_images[:64], ctx=ctx)
+    y = nd.one_hot(nd.array(mnist.train_labels[:64], ctx=ctx), 10)
+    for workspace in (FusedWorkspace(layout, ctx), FusedWorkspace(layout, ctx, 32)):
+        with pytest.raises(ValueError, match="up to .* not 64"):
+            fused_bbb_gradients(X, y, layout.flatten(mus), layout.flatten(rhos), layout,
+                                prior_for(config), 0.01, NormalSampler(layout.size, ctx, seed=0),
+                                workspace=workspace, estimator="lrt")
+
+
 def numpy_loss(X, y_one_hot, mu, rho, eps, layout, kl_weight, prior, estimator="sample"):
     """Combined loss of one noise draw, float64: -log P(y|X, noise) + kl_weight * KL, the
     KL's estimate as ``prior`` says (``numpy_kl_terms``); ``eps`` as ``step_noise`` draws it."""
