@@ -259,8 +259,8 @@ def main():
     try:
         per_epoch["d"] = run_child("--pytorch-child", args.data_dir, None, "--steps",
                                    str(args.steps))
-        print("(d) the same algorithm in PyTorch %s:     %6.2f s/epoch"
-              % (_torch_version(), per_epoch["d"]))
+        print("(d) the same algorithm in plain PyTorch:     %6.2f s/epoch (torch %s)"
+              % (per_epoch["d"], _torch_version()))
     except subprocess.CalledProcessError as exc:
         print("(d) PyTorch: not measured (%s)" % (exc.stderr.strip().splitlines() or ["?"])[-1])
     peak = run_child("--peak-memory-child", args.data_dir)
