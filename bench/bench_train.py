@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Time training steps side by side, in one process, and print seconds per epoch and ratios.
 
-  (a) our Bayes-by-Backprop step, as train_mnist.py runs it (flat mu/rho, bbb_gradients)
+  (a) our Bayes-by-Backprop step, as train_mnist.py runs it (gluon_bbb.train's epoch loop:
+      flat mu/rho, the native kernels where built, the network as one CachedOp)
   (b) a deterministic MLP of the same shape trained the usual MXNet way
       (gluon.nn Dense layers, hybridized, gluon.Trainer SGD, data in memory)
   (c) the tutorial's code path: per-sample transform in a gluon DataLoader, per-layer
