@@ -179,8 +179,11 @@ def bench_pytorch(data, config, steps):
 
 
 def pytorch_child(data_dir, steps):
-    """(d) in a process of its own (PyTorch's threads apart from MXNet's)."""
-    print(bench_pytorch(load_mnist(data_dir), Config(), steps) * STEPS_PER_EPOCH)
+    """(d) in a process of its own (PyTorch's threads apart from MXNet's); prints the torch
+    version, then seconds per epoch."""
+    import torch
+    print(torch.__version__, bench_pytorch(load_mnist(data_dir), Config(), steps)
+          * STEPS_PER_EPOCH)
 
 
 def tutorial_defaults_child(data_dir, steps):
@@ -188,19 +191,14 @@ def tutorial_defaults_child(data_dir, steps):
     print(bench_tutorial(load_mnist(data_dir), Config(), mx.cpu(), steps) * STEPS_PER_EPOCH)
 
 
-def _torch_version():
-    out = subprocess.run([sys.executable, "-c", "import torch; print(torch.__version__)"],
-                         capture_output=True, text=True)
-    return out.stdout.strip() or "?"
-
-
 def run_child(flag, data_dir, env=None, *extra):
+    """The last line a child run of this script prints, split into words."""
     cmd = [sys.executable, os.path.abspath(__file__), flag] + list(extra)
     if data_dir:
         cmd += ["--data-dir", data_dir]
     out = subprocess.run(cmd, capture_output=True, text=True, check=True,
                          env=dict(os.environ, **(env or {})))
-    return float(out.stdout.split()[-1])
+    return out.stdout.strip().splitlines()[-1].split()
 
 
 def peak_memory_child(data_dir):
@@ -254,17 +252,19 @@ def main():
     print("(a) Bayes by Backprop, gluon_bbb step:        %6.2f s/epoch" % per_epoch["a"])
     print("(b) deterministic MLP, gluon Dense + Trainer: %6.2f s/epoch" % per_epoch["b"])
     print("(c) tutorial's data path and operations:      %6.2f s/epoch" % per_epoch["c"])
-    per_epoch["c0"] = run_child("--tutorial-defaults-child", args.data_dir,
-                                {"MXNET_USE_OPERATOR_TUNING": "1"}, "--steps", str(args.steps))
+    per_epoch["c0"] = float(run_child("--tutorial-defaults-child", args.data_dir,
+                                      {"MXNET_USE_OPERATOR_TUNING": "1"}, "--steps",
+                                      str(args.steps))[-1])
     print("(c) with MXNet's default operator tuning:   %6.2f s/epoch" % per_epoch["c0"])
     try:
-        per_epoch["d"] = run_child("--pytorch-child", args.data_dir, None, "--steps",
-                                   str(args.steps))
+        torch_version, seconds = run_child("--pytorch-child", args.data_dir, None, "--steps",
+                                           str(args.steps))
+        per_epoch["d"] = float(seconds)
         print("(d) the same algorithm in plain PyTorch:     %6.2f s/epoch (torch %s)"
-              % (per_epoch["d"], _torch_version()))
+              % (per_epoch["d"], torch_version))
     except subprocess.CalledProcessError as exc:
         print("(d) PyTorch: not measured (%s)" % (exc.stderr.strip().splitlines() or ["?"])[-1])
-    peak = run_child("--peak-memory-child", args.data_dir)
+    peak = float(run_child("--peak-memory-child", args.data_dir)[-1])
     print("peak RSS of a 2x1200 training process:      %6.0f MiB" % peak)
     if "d" in per_epoch:
         print("a/d = %.2f, lrt/d = %.2f (--kl analytic), %.2f (Monte Carlo KL)"

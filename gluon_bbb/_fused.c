@@ -69,8 +69,28 @@ void bbb_philox_words(int64_t count, uint64_t k0, uint64_t k1, uint64_t first,
 /* exp's argument is kept above -80 (libmvec's expf takes a slow scalar path for lanes that
  * underflow), so sigma bottoms out at softplus(-80) = 1.8e-35 for rho < -80; the same clamp
  * gives sigmoid(rho) = 1.8e-35 there. Both are zero for any purpose of a weight's noise. */
+static inline float softplus_and_sigmoid(float rho, float *sigmoid) {
+    float e = expf(fmaxf(-fabsf(rho), -80.0f));
+    *sigmoid = (rho > 0.0f ? 1.0f : e) / (1.0f + e);
+    return fmaxf(rho, 0.0f) + log1pf(e);
+}
+
 static inline float softplus(float rho) {
-    return fmaxf(rho, 0.0f) + log1pf(expf(fmaxf(-fabsf(rho), -80.0f)));
+    float unused;
+    return softplus_and_sigmoid(rho, &unused);
+}
+
+/* The prior's log density as the KL loops take it: log(weight_k N(x | 0, s_k^2)) = c_k - k_k x^2
+ * for component k (a Gaussian prior has only the first). */
+struct prior_terms { float k1, k2, c1, c2; };
+
+static struct prior_terms prior_terms_of(int prior, float pi, float s1, float s2) {
+    struct prior_terms t = {0.5f / (s1 * s1), 0.5f / (s2 * s2), -logf(s1) - LOG_SQRT_2PI, 0.0f};
+    if (prior == 1) {
+        t.c1 += logf(pi);
+        t.c2 = log1pf(-pi) - logf(s2) - LOG_SQRT_2PI;
+    }
+    return t;
 }
 
 /* Uniforms of one chunk: 2 * half of them, two per Philox word; (k + 0.5) / 2^24 lies in (0, 1). */
@@ -154,9 +174,7 @@ static inline float kl_entry(int64_t i, const float *rho, const float *eps,
                              const float *grad_mu_data, const float *grad_sigma_data,
                              const int lrt, float kl_weight, float log_prior, float dlog_prior,
                              float *grad_mu, float *grad_rho) {
-    float r = rho[i], e = expf(fmaxf(-fabsf(r), -80.0f));
-    float sigma = fmaxf(r, 0.0f) + log1pf(e);
-    float sigmoid = (r > 0.0f ? 1.0f : e) / (1.0f + e);
+    float sigmoid, sigma = softplus_and_sigmoid(rho[i], &sigmoid);
     float z = eps[i];
     entry_gradients(i, eps, grad_mu_data, grad_sigma_data, lrt, -kl_weight * dlog_prior,
                     -kl_weight / sigma, sigmoid, grad_mu, grad_rho);
@@ -167,10 +185,10 @@ static inline float kl_entry(int64_t i, const float *rho, const float *eps,
 static inline float gaussian_entry(int64_t i, const float *rho, const float *eps,
                                    const float *w, const float *grad_mu_data,
                                    const float *grad_sigma_data, const int lrt, float kl_weight,
-                                   float k, float c, float *grad_mu, float *grad_rho) {
+                                   struct prior_terms t, float *grad_mu, float *grad_rho) {
     float x = w[i];
-    return kl_entry(i, rho, eps, grad_mu_data, grad_sigma_data, lrt, kl_weight, c - k * x * x,
-                    -2.0f * k * x, grad_mu, grad_rho);
+    return kl_entry(i, rho, eps, grad_mu_data, grad_sigma_data, lrt, kl_weight,
+                    t.c1 - t.k1 * x * x, -2.0f * t.k1 * x, grad_mu, grad_rho);
 }
 
 /* Scale mixture pi N(0, s1^2) + (1 - pi) N(0, s2^2) in log space: with a, b the two
@@ -179,10 +197,9 @@ static inline float gaussian_entry(int64_t i, const float *rho, const float *eps
 static inline float mixture_entry(int64_t i, const float *rho, const float *eps,
                                   const float *w, const float *grad_mu_data,
                                   const float *grad_sigma_data, const int lrt, float kl_weight,
-                                  float k1, float k2, float c1, float c2, float *grad_mu,
-                                  float *grad_rho) {
+                                  struct prior_terms t, float *grad_mu, float *grad_rho) {
     float x = w[i], x2 = x * x;
-    float a = c1 - k1 * x2, b = c2 - k2 * x2, d = a - b;
+    float a = t.c1 - t.k1 * x2, b = t.c2 - t.k2 * x2, d = a - b;
     /* exp(-80) is already negligible next to 1; larger arguments would take libmvec's
      * slow scalar path for underflowing lanes */
     float ed = expf(fmaxf(-fabsf(d), -80.0f));
@@ -191,7 +208,7 @@ static inline float mixture_entry(int64_t i, const float *rho, const float *eps,
     float share1 = (d > 0.0f ? 1.0f : ed) / (1.0f + ed);
     float share2 = (d > 0.0f ? ed : 1.0f) / (1.0f + ed);
     return kl_entry(i, rho, eps, grad_mu_data, grad_sigma_data, lrt, kl_weight,
-                    fmaxf(a, b) + log1pf(ed), -2.0f * x * (k1 * share1 + k2 * share2),
+                    fmaxf(a, b) + log1pf(ed), -2.0f * x * (t.k1 * share1 + t.k2 * share2),
                     grad_mu, grad_rho);
 }
 
@@ -202,9 +219,7 @@ static inline float closed_form_entry(int64_t i, const float *mu, const float *r
                                       const float *grad_sigma_data, const int lrt,
                                       float kl_weight, float inv, float c, float *grad_mu,
                                       float *grad_rho) {
-    float r = rho[i], e = expf(fmaxf(-fabsf(r), -80.0f));
-    float sigma = fmaxf(r, 0.0f) + log1pf(e);
-    float sigmoid = (r > 0.0f ? 1.0f : e) / (1.0f + e);
+    float sigmoid, sigma = softplus_and_sigmoid(rho[i], &sigmoid);
     float m = mu[i];
     float gs = lrt ? grad_sigma_data[i] : grad_mu_data[i] * eps[i];
     grad_mu[i] = grad_mu_data[i] + kl_weight * m * inv;
@@ -228,11 +243,11 @@ static inline float closed_form_entry(int64_t i, const float *mu, const float *r
 VECTOR_CLONES
 static double kl_gaussian(int64_t n, const float *rho, const float *eps, const float *w,
                           const float *grad_mu_data, const float *grad_sigma_data,
-                          float kl_weight, float sigma_p, float *grad_mu, float *grad_rho) {
-    const float k = 0.5f / (sigma_p * sigma_p), c = -logf(sigma_p) - LOG_SQRT_2PI;
+                          float kl_weight, struct prior_terms t, float *grad_mu,
+                          float *grad_rho) {
     double total = 0.0;
 #define ENTRY(lrt) gaussian_entry(i, rho, eps, w, grad_mu_data, grad_sigma_data, lrt, \
-                                  kl_weight, k, c, grad_mu, grad_rho)
+                                  kl_weight, t, grad_mu, grad_rho)
     SUM_ENTRIES(ENTRY);
 #undef ENTRY
     return total;
@@ -241,14 +256,11 @@ static double kl_gaussian(int64_t n, const float *rho, const float *eps, const f
 VECTOR_CLONES
 static double kl_mixture(int64_t n, const float *rho, const float *eps, const float *w,
                          const float *grad_mu_data, const float *grad_sigma_data,
-                         float kl_weight, float pi, float s1, float s2,
-                         float *grad_mu, float *grad_rho) {
-    const float k1 = 0.5f / (s1 * s1), k2 = 0.5f / (s2 * s2);
-    const float c1 = logf(pi) - logf(s1) - LOG_SQRT_2PI;
-    const float c2 = log1pf(-pi) - logf(s2) - LOG_SQRT_2PI;
+                         float kl_weight, struct prior_terms t, float *grad_mu,
+                         float *grad_rho) {
     double total = 0.0;
 #define ENTRY(lrt) mixture_entry(i, rho, eps, w, grad_mu_data, grad_sigma_data, lrt, \
-                                 kl_weight, k1, k2, c1, c2, grad_mu, grad_rho)
+                                 kl_weight, t, grad_mu, grad_rho)
     SUM_ENTRIES(ENTRY);
 #undef ENTRY
     return total;
@@ -279,12 +291,13 @@ double bbb_kl_gradients(int64_t n, const float *mu, const float *rho, const floa
                         const float *w, const float *grad_mu_data,
                         const float *grad_sigma_data, float kl_weight, int prior, float pi,
                         float s1, float s2, float *grad_mu, float *grad_rho) {
+    struct prior_terms t = prior_terms_of(prior, pi, s1, s2);
     if (prior == 0)
-        return kl_gaussian(n, rho, eps, w, grad_mu_data, grad_sigma_data, kl_weight, s1,
-                           grad_mu, grad_rho);
+        return kl_gaussian(n, rho, eps, w, grad_mu_data, grad_sigma_data, kl_weight, t, grad_mu,
+                           grad_rho);
     if (prior == 1)
-        return kl_mixture(n, rho, eps, w, grad_mu_data, grad_sigma_data, kl_weight, pi, s1, s2,
-                          grad_mu, grad_rho);
+        return kl_mixture(n, rho, eps, w, grad_mu_data, grad_sigma_data, kl_weight, t, grad_mu,
+                          grad_rho);
     return kl_closed_form(n, mu, rho, eps, grad_mu_data, grad_sigma_data, kl_weight, s1,
                           grad_mu, grad_rho);
 }
@@ -334,10 +347,7 @@ double bbb_sample_kl_gradients(int64_t n, const float *mu, const float *rho, uin
                                uint64_t k1, uint64_t stream, const float *grad_mu_data,
                                const float *grad_sigma_data, float kl_weight, int prior,
                                float pi, float s1, float s2, float *grad_mu, float *grad_rho) {
-    const float k = 0.5f / (s1 * s1), c = -logf(s1) - LOG_SQRT_2PI;
-    const float k2 = 0.5f / (s2 * s2);
-    const float c1 = prior == 1 ? logf(pi) - logf(s1) - LOG_SQRT_2PI : 0.0f;
-    const float c2 = prior == 1 ? log1pf(-pi) - logf(s2) - LOG_SQRT_2PI : 0.0f;
+    const struct prior_terms t = prior_terms_of(prior, pi, s1, s2);
     int64_t chunks = (n + CHUNK - 1) / CHUNK;
     double total = 0.0;
 #pragma omp parallel for reduction(+ : total) schedule(static)
@@ -353,13 +363,13 @@ double bbb_sample_kl_gradients(int64_t n, const float *mu, const float *rho, uin
         if (prior == 0) {
 #pragma omp simd reduction(+ : chunk_total)
             for (int64_t m = 0; m < length; ++m)
-                chunk_total += gaussian_entry(m, r, eps, w, gm, gs, 1, kl_weight, k, c, out_mu,
+                chunk_total += gaussian_entry(m, r, eps, w, gm, gs, 1, kl_weight, t, out_mu,
                                               out_rho);
         } else {
 #pragma omp simd reduction(+ : chunk_total)
             for (int64_t m = 0; m < length; ++m)
-                chunk_total += mixture_entry(m, r, eps, w, gm, gs, 1, kl_weight, k, k2, c1, c2,
-                                             out_mu, out_rho);
+                chunk_total += mixture_entry(m, r, eps, w, gm, gs, 1, kl_weight, t, out_mu,
+                                             out_rho);
         }
         total += chunk_total;
     }
