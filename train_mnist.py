@@ -23,6 +23,7 @@ CONFIG_FLAGS = {
     "learning_rate": float, "lr_decay_every": int, "lr_decay_factor": float,
     "num_samples": int, "sigma_p": float, "pi": float,
     "sigma_p1": float, "sigma_p2": float, "mu_scale": float, "rho_offset": float,
+    "kl_scale": float,
     "train_size": int, "validation": int, "seed": int,
 }
 CHOICE_FLAGS = {"optimizer": ("sgd", "adam"), "prior": ("gaussian", "scale-mixture"),

@@ -29,6 +29,8 @@ class Config:
     ``estimator``: ``sample`` draws weights (the tutorial), ``lrt`` draws pre-activations
     (local reparametrization); ``kl``: ``mc`` estimates log q - log P at the sampled weights
     (the tutorial), ``analytic`` uses the closed form (Gaussian prior only).
+    ``kl_scale`` multiplies the KL term of every mini-batch (1: the paper's objective; below 1
+    a tempered one, which trades the posterior's fit to the prior for fit to the data).
     """
     num_inputs: int = 784
     num_outputs: int = 10
@@ -49,6 +51,7 @@ class Config:
     mu_scale: float = 0.1
     rho_offset: float = -3.0
     kl_weighting: str = "uniform"
+    kl_scale: float = 1.0
     model: str = "bbb"
     estimator: str = "sample"
     kl: str = "mc"
@@ -71,7 +74,8 @@ class Config:
             _require_int("train_size", self.train_size, minimum=1)
         if self.seed is not None:
             _require_int("seed", self.seed, minimum=0)
-        for name in ("learning_rate", "sigma_p", "sigma_p1", "sigma_p2", "mu_scale"):
+        for name in ("learning_rate", "sigma_p", "sigma_p1", "sigma_p2", "mu_scale",
+                     "kl_scale"):
             _require_positive(name, getattr(self, name))
         if not (_is_real(self.pi) and 0.0 <= self.pi <= 1.0):
             raise ConfigError("pi", self.pi, "in [0, 1]")

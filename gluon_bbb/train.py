@@ -122,7 +122,8 @@ def train(config, data, ctx, out_dir=None, resume=False, eval_train=False,
         train_labels = train_labels[:config.train_size]
     num_train = train_images.shape[0]
     num_batches = math.ceil(num_train / config.batch_size)
-    batch_kl_weights = kl_weights(num_batches, config.kl_weighting)
+    batch_kl_weights = [config.kl_scale * weight
+                        for weight in kl_weights(num_batches, config.kl_weighting)]
 
     shapes = config.layer_shapes()
     start_epoch, num_update, history, saved_states = 0, 0, [], None

@@ -22,7 +22,8 @@ def test_prior_spelling_is_normalised():
     ("train_size", 0), ("batch_size", 2.5), ("prior", "laplace"), ("optimizer", "rmsprop"),
     ("kl_weighting", "linear"), ("num_hidden_layers", -1), ("seed", -3),
     ("estimator", "flipout"), ("kl", "exact"), ("lr_decay_every", -1),
-    ("lr_decay_factor", 0.0), ("lr_decay_factor", 1.5),
+    ("lr_decay_factor", 0.0), ("lr_decay_factor", 1.5), ("kl_scale", 0.0),
+    ("kl_scale", float("inf")),
 ])
 def test_invalid_values_name_field_and_value(field, value):
     with pytest.raises(ConfigError) as info:

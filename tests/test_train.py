@@ -79,6 +79,20 @@ def test_other_estimators_train(mnist, ctx, estimator, kl):
     assert result.history[-1]["test_accuracy"] >= 0.78
 
 
+def test_kl_scale_multiplies_the_kl_term_only(mnist, ctx):
+    # one plain-SGD step on the same batch and noise: the update is -lr (data + s * KL
+    # gradient), linear in s, and s = 1 is the paper's objective (the default)
+    def step(kl_scale):
+        config = Config(train_size=128, epochs=1, seed=2, num_hidden_units=30,
+                        prior="scale_mixture", kl_scale=kl_scale)
+        result = train(config, mnist, ctx, log=lambda line: None)
+        return np.concatenate([p.asnumpy().ravel() for p in result.mus + result.rhos])
+    one, two, three = step(1.0), step(2.0), step(3.0)
+    assert Config().kl_scale == 1.0
+    assert np.abs(two - one).max() > 1e-3
+    np.testing.assert_allclose(three - one, 2 * (two - one), rtol=1e-3, atol=2e-6)
+
+
 @pytest.mark.parametrize("optimizer", ["sgd", "adam"])
 def test_resume_reaches_the_same_parameters(tmp_path, mnist, ctx, optimizer):
     config = Config(train_size=1000, epochs=2, seed=5, optimizer=optimizer, num_hidden_units=50)
@@ -166,6 +180,7 @@ def test_command_line_run_writes_every_output(tmp_path):
     (["--sigma-p", "0"], "--sigma-p must be a finite number > 0, got 0.0"),
     (["--sigma-p2", "-1"], "--sigma-p2 must be a finite number > 0, got -1.0"),
     (["--pi", "1.5"], "--pi must be in [0, 1], got 1.5"),
+    (["--kl-scale", "0"], "--kl-scale must be a finite number > 0, got 0.0"),
     (["--batch-size", "0"], "--batch-size must be an integer >= 1, got 0"),
     (["--prior", "laplace"], "argument --prior: invalid choice: 'laplace'"),
     (["--epochs", "ten"], "argument --epochs: invalid int value: 'ten'"),
