@@ -10,10 +10,11 @@
       our MXNet settings and, in a child process, with MXNet's defaults as the tutorial runs
 
 Also (a) without the native kernels (MXNet operators only), with the paper's scale-mixture
-prior and Adam, with the closed-form KL and with the local reparametrization trick. Then, in
-child processes, (d) the same algorithm in PyTorch where it is installed (it is not a
-dependency of gluon-bbb: ``pip install torch`` to compare) and the peak resident memory of a
-2x1200 training run.
+prior and Adam, with the closed-form KL and with the local reparametrization trick, and the
+local reparametrization's network graph alone (its floor). Then, in child processes, (d) the
+same algorithm in PyTorch where it is installed (it is not a dependency of gluon-bbb:
+``pip install torch`` to compare), with weight sampling and with the local reparametrization,
+and the peak resident memory of a 2x1200 training run.
 
     python bench/bench_train.py [--steps 60] [--data-dir DIR]
 """
@@ -134,10 +135,14 @@ def bench_tutorial(data, config, ctx, steps):
     return timed(step, steps)
 
 
-def bench_pytorch(data, config, steps):
-    """(d) the same algorithm written the plain way in PyTorch (CPU), data in memory: every
-    step draws eps for every parameter, forms w = mu + softplus(rho) * eps, computes the
-    tutorial's combined loss (Gaussian prior) with autograd and takes a plain SGD step."""
+def bench_pytorch(data, config, steps, estimator="sample"):
+    """(d) the same algorithm written the plain way in PyTorch (CPU), data in memory, plain SGD.
+
+    ``sample``: every step draws eps for every parameter, forms w = mu + softplus(rho) * eps
+    and computes the tutorial's combined loss (Gaussian prior) with autograd.
+    ``lrt``: the local reparametrization with the closed-form KL to the Gaussian prior, as
+    ``--estimator lrt --kl analytic`` computes it: pre-activations drawn from
+    N(h mu + b_mu, h^2 sigma^2 + b_sigma^2), KL summed over the parameters."""
     import torch
     import torch.nn.functional as F
     torch.manual_seed(0)
@@ -147,22 +152,40 @@ def bench_pytorch(data, config, steps):
     X = torch.tensor(data.train_images, dtype=torch.float32)
     y = torch.tensor(data.train_labels, dtype=torch.long)
     b, log_sqrt_2pi = config.batch_size, 0.5 * np.log(2 * np.pi)
+    sigma_p = config.sigma_p
 
-    def step(i):
-        lo = (i % (STEPS_PER_EPOCH - 1)) * b
+    def sampled_weights_loss(h, labels):
         sigmas = [F.softplus(rho) for rho in rhos]
         weights = [mu + sigma * torch.randn_like(mu) for mu, sigma in zip(mus, sigmas)]
-        h = X[lo:lo + b]
         for j in range(0, len(weights), 2):
             h = h @ weights[j] + weights[j + 1]
             if j < len(weights) - 2:
                 h = torch.relu(h)
-        nll = F.cross_entropy(h, y[lo:lo + b], reduction="sum")
+        nll = F.cross_entropy(h, labels, reduction="sum")
         log_q = sum((-torch.log(s) - (w - m) ** 2 / (2 * s ** 2) - log_sqrt_2pi).sum()
                     for w, m, s in zip(weights, mus, sigmas))
-        log_p = sum((-w ** 2 / (2 * config.sigma_p ** 2) - np.log(config.sigma_p)
+        log_p = sum((-w ** 2 / (2 * sigma_p ** 2) - np.log(sigma_p)
                      - log_sqrt_2pi).sum() for w in weights)
-        loss = (log_q - log_p) / STEPS_PER_EPOCH + nll
+        return (log_q - log_p) / STEPS_PER_EPOCH + nll
+
+    def local_reparametrization_loss(h, labels):
+        sigmas = [F.softplus(rho) for rho in rhos]
+        for j in range(0, len(mus), 2):
+            mean = h @ mus[j] + mus[j + 1]
+            variance = (h * h) @ (sigmas[j] ** 2) + sigmas[j + 1] ** 2
+            h = mean + torch.sqrt(variance) * torch.randn_like(mean)
+            if j < len(mus) - 2:
+                h = torch.relu(h)
+        nll = F.cross_entropy(h, labels, reduction="sum")
+        kl = sum((np.log(sigma_p) - torch.log(s) + (s ** 2 + m ** 2) / (2 * sigma_p ** 2)
+                  - 0.5).sum() for m, s in zip(mus, sigmas))
+        return kl / STEPS_PER_EPOCH + nll
+
+    loss_of = sampled_weights_loss if estimator == "sample" else local_reparametrization_loss
+
+    def step(i):
+        lo = (i % (STEPS_PER_EPOCH - 1)) * b
+        loss = loss_of(X[lo:lo + b], y[lo:lo + b])
         for p in mus + rhos:
             p.grad = None
         loss.backward()
@@ -178,12 +201,36 @@ def bench_pytorch(data, config, steps):
     return (time.perf_counter() - started) / steps
 
 
+def bench_lrt_graph(data, config, ctx, steps):
+    """The local reparametrization's network alone: the forward and backward pass of
+    ``LrtGraph`` (two matrix products per layer forward, their gradients backward), without
+    the parameter-side passes (softplus, KL term, update) of a training step. The floor of
+    ``--estimator lrt`` with dense matrix products."""
+    from gluon_bbb.step import _lrt_nll_backward, lrt_noise_size, lrt_noise_views
+    layout = FlatLayout(config.layer_shapes())
+    mus, rhos = init_variational_params(config.layer_shapes(), ctx, seed=0)
+    mu, sigma = layout.flatten(mus), layout.flatten(transform_rhos(rhos))
+    grad_mu, grad_sigma = nd.zeros_like(mu), nd.zeros_like(sigma)
+    b = config.batch_size
+    noise = nd.random.normal(shape=(lrt_noise_size(layout, b),), ctx=ctx)
+    views = (lrt_noise_views(noise, layout, b), layout.views(mu), layout.views(sigma),
+             layout.views(grad_mu), layout.views(grad_sigma))
+    X = nd.array(data.train_images, ctx=ctx)
+    y = nd.one_hot(nd.array(data.train_labels, ctx=ctx), 10)
+
+    def step(i):
+        lo = (i % (STEPS_PER_EPOCH - 1)) * b
+        _lrt_nll_backward(X[lo:lo + b], y[lo:lo + b], layout, *views)
+    return timed(step, steps)
+
+
 def pytorch_child(data_dir, steps):
     """(d) in a process of its own (PyTorch's threads apart from MXNet's); prints the torch
-    version, then seconds per epoch."""
+    version, then seconds per epoch with weight sampling and with the local reparametrization."""
     import torch
-    print(torch.__version__, bench_pytorch(load_mnist(data_dir), Config(), steps)
-          * STEPS_PER_EPOCH)
+    data = load_mnist(data_dir)
+    print(torch.__version__, *(bench_pytorch(data, Config(), steps, estimator)
+                               * STEPS_PER_EPOCH for estimator in ("sample", "lrt")))
 
 
 def tutorial_defaults_child(data_dir, steps):
@@ -238,7 +285,8 @@ def main():
                 ("paper-ops", bench_ours, dict(paper, native_kernels=False)),
                 ("kl", bench_ours, {"kl": "analytic"}),
                 ("lrt", bench_ours, {"estimator": "lrt", "kl": "analytic"}),
-                ("lrt-mc", bench_ours, {"estimator": "lrt"}))
+                ("lrt-mc", bench_ours, {"estimator": "lrt"}),
+                ("lrt-graph", bench_lrt_graph, {}))
     for name, fn, options in variants:
         per_epoch[name] = fn(data, config, ctx, args.steps, **options) * STEPS_PER_EPOCH
     print("native kernels: %s" % ("yes" if gluon_bbb.native.available()
@@ -249,6 +297,8 @@ def main():
     print("    --kl analytic:                            %6.2f s/epoch" % per_epoch["kl"])
     print("    --estimator lrt --kl analytic:            %6.2f s/epoch" % per_epoch["lrt"])
     print("    --estimator lrt (Monte Carlo KL):         %6.2f s/epoch" % per_epoch["lrt-mc"])
+    print("      its network graph alone (no parameter-side work): %6.2f s/epoch"
+          % per_epoch["lrt-graph"])
     print("(a) Bayes by Backprop, gluon_bbb step:        %6.2f s/epoch" % per_epoch["a"])
     print("(b) deterministic MLP, gluon Dense + Trainer: %6.2f s/epoch" % per_epoch["b"])
     print("(c) tutorial's data path and operations:      %6.2f s/epoch" % per_epoch["c"])
@@ -257,19 +307,24 @@ def main():
                                       str(args.steps))[-1])
     print("(c) with MXNet's default operator tuning:   %6.2f s/epoch" % per_epoch["c0"])
     try:
-        torch_version, seconds = run_child("--pytorch-child", args.data_dir, None, "--steps",
-                                           str(args.steps))
-        per_epoch["d"] = float(seconds)
+        torch_version, seconds, lrt_seconds = run_child("--pytorch-child", args.data_dir,
+                                                        None, "--steps", str(args.steps))
+        per_epoch["d"], per_epoch["d-lrt"] = float(seconds), float(lrt_seconds)
         print("(d) the same algorithm in plain PyTorch:     %6.2f s/epoch (torch %s)"
               % (per_epoch["d"], torch_version))
+        print("    its local reparametrization (closed-form KL): %6.2f s/epoch"
+              % per_epoch["d-lrt"])
     except subprocess.CalledProcessError as exc:
         print("(d) PyTorch: not measured (%s)" % (exc.stderr.strip().splitlines() or ["?"])[-1])
     peak = float(run_child("--peak-memory-child", args.data_dir)[-1])
     print("peak RSS of a 2x1200 training process:      %6.0f MiB" % peak)
     if "d" in per_epoch:
-        print("a/d = %.2f, lrt/d = %.2f (--kl analytic), %.2f (Monte Carlo KL)"
+        print("a/d = %.2f, lrt/d = %.2f (--kl analytic), %.2f (Monte Carlo KL), "
+              "lrt's graph alone/d = %.2f"
               % (per_epoch["a"] / per_epoch["d"], per_epoch["lrt"] / per_epoch["d"],
-                 per_epoch["lrt-mc"] / per_epoch["d"]))
+                 per_epoch["lrt-mc"] / per_epoch["d"], per_epoch["lrt-graph"] / per_epoch["d"]))
+        print("lrt against PyTorch's local reparametrization: %.2f"
+              % (per_epoch["lrt"] / per_epoch["d-lrt"]))
     print("a/b = %.2f" % (per_epoch["a"] / per_epoch["b"]))
     print("lrt/a = %.2f" % (per_epoch["lrt"] / per_epoch["a"]))
     print("c/a = %.2f (c as the tutorial runs, MXNet defaults: %.2f)"
