@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Time training steps side by side, in one process, and print seconds per epoch and ratios.
+"""Time training steps side by side, in one run, and print seconds per epoch and ratios.
 
   (a) our Bayes-by-Backprop step, as train_mnist.py runs it (gluon_bbb.train's epoch loop:
       flat mu/rho, the native kernels where built, the network as one CachedOp)
@@ -16,13 +16,18 @@ same algorithm in PyTorch where it is installed (it is not a dependency of gluon
 ``pip install torch`` to compare), with weight sampling and with the local reparametrization,
 and the peak resident memory of a 2x1200 training run.
 
-    python bench/bench_train.py [--steps 60] [--data-dir DIR]
+The variants take turns: each round runs steps/rounds steps of every variant in order, child
+processes included (they stay up between rounds and are handed their share of steps), so that
+a change in the machine's speed during the run slows every variant alike and the ratios hold.
+
+    python bench/bench_train.py [--steps 60] [--rounds 5] [--data-dir DIR]
 """
 import argparse
 import os
 import resource
 import subprocess
 import sys
+import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -41,24 +46,21 @@ from gluon_bbb.train import _train_epoch, make_optimizer  # noqa: E402
 STEPS_PER_EPOCH = 469  # ceil(60000 / 128)
 
 
-def timed(step, steps, warmup=5):
-    for i in range(warmup):
-        step(i)
-    nd.waitall()
-    started = time.perf_counter()
-    for i in range(steps):
-        step(warmup + i)
-    nd.waitall()
-    return (time.perf_counter() - started) / steps
+def stepwise(step):
+    """A variant's ``run(start, count)`` from its ``step(i)``."""
+    def run(start, count):
+        for i in range(start, start + count):
+            step(i)
+    return run
 
 
 def bench_ours(data, config, ctx, steps, native_kernels=None, **options):
-    """Time gluon_bbb.train's own epoch loop over ``steps`` mini-batches; ``native_kernels``
-    as in ``train`` (None: the native kernels wherever they serve; False: none)."""
+    """``run(start, count)`` over gluon_bbb.train's own epoch loop (mini-batches ``start`` to
+    ``start + count`` of the training images); ``native_kernels`` as in ``train`` (None: the
+    native kernels wherever they serve; False: none)."""
     import dataclasses
     config = dataclasses.replace(config, **options)
-    use_native = (native_kernels is not False
-                  and fused_supported(ctx))
+    use_native = native_kernels is not False and fused_supported(ctx)
     layout = FlatLayout(config.layer_shapes())
     mus, rhos = init_variational_params(config.layer_shapes(), ctx, seed=0)
     mu, rho = layout.flatten(mus), layout.flatten(rhos)
@@ -66,20 +68,16 @@ def bench_ours(data, config, ctx, steps, native_kernels=None, **options):
     states = [optimizer.create_state(0, mu), optimizer.create_state(1, rho)]
     prior, sample = prior_for(config), NormalSampler(layout.size, ctx, seed=0)
     b = config.batch_size
-    X = nd.array(data.train_images[:(steps + 5) * b], ctx=ctx)
-    y = nd.one_hot(nd.array(data.train_labels[:(steps + 5) * b], ctx=ctx), 10)
-    kl_weights = [1.0 / STEPS_PER_EPOCH] * (steps + 5)
+    X = nd.array(data.train_images[:steps * b], ctx=ctx)
+    y = nd.one_hot(nd.array(data.train_labels[:steps * b], ctx=ctx), 10)
+    kl_weights = [1.0 / STEPS_PER_EPOCH] * steps
 
-    def run(lo, hi):
-        _train_epoch(config, 0, X[lo * b:hi * b], y[lo * b:hi * b], mu, rho, layout, prior,
-                     kl_weights[lo:hi], sample, optimizer, states, False, 50, use_native,
-                     native_kernels is not False)
-    run(0, 5)
-    nd.waitall()
-    started = time.perf_counter()
-    run(5, 5 + steps)
-    nd.waitall()
-    return (time.perf_counter() - started) / steps
+    def run(start, count):
+        _train_epoch(config, 0, X[start * b:(start + count) * b],
+                     y[start * b:(start + count) * b], mu, rho, layout, prior,
+                     kl_weights[start:start + count], sample, optimizer, states, False, 50,
+                     use_native, native_kernels is not False)
+    return run
 
 
 def bench_deterministic(data, config, ctx, steps):
@@ -92,17 +90,17 @@ def bench_deterministic(data, config, ctx, steps):
     trainer = gluon.Trainer(model.collect_params(), "sgd",
                             {"learning_rate": config.learning_rate})
     loss_fn = gluon.loss.SoftmaxCrossEntropyLoss()
-    X = nd.array(data.train_images, ctx=ctx)
-    y = nd.array(data.train_labels, ctx=ctx)
     b = config.batch_size
+    X = nd.array(data.train_images[:steps * b], ctx=ctx)
+    y = nd.array(data.train_labels[:steps * b], ctx=ctx)
 
     def step(i):
-        lo = (i % (STEPS_PER_EPOCH - 1)) * b  # full batches only: static shapes
+        lo = i * b
         with autograd.record():
             loss = loss_fn(model(X[lo:lo + b]), y[lo:lo + b]).sum()
         loss.backward()
         trainer.step(1)
-    return timed(step, steps)
+    return stepwise(step)
 
 
 def bench_tutorial(data, config, ctx, steps):
@@ -113,7 +111,11 @@ def bench_tutorial(data, config, ctx, steps):
         return image.astype(np.float32) / 126.0, label.astype(np.float32)
 
     dataset = gluon.data.ArrayDataset(images, labels).transform(transform)
-    loader = iter(gluon.data.DataLoader(dataset, config.batch_size, shuffle=True))
+
+    def epochs_of_batches():
+        while True:
+            yield from gluon.data.DataLoader(dataset, config.batch_size, shuffle=True)
+    loader = epochs_of_batches()
     shapes = config.layer_shapes()
     mus, rhos = init_variational_params(shapes, ctx, seed=0)
     params = mus + rhos
@@ -132,7 +134,7 @@ def bench_tutorial(data, config, ctx, steps):
         loss.backward()
         for p in params:
             p[:] = p - config.learning_rate * p.grad
-    return timed(step, steps)
+    return stepwise(step)
 
 
 def bench_pytorch(data, config, steps, estimator="sample"):
@@ -184,7 +186,7 @@ def bench_pytorch(data, config, steps, estimator="sample"):
     loss_of = sampled_weights_loss if estimator == "sample" else local_reparametrization_loss
 
     def step(i):
-        lo = (i % (STEPS_PER_EPOCH - 1)) * b
+        lo = (i % (STEPS_PER_EPOCH - 1)) * b  # full batches only
         loss = loss_of(X[lo:lo + b], y[lo:lo + b])
         for p in mus + rhos:
             p.grad = None
@@ -193,12 +195,7 @@ def bench_pytorch(data, config, steps, estimator="sample"):
             for p in mus + rhos:
                 p -= config.learning_rate * p.grad
 
-    for i in range(5):
-        step(i)
-    started = time.perf_counter()
-    for i in range(steps):
-        step(5 + i)
-    return (time.perf_counter() - started) / steps
+    return stepwise(step)
 
 
 def bench_lrt_graph(data, config, ctx, steps):
@@ -215,27 +212,91 @@ def bench_lrt_graph(data, config, ctx, steps):
     noise = nd.random.normal(shape=(lrt_noise_size(layout, b),), ctx=ctx)
     views = (lrt_noise_views(noise, layout, b), layout.views(mu), layout.views(sigma),
              layout.views(grad_mu), layout.views(grad_sigma))
-    X = nd.array(data.train_images, ctx=ctx)
-    y = nd.one_hot(nd.array(data.train_labels, ctx=ctx), 10)
+    X = nd.array(data.train_images[:steps * b], ctx=ctx)
+    y = nd.one_hot(nd.array(data.train_labels[:steps * b], ctx=ctx), 10)
 
     def step(i):
-        lo = (i % (STEPS_PER_EPOCH - 1)) * b
-        _lrt_nll_backward(X[lo:lo + b], y[lo:lo + b], layout, *views)
-    return timed(step, steps)
+        _lrt_nll_backward(X[i * b:(i + 1) * b], y[i * b:(i + 1) * b], layout, *views)
+    return stepwise(step)
 
 
-def pytorch_child(data_dir, steps):
-    """(d) in a process of its own (PyTorch's threads apart from MXNet's); prints the torch
-    version, then seconds per epoch with weight sampling and with the local reparametrization."""
-    import torch
-    data = load_mnist(data_dir)
-    print(torch.__version__, *(bench_pytorch(data, Config(), steps, estimator)
-                               * STEPS_PER_EPOCH for estimator in ("sample", "lrt")))
+class InProcess:
+    """A variant timed in this process: ``time(start, count)`` runs mini-batches ``start`` to
+    ``start + count`` and returns the seconds, MXNet's queue drained at both ends."""
+
+    def __init__(self, run):
+        self.run, self.version = run, None
+
+    def time(self, start, count):
+        nd.waitall()
+        started = time.perf_counter()
+        self.run(start, count)
+        nd.waitall()
+        return time.perf_counter() - started
+
+    def close(self):
+        pass
 
 
-def tutorial_defaults_child(data_dir, steps):
-    """(c) again in a process with MXNet's default settings, as the tutorial runs."""
-    print(bench_tutorial(load_mnist(data_dir), Config(), mx.cpu(), steps) * STEPS_PER_EPOCH)
+class ChildProcess:
+    """A variant timed in a child process of this script that stays up between rounds: it
+    prepares the variant, answers ``ready VERSION``, then times each ``start count`` line it
+    reads and answers the seconds. ``ChildProcess.start`` returns None and the reason where the
+    child cannot run the variant (PyTorch not installed, say)."""
+
+    def __init__(self, process, errors, version):
+        self.process, self.errors, self.version = process, errors, version
+
+    @classmethod
+    def start(cls, variant, data_dir, total_steps, env=None):
+        cmd = [sys.executable, os.path.abspath(__file__), "--serve-child", variant,
+               "--steps", str(total_steps)] + (["--data-dir", data_dir] if data_dir else [])
+        errors = tempfile.TemporaryFile("w+")  # not a pipe: a chatty child cannot block on it
+        process = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                   stderr=errors, text=True, env=dict(os.environ, **(env or {})))
+        child = cls(process, errors, None)
+        for line in process.stdout:
+            if line.startswith("ready "):
+                child.version = line.split()[1]
+                return child, None
+        return None, child.close()
+
+    def time(self, start, count):
+        self.process.stdin.write("%d %d\n" % (start, count))
+        self.process.stdin.flush()
+        answer = self.process.stdout.readline()
+        if not answer:
+            raise SystemExit("bench_train.py: a child process failed: %s" % self.close())
+        return float(answer)
+
+    def close(self):
+        """End the child; the last line it wrote to stderr, if any."""
+        self.process.stdin.close()
+        self.process.wait()
+        self.errors.seek(0)
+        lines = self.errors.read().strip().splitlines()
+        self.errors.close()
+        return lines[-1] if lines else "the child exited with status %d" % self.process.returncode
+
+
+CHILD_VARIANTS = {
+    # (c) as the tutorial runs it: MXNet's default operator tuning
+    "tutorial-defaults": lambda data, steps: (
+        bench_tutorial(data, Config(), mx.cpu(), steps), None),
+    "pytorch-sample": lambda data, steps: (
+        bench_pytorch(data, Config(), steps, "sample"), __import__("torch").__version__),
+    "pytorch-lrt": lambda data, steps: (
+        bench_pytorch(data, Config(), steps, "lrt"), __import__("torch").__version__),
+}
+
+
+def serve_child(variant, data_dir, total_steps):
+    run, version = CHILD_VARIANTS[variant](load_mnist(data_dir), total_steps)
+    timer = InProcess(run)
+    print("ready", version or "-", flush=True)
+    for line in sys.stdin:
+        start, count = map(int, line.split())
+        print(timer.time(start, count), flush=True)
 
 
 def run_child(flag, data_dir, env=None, *extra):
@@ -257,26 +318,52 @@ def peak_memory_child(data_dir):
     print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0)
 
 
+def time_in_turns(timers, warmup, steps, rounds):
+    """Seconds per step of each timer: ``warmup`` untimed steps each, then ``rounds`` rounds
+    in which every timer in turn runs its share of ``steps``."""
+    for timer in timers.values():
+        timer.time(0, warmup)
+    seconds = dict.fromkeys(timers, 0.0)
+    done = warmup
+    for r in range(rounds):
+        count = steps * (r + 1) // rounds - steps * r // rounds
+        for name, timer in timers.items():
+            seconds[name] += timer.time(done, count)
+        done += count
+    return {name: total / steps for name, total in seconds.items()}
+
+
+WARMUP = 5
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=60, help="timed steps per variant")
+    parser.add_argument("--rounds", type=int,
+                        help="turns the variants take, each running steps/rounds steps a turn "
+                        "(default: 5, or --steps if fewer)")
     parser.add_argument("--data-dir")
     parser.add_argument("--peak-memory-child", action="store_true", help=argparse.SUPPRESS)
-    parser.add_argument("--tutorial-defaults-child", action="store_true", help=argparse.SUPPRESS)
-    parser.add_argument("--pytorch-child", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--serve-child", choices=sorted(CHILD_VARIANTS), help=argparse.SUPPRESS)
     args = parser.parse_args()
-    if args.pytorch_child:
-        return pytorch_child(args.data_dir, args.steps)
+    if args.serve_child:
+        return serve_child(args.serve_child, args.data_dir, args.steps)
     if args.peak_memory_child:
         return peak_memory_child(args.data_dir)
-    if args.tutorial_defaults_child:
-        return tutorial_defaults_child(args.data_dir, args.steps)
+    if not 1 <= args.steps <= STEPS_PER_EPOCH - 1 - WARMUP:
+        parser.error("--steps must be between 1 and %d (one epoch of full mini-batches, less "
+                     "the warm-up)" % (STEPS_PER_EPOCH - 1 - WARMUP))
+    if args.rounds is None:
+        args.rounds = min(5, args.steps)
+    if not 1 <= args.rounds <= args.steps:
+        parser.error("--rounds must be between 1 and --steps")
     data = load_mnist(args.data_dir)
     config, ctx = Config(), mx.cpu()
-    print("MXNet %s, %d cores, OMP_NUM_THREADS=%s, MXNET_USE_OPERATOR_TUNING=%s; %d steps each"
-          % (mx.__version__, os.cpu_count(), os.environ.get("OMP_NUM_THREADS"),
-             os.environ.get("MXNET_USE_OPERATOR_TUNING"), args.steps))
-    per_epoch = {}
+    total = WARMUP + args.steps
+    print("MXNet %s, %d cores, OMP_NUM_THREADS=%s, MXNET_USE_OPERATOR_TUNING=%s; %d steps "
+          "each, in %d turns" % (mx.__version__, os.cpu_count(), os.environ.get("OMP_NUM_THREADS"),
+                                 os.environ.get("MXNET_USE_OPERATOR_TUNING"), args.steps,
+                                 args.rounds))
     paper = {"prior": "scale_mixture", "pi": 0.25, "sigma_p1": 1.0, "sigma_p2": np.exp(-6.0),
              "optimizer": "adam"}
     variants = (("a", bench_ours, {}), ("b", bench_deterministic, {}),
@@ -287,8 +374,24 @@ def main():
                 ("lrt", bench_ours, {"estimator": "lrt", "kl": "analytic"}),
                 ("lrt-mc", bench_ours, {"estimator": "lrt"}),
                 ("lrt-graph", bench_lrt_graph, {}))
-    for name, fn, options in variants:
-        per_epoch[name] = fn(data, config, ctx, args.steps, **options) * STEPS_PER_EPOCH
+    timers = {name: InProcess(fn(data, config, ctx, total, **options))
+              for name, fn, options in variants}
+    not_measured = {}
+    for name, child, env in (("c0", "tutorial-defaults", {"MXNET_USE_OPERATOR_TUNING": "1"}),
+                             ("d", "pytorch-sample", None), ("d-lrt", "pytorch-lrt", None)):
+        timer, reason = ChildProcess.start(child, args.data_dir, total, env)
+        if timer is None:
+            not_measured[name] = reason
+        else:
+            timers[name] = timer
+    try:
+        per_step = time_in_turns(timers, WARMUP, args.steps, args.rounds)
+    finally:
+        for timer in timers.values():
+            timer.close()
+    if "c0" in not_measured:
+        raise SystemExit("bench_train.py: the tutorial child failed: %s" % not_measured["c0"])
+    per_epoch = {name: seconds * STEPS_PER_EPOCH for name, seconds in per_step.items()}
     print("native kernels: %s" % ("yes" if gluon_bbb.native.available()
                                   else "no (%s)" % gluon_bbb.native.unavailable_reason()))
     print("    MXNet operators only (no native kernels): %6.2f s/epoch" % per_epoch["a-ops"])
@@ -302,23 +405,17 @@ def main():
     print("(a) Bayes by Backprop, gluon_bbb step:        %6.2f s/epoch" % per_epoch["a"])
     print("(b) deterministic MLP, gluon Dense + Trainer: %6.2f s/epoch" % per_epoch["b"])
     print("(c) tutorial's data path and operations:      %6.2f s/epoch" % per_epoch["c"])
-    per_epoch["c0"] = float(run_child("--tutorial-defaults-child", args.data_dir,
-                                      {"MXNET_USE_OPERATOR_TUNING": "1"}, "--steps",
-                                      str(args.steps))[-1])
     print("(c) with MXNet's default operator tuning:   %6.2f s/epoch" % per_epoch["c0"])
-    try:
-        torch_version, seconds, lrt_seconds = run_child("--pytorch-child", args.data_dir,
-                                                        None, "--steps", str(args.steps))
-        per_epoch["d"], per_epoch["d-lrt"] = float(seconds), float(lrt_seconds)
+    if "d" in per_epoch and "d-lrt" in per_epoch:
         print("(d) the same algorithm in plain PyTorch:     %6.2f s/epoch (torch %s)"
-              % (per_epoch["d"], torch_version))
+              % (per_epoch["d"], timers["d"].version))
         print("    its local reparametrization (closed-form KL): %6.2f s/epoch"
               % per_epoch["d-lrt"])
-    except subprocess.CalledProcessError as exc:
-        print("(d) PyTorch: not measured (%s)" % (exc.stderr.strip().splitlines() or ["?"])[-1])
+    else:
+        print("(d) PyTorch: not measured (%s)" % not_measured.get("d", not_measured.get("d-lrt")))
     peak = float(run_child("--peak-memory-child", args.data_dir)[-1])
     print("peak RSS of a 2x1200 training process:      %6.0f MiB" % peak)
-    if "d" in per_epoch:
+    if "d" in per_epoch and "d-lrt" in per_epoch:
         print("a/d = %.2f, lrt/d = %.2f (--kl analytic), %.2f (Monte Carlo KL), "
               "lrt's graph alone/d = %.2f"
               % (per_epoch["a"] / per_epoch["d"], per_epoch["lrt"] / per_epoch["d"],

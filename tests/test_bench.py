@@ -21,5 +21,15 @@ def test_bench_train_runs_and_prints_ratios():
     assert pytorch and ("s/epoch" in pytorch[0] or "not measured (" in pytorch[0])
     if "s/epoch" in pytorch[0]:
         assert any(re.match(r"a/d = \d+\.\d\d, lrt/d = ", line) for line in lines)
+        assert any(re.match(r"lrt against PyTorch's local reparametrization: \d+\.\d\d$", line)
+                   for line in lines)
     peak = [line for line in lines if line.startswith("peak RSS")]
     assert peak and 100 < float(peak[0].split()[-2]) < 4096
+
+
+def test_bench_train_refuses_bad_step_counts():
+    for args in (["--steps", "0"], ["--steps", "3", "--rounds", "4"], ["--steps", "500"]):
+        proc = subprocess.run([sys.executable, os.path.join(ROOT, "bench", "bench_train.py")]
+                              + args, capture_output=True, text=True, timeout=120)
+        assert proc.returncode == 2 and "must be between" in proc.stderr, proc.stderr
+        assert "Traceback" not in proc.stderr
