@@ -279,14 +279,20 @@ class ChildProcess:
         return lines[-1] if lines else "the child exited with status %d" % self.process.returncode
 
 
+def pytorch_variant(estimator):
+    """A ``CHILD_VARIANTS`` entry for (d): PyTorch imported in the child only."""
+    def prepare(data, steps):
+        import torch
+        return bench_pytorch(data, Config(), steps, estimator), torch.__version__
+    return prepare
+
+
 CHILD_VARIANTS = {
     # (c) as the tutorial runs it: MXNet's default operator tuning
     "tutorial-defaults": lambda data, steps: (
         bench_tutorial(data, Config(), mx.cpu(), steps), None),
-    "pytorch-sample": lambda data, steps: (
-        bench_pytorch(data, Config(), steps, "sample"), __import__("torch").__version__),
-    "pytorch-lrt": lambda data, steps: (
-        bench_pytorch(data, Config(), steps, "lrt"), __import__("torch").__version__),
+    "pytorch-sample": pytorch_variant("sample"),
+    "pytorch-lrt": pytorch_variant("lrt"),
 }
 
 
@@ -299,14 +305,13 @@ def serve_child(variant, data_dir, total_steps):
         print(timer.time(start, count), flush=True)
 
 
-def run_child(flag, data_dir, env=None, *extra):
-    """The last line a child run of this script prints, split into words."""
-    cmd = [sys.executable, os.path.abspath(__file__), flag] + list(extra)
+def peak_memory_of_a_child(data_dir):
+    """Run ``peak_memory_child`` in a process of its own and return what it prints (MiB)."""
+    cmd = [sys.executable, os.path.abspath(__file__), "--peak-memory-child"]
     if data_dir:
         cmd += ["--data-dir", data_dir]
-    out = subprocess.run(cmd, capture_output=True, text=True, check=True,
-                         env=dict(os.environ, **(env or {})))
-    return out.stdout.strip().splitlines()[-1].split()
+    out = subprocess.run(cmd, capture_output=True, text=True, check=True)
+    return float(out.stdout.strip().splitlines()[-1])
 
 
 def peak_memory_child(data_dir):
@@ -426,7 +431,7 @@ def main():
               % per_epoch["d-lrt"])
     else:
         print("(d) PyTorch: not measured (%s)" % not_measured.get("d", not_measured.get("d-lrt")))
-    peak = float(run_child("--peak-memory-child", args.data_dir)[-1])
+    peak = peak_memory_of_a_child(args.data_dir)
     print("peak RSS of a 2x1200 training process:      %6.0f MiB" % peak)
     if "d" in per_epoch and "d-lrt" in per_epoch:
         print("a/d = %.2f, lrt/d = %.2f (--kl analytic), %.2f (Monte Carlo KL), "
