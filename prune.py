@@ -19,6 +19,7 @@ from gluon_bbb.model import transform_rhos
 from gluon_bbb.plots import plot_pruning, plot_snr
 from gluon_bbb.prune import (DEFAULT_PROPORTIONS, check_proportion, prune_weights, pruning_table,
                              save_pruned, snr_ranks, snr_thresholds_db)
+from gluon_bbb.rundir import check_output_dir, locked
 from gluon_bbb.train import check_shapes
 
 
@@ -50,8 +51,10 @@ def markdown_table(rows):
 
 def main(argv=None):
     args = build_parser().parse_args(argv)
-    for p in args.proportions + ([args.save_pruned] if args.save_pruned is not None else []):
+    for p in args.proportions:
         check_proportion(p)
+    if args.save_pruned is not None:
+        check_proportion(args.save_pruned, "save_pruned")
     run_dir = args.checkpoint
     if os.path.isfile(run_dir):
         run_dir = os.path.dirname(os.path.abspath(run_dir))
@@ -63,10 +66,14 @@ def main(argv=None):
     state = load_checkpoint(checkpoint_path, ctx)
     check_shapes(state["mus"], config.layer_shapes(), checkpoint_path)
     check_shapes(state["rhos"], config.layer_shapes(), checkpoint_path)
+    out_dir = check_output_dir(args.out or run_dir)
     data = load_mnist(args.data_dir)
-    out_dir = args.out or run_dir
-    os.makedirs(out_dir, exist_ok=True)
+    with locked(out_dir):
+        return prune_and_report(args, state, data, out_dir)
 
+
+def prune_and_report(args, state, data, out_dir):
+    """Print the pruning table and write its files into ``out_dir`` (locked by the caller)."""
     mus, sigmas = state["mus"], transform_rhos(state["rhos"])
     started = time.time()
     rows = pruning_table(mus, sigmas, args.proportions, data.test_images, data.test_labels)

@@ -15,6 +15,7 @@ from gluon_bbb.cli import ArgumentParser, flag_for, run_main
 from gluon_bbb.errors import CheckpointError, ConfigError
 from gluon_bbb.evaluate import evaluate_run, load_ood_images
 from gluon_bbb.plots import plot_accuracy, plot_weights
+from gluon_bbb.rundir import check_output_dir, locked
 from gluon_bbb.train import CONFIG_FILE
 
 # Config fields set from the flag of the same name (--batch-size -> batch_size).
@@ -49,6 +50,10 @@ def build_parser():
                         "(default 10; 0 skips the report)")
     parser.add_argument("--ood-data-dir", help="another MNIST-format dataset's test images "
                         "for the out-of-distribution part of the report")
+    parser.add_argument("--backend", choices=("native", "ndarray"),
+                        help="native: the C kernels (CPU, weight sampling); ndarray: MXNet "
+                        "operators (any context, any estimator); default: native where it "
+                        "serves")
     for field, kind in CONFIG_FLAGS.items():
         parser.add_argument(flag_for(field), type=kind, metavar=field.upper(),
                             help="default: %s" % getattr(defaults, field))
@@ -78,23 +83,30 @@ def main(argv=None):
     if args.test_samples < 0:
         raise ConfigError("test_samples", args.test_samples, "an integer >= 0")
     ctx = parse_context(args.ctx)
+    out_dir = check_output_dir(args.out or os.path.join("runs", time.strftime("%Y%m%d-%H%M%S")))
     data = load_mnist(args.data_dir)
     ood_images = load_ood_images(args.ood_data_dir) if args.ood_data_dir else None
-    out_dir = args.out or os.path.join("runs", time.strftime("%Y%m%d-%H%M%S"))
+    with locked(out_dir):
+        return train_and_report(args, config, ctx, out_dir, data, ood_images)
+
+
+def train_and_report(args, config, ctx, out_dir, data, ood_images):
+    """Train into ``out_dir`` (locked by the caller), then draw the plots and the uncertainty
+    report there."""
     print("training on %s, writing to %s" % (ctx, out_dir), flush=True)
     result = train(config, data, ctx, out_dir=out_dir, resume=args.resume,
-                   eval_train=args.eval_train, log=lambda line: print(line, flush=True))
+                   eval_train=args.eval_train, log=lambda line: print(line, flush=True),
+                   backend=args.backend)
     plot_accuracy(result.history, os.path.join(out_dir, "accuracy.png"))
     plot_weights(result.mus, result.sigmas, os.path.join(out_dir, "weights.png"))
-    if args.test_samples > 0 and result.history:
+    if args.test_samples > 0:
         report = evaluate_run(out_dir, data, ctx, args.test_samples, ood_images)
         print("uncertainty: test accuracy %.4f with %d samples, ECE %.4f, mean entropy %.3f "
               "bits on MNIST and %.3f on noise" % (
                   report["in_distribution"]["accuracy"], report["test_samples"],
                   report["in_distribution"]["ece"], report["in_distribution"]["mean_entropy"],
                   report["noise"]["mean_entropy"]))
-    if result.history:
-        print("final test accuracy %.4f; wrote %s" % (result.history[-1]["test_accuracy"], out_dir))
+    print("final test accuracy %.4f; wrote %s" % (result.history[-1]["test_accuracy"], out_dir))
     return 0
 
 

@@ -1,17 +1,18 @@
 #!/usr/bin/env python3
 """Time training steps side by side, in one run, and print seconds per epoch and ratios.
 
-  (a) our Bayes-by-Backprop step, as train_mnist.py runs it (gluon_bbb.train's epoch loop:
-      flat mu/rho, the native kernels where built, the network as one CachedOp)
+  (a) our Bayes-by-Backprop step, as train_mnist.py runs it (gluon_bbb.TrainingStep: flat
+      mu/rho, the native backend where built, the network as one CachedOp)
   (b) a deterministic MLP of the same shape trained the usual MXNet way
       (gluon.nn Dense layers, hybridized, gluon.Trainer SGD, data in memory)
   (c) the tutorial's code path: per-sample transform in a gluon DataLoader, per-layer
       nd.random.normal epsilons, autograd of combined_loss, Python SGD loop; timed both with
       our MXNet settings and, in a child process, with MXNet's defaults as the tutorial runs
 
-Also (a) without the native kernels (MXNet operators only), with the paper's scale-mixture
-prior and Adam, with the closed-form KL and with the local reparametrization trick, and the
-local reparametrization's network graph alone (its floor). Then, in child processes, (d) the
+Also (a) on the ndarray backend (MXNet operators only), with the paper's scale-mixture prior
+and Adam (at 2x400 on both backends, and the paper-2x1200 preset's step), with the closed-form
+KL and with the local reparametrization trick (ndarray backend), and the local
+reparametrization's network graph alone (its floor). Then, in child processes, (d) the
 same algorithm in PyTorch where it is installed (it is not a dependency of gluon-bbb:
 ``pip install torch`` to compare), with weight sampling and with the local reparametrization,
 and the peak resident memory of a 2x1200 training run.
@@ -37,11 +38,11 @@ import mxnet as mx  # noqa: E402
 import numpy as np  # noqa: E402
 from mxnet import autograd, gluon, nd  # noqa: E402
 
-from gluon_bbb import (Config, combined_loss, gaussian_prior, init_variational_params,  # noqa
-                       load_mnist, log_softmax_likelihood, net, sample_epsilons,
-                       transform_gaussian_samples, transform_rhos)
-from gluon_bbb.step import FlatLayout, NormalSampler, fused_supported, prior_for  # noqa: E402
-from gluon_bbb.train import _train_epoch, make_optimizer  # noqa: E402
+from gluon_bbb import (Config, TrainingStep, combined_loss, gaussian_prior,  # noqa: E402
+                       init_variational_params, load_mnist, log_softmax_likelihood, net,
+                       sample_epsilons, transform_gaussian_samples, transform_rhos)
+from gluon_bbb.config import PRESETS  # noqa: E402
+from gluon_bbb.model import NetworkGraph  # noqa: E402
 
 STEPS_PER_EPOCH = 469  # ceil(60000 / 128)
 
@@ -54,30 +55,16 @@ def stepwise(step):
     return run
 
 
-def bench_ours(data, config, ctx, steps, native_kernels=None, **options):
-    """``run(start, count)`` over gluon_bbb.train's own epoch loop (mini-batches ``start`` to
-    ``start + count`` of the training images); ``native_kernels`` as in ``train`` (None: the
-    native kernels wherever they serve; False: none)."""
+def bench_ours(data, config, ctx, steps, backend=None, **options):
+    """``run(start, count)`` of ``TrainingStep`` over mini-batches ``start`` to
+    ``start + count`` of the training images; ``backend`` as ``TrainingStep`` takes it."""
     import dataclasses
-    config = dataclasses.replace(config, **options)
-    use_native = native_kernels is not False and fused_supported(ctx)
-    layout = FlatLayout(config.layer_shapes())
-    mus, rhos = init_variational_params(config.layer_shapes(), ctx, seed=0)
-    mu, rho = layout.flatten(mus), layout.flatten(rhos)
-    optimizer = make_optimizer(config)
-    states = [optimizer.create_state(0, mu), optimizer.create_state(1, rho)]
-    prior, sample = prior_for(config), NormalSampler(layout.size, ctx, seed=0)
-    b = config.batch_size
+    step = TrainingStep(dataclasses.replace(config, seed=0, **options), ctx, backend=backend)
+    b = step.config.batch_size
     X = nd.array(data.train_images[:steps * b], ctx=ctx)
     y = nd.one_hot(nd.array(data.train_labels[:steps * b], ctx=ctx), 10)
-    kl_weights = [1.0 / STEPS_PER_EPOCH] * steps
-
-    def run(start, count):
-        _train_epoch(config, 0, X[start * b:(start + count) * b],
-                     y[start * b:(start + count) * b], mu, rho, layout, prior,
-                     kl_weights[start:start + count], sample, optimizer, states, False, 50,
-                     use_native, native_kernels is not False)
-    return run
+    return stepwise(lambda i: step(X[i * b:(i + 1) * b], y[i * b:(i + 1) * b],
+                                   1.0 / STEPS_PER_EPOCH))
 
 
 def bench_deterministic(data, config, ctx, steps):
@@ -159,8 +146,8 @@ def bench_pytorch(data, config, steps, estimator="sample"):
     def sampled_weights_loss(h, labels):
         sigmas = [F.softplus(rho) for rho in rhos]
         weights = [mu + sigma * torch.randn_like(mu) for mu, sigma in zip(mus, sigmas)]
-        for j in range(0, len(weights), 2):
-            h = h @ weights[j] + weights[j + 1]
+        for j in range(0, len(weights), 2):  # weights (outputs, inputs), as ours
+            h = F.linear(h, weights[j], weights[j + 1])
             if j < len(weights) - 2:
                 h = torch.relu(h)
         nll = F.cross_entropy(h, labels, reduction="sum")
@@ -173,8 +160,8 @@ def bench_pytorch(data, config, steps, estimator="sample"):
     def local_reparametrization_loss(h, labels):
         sigmas = [F.softplus(rho) for rho in rhos]
         for j in range(0, len(mus), 2):
-            mean = h @ mus[j] + mus[j + 1]
-            variance = (h * h) @ (sigmas[j] ** 2) + sigmas[j + 1] ** 2
+            mean = F.linear(h, mus[j], mus[j + 1])
+            variance = F.linear(h * h, sigmas[j] ** 2, sigmas[j + 1] ** 2)
             h = mean + torch.sqrt(variance) * torch.randn_like(mean)
             if j < len(mus) - 2:
                 h = torch.relu(h)
@@ -199,25 +186,19 @@ def bench_pytorch(data, config, steps, estimator="sample"):
 
 
 def bench_lrt_graph(data, config, ctx, steps):
-    """The local reparametrization's network alone: the forward and backward pass of
-    ``LrtGraph`` (two matrix products per layer forward, their gradients backward), without
-    the parameter-side passes (softplus, KL term, update) of a training step. The floor of
+    """The local reparametrization's network alone: the forward and backward pass of its graph
+    (two matrix products per layer forward, their gradients backward), without the
+    parameter-side work (softplus, KL term, update) of a training step. The floor of
     ``--estimator lrt`` with dense matrix products."""
-    from gluon_bbb.step import _lrt_nll_backward, lrt_noise_size, lrt_noise_views
-    layout = FlatLayout(config.layer_shapes())
+    graph = NetworkGraph(config.layer_shapes())
     mus, rhos = init_variational_params(config.layer_shapes(), ctx, seed=0)
-    mu, sigma = layout.flatten(mus), layout.flatten(transform_rhos(rhos))
-    grad_mu, grad_sigma = nd.zeros_like(mu), nd.zeros_like(sigma)
+    mu, sigma = graph.layout.flatten(mus), graph.layout.flatten(transform_rhos(rhos))
     b = config.batch_size
-    noise = nd.random.normal(shape=(lrt_noise_size(layout, b),), ctx=ctx)
-    views = (lrt_noise_views(noise, layout, b), layout.views(mu), layout.views(sigma),
-             layout.views(grad_mu), layout.views(grad_sigma))
+    noise = nd.random.normal(shape=(graph.lrt_noise_size(b),), ctx=ctx)
     X = nd.array(data.train_images[:steps * b], ctx=ctx)
     y = nd.one_hot(nd.array(data.train_labels[:steps * b], ctx=ctx), 10)
-
-    def step(i):
-        _lrt_nll_backward(X[i * b:(i + 1) * b], y[i * b:(i + 1) * b], layout, *views)
-    return stepwise(step)
+    return stepwise(lambda i: graph.lrt_nll_and_grads(X[i * b:(i + 1) * b],
+                                                      y[i * b:(i + 1) * b], mu, sigma, noise))
 
 
 class InProcess:
@@ -271,6 +252,8 @@ class ChildProcess:
 
     def close(self):
         """End the child; the last line it wrote to stderr, if any."""
+        if self.errors.closed:
+            return None
         self.process.stdin.close()
         self.process.wait()
         self.errors.seek(0)
@@ -384,10 +367,13 @@ def main():
                                  args.rounds))
     paper = {"prior": "scale_mixture", "pi": 0.25, "sigma_p1": 1.0, "sigma_p2": np.exp(-6.0),
              "optimizer": "adam"}
+    paper_2x1200 = {key: value for key, value in PRESETS["paper-2x1200"].items()
+                    if key not in ("validation", "epochs")}
     variants = (("a", bench_ours, {}), ("b", bench_deterministic, {}),
-                ("c", bench_tutorial, {}), ("a-ops", bench_ours, {"native_kernels": False}),
+                ("c", bench_tutorial, {}), ("a-ops", bench_ours, {"backend": "ndarray"}),
                 ("paper", bench_ours, paper),
-                ("paper-ops", bench_ours, dict(paper, native_kernels=False)),
+                ("paper-ops", bench_ours, dict(paper, backend="ndarray")),
+                ("paper-2x1200", bench_ours, paper_2x1200),
                 ("kl", bench_ours, {"kl": "analytic"}),
                 ("lrt", bench_ours, {"estimator": "lrt", "kl": "analytic"}),
                 ("lrt-mc", bench_ours, {"estimator": "lrt"}),
@@ -410,14 +396,15 @@ def main():
     if "c0" in not_measured:
         raise SystemExit("bench_train.py: the tutorial child failed: %s" % not_measured["c0"])
     per_epoch = {name: seconds * STEPS_PER_EPOCH for name, seconds in per_step.items()}
-    print("native kernels: %s" % ("yes" if gluon_bbb.native.available()
+    print("native backend: %s" % ("yes" if gluon_bbb.native.available()
                                   else "no (%s)" % gluon_bbb.native.unavailable_reason()))
-    print("    MXNet operators only (no native kernels): %6.2f s/epoch" % per_epoch["a-ops"])
+    print("    ndarray backend (MXNet operators only):   %6.2f s/epoch" % per_epoch["a-ops"])
     print("    paper prior (scale mixture) and Adam:     %6.2f s/epoch" % per_epoch["paper"])
-    print("      the same, MXNet operators only:         %6.2f s/epoch" % per_epoch["paper-ops"])
+    print("      the same, ndarray backend:              %6.2f s/epoch" % per_epoch["paper-ops"])
+    print("    --preset paper-2x1200:                    %6.2f s/epoch" % per_epoch["paper-2x1200"])
     print("    --kl analytic:                            %6.2f s/epoch" % per_epoch["kl"])
-    print("    --estimator lrt --kl analytic:            %6.2f s/epoch" % per_epoch["lrt"])
-    print("    --estimator lrt (Monte Carlo KL):         %6.2f s/epoch" % per_epoch["lrt-mc"])
+    print("    --estimator lrt --kl analytic (ndarray):  %6.2f s/epoch" % per_epoch["lrt"])
+    print("    --estimator lrt, Monte Carlo KL (ndarray): %5.2f s/epoch" % per_epoch["lrt-mc"])
     print("      its network graph alone (no parameter-side work): %6.2f s/epoch"
           % per_epoch["lrt-graph"])
     print("(a) Bayes by Backprop, gluon_bbb step:        %6.2f s/epoch" % per_epoch["a"])

@@ -14,13 +14,15 @@ from .context import context_name, parse_context
 from .data import MNIST, load_mnist, read_idx, resolve_data_dir
 from .errors import (CheckpointError, ConfigError, ContextError, DataError, GluonBBBError,
                      TrainingDiverged)
-from .model import (combined_loss, evaluate_accuracy, gaussian_prior, init_variational_params,
-                    layer_param_shapes, log_gaussian, log_softmax_likelihood, net,
+from .model import (GaussianPrior, ScaleMixturePrior, combined_loss, combined_loss_gradients,
+                    evaluate_accuracy, gaussian_prior, init_variational_params, layer_param_shapes,
+                    log_gaussian, log_softmax_likelihood, lrt_net, net, prior_for,
                     sample_epsilons, scale_mixture_prior, softplus, transform_gaussian_samples,
                     transform_rhos)
+from .noise import noise_for
 from .prune import prune_weights, pruning_table, signal_to_noise_ratio
-from .step import bbb_gradients
-from .train import TrainResult, bbb_loss, kl_weights, load_run_config, train
+from .step import TrainingStep
+from .train import TrainResult, kl_weights, load_run_config, train
 from .uncertainty import (auroc, expected_calibration_error, negative_log_likelihood, predict,
                           predictive_entropy)
 

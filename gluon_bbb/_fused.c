@@ -1,14 +1,13 @@
 /* Fused CPU kernels for the Bayes-by-Backprop step over flat float32 parameter vectors.
  *
- * Loaded with ctypes by gluon_bbb/native.py (no Python API here). Two passes per step replace
+ * Loaded with ctypes by gluon_bbb/native.py (no Python API here): the native backend of the
+ * training step, for weight sampling (the tutorial's estimator). Two passes per step replace
  * about 40 MXNet elementwise operators, each of which reads and writes every parameter:
  *
  *   bbb_sample_weights: eps ~ N(0, 1) (Philox4x64-10 + Box-Muller), w = mu + softplus(rho) * eps
  *   bbb_kl_gradients:   the KL term (Monte Carlo or closed form) and dL/dmu, dL/drho given
- *                       the data term's gradients (dNLL/dw, or dNLL/dmu and dNLL/dsigma)
- *   bbb_softplus:       sigma = softplus(rho), for the local reparametrization trick
- *   bbb_sample_kl_gradients: both of the first two in one pass, for the local
- *                       reparametrization with the Monte Carlo KL
+ *                       the data term's gradient dNLL/dw
+ *   bbb_sgd_update, bbb_adam_update: MXNet's optimizer updates, in place
  *
  * Normal draws: element i of stream s belongs to chunk c = i / CHUNK; chunk c takes its
  * uniforms from the 64-bit words of Philox4x64-10 blocks with counter (c * BLOCKS_PER_CHUNK + j
@@ -23,6 +22,9 @@
 #include <math.h>
 #include <stdint.h>
 
+/* native.py refuses a library whose version differs from its own ABI_VERSION: raise both
+ * whenever a function's signature or meaning changes. */
+#define ABI_VERSION 2
 #define CHUNK 8192
 #define BLOCKS_PER_CHUNK 1024 /* CHUNK / 2 words per pair of normals / 4 words per block */
 #define LOG_SQRT_2PI 0.91893853320467274178f
@@ -35,6 +37,8 @@
 #endif
 
 typedef unsigned __int128 u128;
+
+int bbb_abi_version(void) { return ABI_VERSION; }
 
 /* Random123's Philox4x64 with 10 rounds (Salmon et al. 2011), as NumPy implements it. */
 static void philox4x64_10(uint64_t c0, uint64_t c1, uint64_t c2, uint64_t c3,
@@ -149,54 +153,33 @@ void bbb_sample_weights(int64_t n, const float *mu, const float *rho, uint64_t k
     sample(n, mu, rho, k0, k1, stream, eps, w);
 }
 
-/* The gradients of one entry of a Monte Carlo KL step. The data term's are grad_mu_data[i]
- * with respect to mu and, for the local reparametrization (lrt = 1), grad_sigma_data[i] with
- * respect to sigma; for weight sampling (lrt = 0) the latter is grad_mu_data[i] * eps[i].
- * The KL term's: kl_w through w = mu + sigma * eps, kl_sigma directly through sigma.
- * lrt is a constant at every call, so that each loop below compiles without the test. */
-static inline void entry_gradients(int64_t i, const float *eps, const float *grad_mu_data,
-                                   const float *grad_sigma_data, const int lrt, float kl_w,
-                                   float kl_sigma, float sigmoid, float *grad_mu,
-                                   float *grad_rho) {
-    if (lrt) {
-        grad_mu[i] = grad_mu_data[i] + kl_w;
-        grad_rho[i] = (grad_sigma_data[i] + kl_w * eps[i] + kl_sigma) * sigmoid;
-    } else {
-        float g = grad_mu_data[i] + kl_w;
-        grad_mu[i] = g;
-        grad_rho[i] = (g * eps[i] + kl_sigma) * sigmoid;
-    }
-}
-
 /* One entry of the Monte Carlo KL, given log P(x) and d log P / dx at x = w[i]: writes
- * grad_mu[i] and grad_rho[i] and returns log q(x) - log P(x). */
+ * grad_mu[i] = g and grad_rho[i] = (g eps - kl_weight / sigma) sigmoid(rho) with
+ * g = dNLL/dw + kl_weight * (-d log P / dx), and returns log q(x) - log P(x). */
 static inline float kl_entry(int64_t i, const float *rho, const float *eps,
-                             const float *grad_mu_data, const float *grad_sigma_data,
-                             const int lrt, float kl_weight, float log_prior, float dlog_prior,
-                             float *grad_mu, float *grad_rho) {
+                             const float *grad_w, float kl_weight, float log_prior,
+                             float dlog_prior, float *grad_mu, float *grad_rho) {
     float sigmoid, sigma = softplus_and_sigmoid(rho[i], &sigmoid);
-    float z = eps[i];
-    entry_gradients(i, eps, grad_mu_data, grad_sigma_data, lrt, -kl_weight * dlog_prior,
-                    -kl_weight / sigma, sigmoid, grad_mu, grad_rho);
+    float z = eps[i], g = grad_w[i] - kl_weight * dlog_prior;
+    grad_mu[i] = g;
+    grad_rho[i] = (g * z - kl_weight / sigma) * sigmoid;
     return -logf(sigma) - 0.5f * z * z - LOG_SQRT_2PI - log_prior;
 }
 
 /* Gaussian prior N(0, s^2): log P = -x^2 / (2 s^2) - log s - log sqrt(2 pi). */
 static inline float gaussian_entry(int64_t i, const float *rho, const float *eps,
-                                   const float *w, const float *grad_mu_data,
-                                   const float *grad_sigma_data, const int lrt, float kl_weight,
+                                   const float *w, const float *grad_w, float kl_weight,
                                    struct prior_terms t, float *grad_mu, float *grad_rho) {
     float x = w[i];
-    return kl_entry(i, rho, eps, grad_mu_data, grad_sigma_data, lrt, kl_weight,
-                    t.c1 - t.k1 * x * x, -2.0f * t.k1 * x, grad_mu, grad_rho);
+    return kl_entry(i, rho, eps, grad_w, kl_weight, t.c1 - t.k1 * x * x, -2.0f * t.k1 * x,
+                    grad_mu, grad_rho);
 }
 
 /* Scale mixture pi N(0, s1^2) + (1 - pi) N(0, s2^2) in log space: with a, b the two
  * components' log densities and d = a - b, log P = max(a, b) + log1p(exp(-|d|)), and the
  * first component's share of the density is sigmoid(d), the second's sigmoid(-d). */
 static inline float mixture_entry(int64_t i, const float *rho, const float *eps,
-                                  const float *w, const float *grad_mu_data,
-                                  const float *grad_sigma_data, const int lrt, float kl_weight,
+                                  const float *w, const float *grad_w, float kl_weight,
                                   struct prior_terms t, float *grad_mu, float *grad_rho) {
     float x = w[i], x2 = x * x;
     float a = t.c1 - t.k1 * x2, b = t.c2 - t.k2 * x2, d = a - b;
@@ -207,75 +190,51 @@ static inline float mixture_entry(int64_t i, const float *rho, const float *eps,
      * lose all precision where share1 is near 1, and k2 is large */
     float share1 = (d > 0.0f ? 1.0f : ed) / (1.0f + ed);
     float share2 = (d > 0.0f ? ed : 1.0f) / (1.0f + ed);
-    return kl_entry(i, rho, eps, grad_mu_data, grad_sigma_data, lrt, kl_weight,
-                    fmaxf(a, b) + log1pf(ed), -2.0f * x * (t.k1 * share1 + t.k2 * share2),
-                    grad_mu, grad_rho);
+    return kl_entry(i, rho, eps, grad_w, kl_weight, fmaxf(a, b) + log1pf(ed),
+                    -2.0f * x * (t.k1 * share1 + t.k2 * share2), grad_mu, grad_rho);
 }
 
 /* Closed-form KL(N(mu, sigma^2) || N(0, s^2)) = log(s / sigma) + (sigma^2 + mu^2) / (2 s^2) - 1/2,
  * with d/dmu = mu / s^2 and d/dsigma = sigma / s^2 - 1 / sigma. */
 static inline float closed_form_entry(int64_t i, const float *mu, const float *rho,
-                                      const float *eps, const float *grad_mu_data,
-                                      const float *grad_sigma_data, const int lrt,
-                                      float kl_weight, float inv, float c, float *grad_mu,
-                                      float *grad_rho) {
+                                      const float *eps, const float *grad_w, float kl_weight,
+                                      float inv, float c, float *grad_mu, float *grad_rho) {
     float sigmoid, sigma = softplus_and_sigmoid(rho[i], &sigmoid);
     float m = mu[i];
-    float gs = lrt ? grad_sigma_data[i] : grad_mu_data[i] * eps[i];
-    grad_mu[i] = grad_mu_data[i] + kl_weight * m * inv;
-    grad_rho[i] = (gs + kl_weight * (sigma * inv - 1.0f / sigma)) * sigmoid;
+    grad_mu[i] = grad_w[i] + kl_weight * m * inv;
+    grad_rho[i] = (grad_w[i] * eps[i] + kl_weight * (sigma * inv - 1.0f / sigma)) * sigmoid;
     return c - logf(sigma) + 0.5f * (sigma * sigma + m * m) * inv;
 }
 
-/* total = sum over i < n of ENTRY(..., lrt, ...), one loop for each value of lrt. The loops
- * sit in the VECTOR_CLONES functions themselves so that OpenMP's outlined bodies get the avx2
- * clone too. */
-#define PARALLEL_SUM _Pragma("omp parallel for simd reduction(+ : total) schedule(static)")
-#define SUM_ENTRIES(ENTRY_WITH_LRT)                                                      \
-    do {                                                                                 \
-        if (grad_sigma_data) {                                                           \
-            PARALLEL_SUM for (int64_t i = 0; i < n; ++i) total += ENTRY_WITH_LRT(1);     \
-        } else {                                                                         \
-            PARALLEL_SUM for (int64_t i = 0; i < n; ++i) total += ENTRY_WITH_LRT(0);     \
-        }                                                                                \
-    } while (0)
+/* The loops sit in the VECTOR_CLONES functions themselves so that OpenMP's outlined bodies
+ * get the avx2 clone too. */
+#define SUM_ENTRIES(ENTRY)                                                              \
+    _Pragma("omp parallel for simd reduction(+ : total) schedule(static)")              \
+    for (int64_t i = 0; i < n; ++i) total += ENTRY
 
+/* The Monte Carlo KL for either prior; the prior is chosen outside the loops, which then
+ * run without a test per entry. */
 VECTOR_CLONES
-static double kl_gaussian(int64_t n, const float *rho, const float *eps, const float *w,
-                          const float *grad_mu_data, const float *grad_sigma_data,
-                          float kl_weight, struct prior_terms t, float *grad_mu,
-                          float *grad_rho) {
+static double kl_monte_carlo(int64_t n, const float *rho, const float *eps, const float *w,
+                             const float *grad_w, float kl_weight, struct prior_terms t,
+                             int mixture, float *grad_mu, float *grad_rho) {
     double total = 0.0;
-#define ENTRY(lrt) gaussian_entry(i, rho, eps, w, grad_mu_data, grad_sigma_data, lrt, \
-                                  kl_weight, t, grad_mu, grad_rho)
-    SUM_ENTRIES(ENTRY);
-#undef ENTRY
-    return total;
-}
-
-VECTOR_CLONES
-static double kl_mixture(int64_t n, const float *rho, const float *eps, const float *w,
-                         const float *grad_mu_data, const float *grad_sigma_data,
-                         float kl_weight, struct prior_terms t, float *grad_mu,
-                         float *grad_rho) {
-    double total = 0.0;
-#define ENTRY(lrt) mixture_entry(i, rho, eps, w, grad_mu_data, grad_sigma_data, lrt, \
-                                 kl_weight, t, grad_mu, grad_rho)
-    SUM_ENTRIES(ENTRY);
-#undef ENTRY
+    if (mixture) {
+        SUM_ENTRIES(mixture_entry(i, rho, eps, w, grad_w, kl_weight, t, grad_mu, grad_rho));
+    } else {
+        SUM_ENTRIES(gaussian_entry(i, rho, eps, w, grad_w, kl_weight, t, grad_mu, grad_rho));
+    }
     return total;
 }
 
 VECTOR_CLONES
 static double kl_closed_form(int64_t n, const float *mu, const float *rho, const float *eps,
-                             const float *grad_mu_data, const float *grad_sigma_data,
-                             float kl_weight, float sigma_p, float *grad_mu, float *grad_rho) {
+                             const float *grad_w, float kl_weight, float sigma_p,
+                             float *grad_mu, float *grad_rho) {
     const float inv = 1.0f / (sigma_p * sigma_p), c = logf(sigma_p) - 0.5f;
     double total = 0.0;
-#define ENTRY(lrt) closed_form_entry(i, mu, rho, eps, grad_mu_data, grad_sigma_data, lrt, \
-                                     kl_weight, inv, c, grad_mu, grad_rho)
-    SUM_ENTRIES(ENTRY);
-#undef ENTRY
+    SUM_ENTRIES(closed_form_entry(i, mu, rho, eps, grad_w, kl_weight, inv, c, grad_mu,
+                                  grad_rho));
     return total;
 }
 
@@ -283,30 +242,16 @@ static double kl_closed_form(int64_t n, const float *mu, const float *rho, const
  *   prior 0: Monte Carlo, Gaussian prior N(0, s1^2)       (sum of log q(w) - log P(w))
  *   prior 1: Monte Carlo, scale mixture (pi, s1, s2), 0 < pi < 1
  *   prior 2: closed form, Gaussian prior N(0, s1^2)       (sum of KL(q || P) per entry)
- * Monte Carlo at w = mu + sigma * eps; grad_mu_data = dNLL/dw for weight sampling
- * (grad_sigma_data NULL: dNLL/dsigma = dNLL/dw * eps), or dNLL/dmu with grad_sigma_data =
- * dNLL/dsigma for the local reparametrization. Writes grad_mu and grad_rho = dL/dsigma *
+ * at w = mu + sigma * eps, given grad_w = dNLL/dw. Writes grad_mu and grad_rho = dL/dsigma *
  * sigmoid(rho) of L = NLL + kl_weight * KL, and returns the KL term's sum (in double). */
 double bbb_kl_gradients(int64_t n, const float *mu, const float *rho, const float *eps,
-                        const float *w, const float *grad_mu_data,
-                        const float *grad_sigma_data, float kl_weight, int prior, float pi,
-                        float s1, float s2, float *grad_mu, float *grad_rho) {
+                        const float *w, const float *grad_w, float kl_weight, int prior,
+                        float pi, float s1, float s2, float *grad_mu, float *grad_rho) {
     struct prior_terms t = prior_terms_of(prior, pi, s1, s2);
-    if (prior == 0)
-        return kl_gaussian(n, rho, eps, w, grad_mu_data, grad_sigma_data, kl_weight, t, grad_mu,
-                           grad_rho);
-    if (prior == 1)
-        return kl_mixture(n, rho, eps, w, grad_mu_data, grad_sigma_data, kl_weight, t, grad_mu,
-                          grad_rho);
-    return kl_closed_form(n, mu, rho, eps, grad_mu_data, grad_sigma_data, kl_weight, s1,
-                          grad_mu, grad_rho);
-}
-
-/* sigma = softplus(rho), for the local reparametrization's network. */
-VECTOR_CLONES
-void bbb_softplus(int64_t n, const float *rho, float *sigma) {
-#pragma omp parallel for simd schedule(static)
-    for (int64_t i = 0; i < n; ++i) sigma[i] = softplus(rho[i]);
+    if (prior == 0 || prior == 1)
+        return kl_monte_carlo(n, rho, eps, w, grad_w, kl_weight, t, prior == 1, grad_mu,
+                              grad_rho);
+    return kl_closed_form(n, mu, rho, eps, grad_w, kl_weight, s1, grad_mu, grad_rho);
 }
 
 /* MXNet's sgd_update (no momentum) and adam_update, in place, for float32 vectors:
@@ -336,42 +281,4 @@ void bbb_adam_update(int64_t n, float *param, const float *grad, float *mean, fl
         var[i] = v;
         param[i] -= lr * m / (sqrtf(v) + epsilon);
     }
-}
-
-/* The local reparametrization's Monte Carlo KL in one pass: the weight sample w = mu +
- * softplus(rho) * eps (eps: the normals of stream `stream`, as bbb_sample_weights draws them)
- * lives only chunk by chunk on the stack instead of in two arrays written by one pass and
- * read by the next. Otherwise bbb_kl_gradients with prior 0 or 1 and grad_sigma_data given. */
-VECTOR_CLONES
-double bbb_sample_kl_gradients(int64_t n, const float *mu, const float *rho, uint64_t k0,
-                               uint64_t k1, uint64_t stream, const float *grad_mu_data,
-                               const float *grad_sigma_data, float kl_weight, int prior,
-                               float pi, float s1, float s2, float *grad_mu, float *grad_rho) {
-    const struct prior_terms t = prior_terms_of(prior, pi, s1, s2);
-    int64_t chunks = (n + CHUNK - 1) / CHUNK;
-    double total = 0.0;
-#pragma omp parallel for reduction(+ : total) schedule(static)
-    for (int64_t ch = 0; ch < chunks; ++ch) {
-        float uniforms[CHUNK], eps[CHUNK], w[CHUNK];
-        int64_t lo = ch * CHUNK, length = (n - lo < CHUNK) ? n - lo : CHUNK;
-        int64_t half = (length + 1) / 2;
-        const float *r = rho + lo, *gm = grad_mu_data + lo, *gs = grad_sigma_data + lo;
-        float *out_mu = grad_mu + lo, *out_rho = grad_rho + lo;
-        double chunk_total = 0.0;
-        chunk_uniforms(ch, half, k0, k1, stream, uniforms);
-        chunk_normals(length, half, uniforms, eps, mu + lo, r, w);
-        if (prior == 0) {
-#pragma omp simd reduction(+ : chunk_total)
-            for (int64_t m = 0; m < length; ++m)
-                chunk_total += gaussian_entry(m, r, eps, w, gm, gs, 1, kl_weight, t, out_mu,
-                                              out_rho);
-        } else {
-#pragma omp simd reduction(+ : chunk_total)
-            for (int64_t m = 0; m < length; ++m)
-                chunk_total += mixture_entry(m, r, eps, w, gm, gs, 1, kl_weight, t, out_mu,
-                                             out_rho);
-        }
-        total += chunk_total;
-    }
-    return total;
 }

@@ -1,8 +1,10 @@
-"""Atomic checkpoints of the variational parameters and optimizer state in ``nd.save`` format.
+"""Checkpoints of a run in ``nd.save`` format, and the atomic, durable writes of a run's files.
 
-One file holds everything, keyed ``mu:i``, ``rho:i``, ``opt:i:j`` (the j-th state array of
-the optimizer's parameter i; training keeps ``mu`` (i = 0) and ``rho`` (i = 1) as flat vectors) and ``num_update`` (optimizer steps taken) and ``epoch`` (epochs completed),
-so ``nd.load`` reads it without this package.
+One file holds everything, keyed ``mu:i``, ``rho:i`` (parameter i, weights (outputs, inputs)),
+``opt:i:j`` (the j-th flat state array of the optimizer's parameter i: 0 for mu, 1 for rho, in
+the order of ``FlatLayout``), ``num_update`` (optimizer steps taken), ``epoch`` (epochs
+completed) and ``layout``, so that ``nd.load`` reads it without this package. Checkpoints without
+``layout`` hold weights as (inputs, outputs); ``load_checkpoint`` turns them around.
 """
 import json
 import os
@@ -13,13 +15,25 @@ from mxnet import nd
 from .errors import CheckpointError
 
 CHECKPOINT_FILE = "checkpoint.params"
+LAYOUT_OUTPUTS_INPUTS = 1
 
 
 def write_atomically(path, write):
-    """Call ``write(tmp_path)`` then rename onto ``path``, so readers see old or new, never half."""
+    """Call ``write(tmp_path)``, flush it to disk, then rename it onto ``path`` and flush the
+    directory: readers see the old file or the new one, never half, even after a power cut."""
     tmp_path = path + ".tmp"
     write(tmp_path)
+    _fsync(tmp_path)
     os.replace(tmp_path, path)
+    _fsync(os.path.dirname(os.path.abspath(path)))
+
+
+def _fsync(path):
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def write_json(path, value):
@@ -32,14 +46,16 @@ def write_json(path, value):
 
 
 def save_checkpoint(path, mus, rhos, optimizer_states, num_update, epoch):
-    """Write a checkpoint atomically. ``optimizer_states[i]`` is None, an NDArray or a tuple."""
+    """Write a checkpoint atomically. ``optimizer_states[i]``: the list of flat state arrays of
+    parameter i (``TrainingStep.state_arrays()``)."""
     arrays = {"epoch": nd.array([epoch], dtype="int64"),
-              "num_update": nd.array([num_update], dtype="int64")}
+              "num_update": nd.array([num_update], dtype="int64"),
+              "layout": nd.array([LAYOUT_OUTPUTS_INPUTS], dtype="int64")}
     for i, (mu, rho) in enumerate(zip(mus, rhos)):
         arrays["mu:%d" % i] = mu
         arrays["rho:%d" % i] = rho
     for i, state in enumerate(optimizer_states):
-        for j, array in enumerate(state_arrays(state)):
+        for j, array in enumerate(state):
             arrays["opt:%d:%d" % (i, j)] = array
     write_atomically(path, lambda tmp: nd.save(tmp, arrays))
 
@@ -74,15 +90,25 @@ def load_checkpoint(path, ctx=None):
         _, i, j = key.split(":")
         states[int(i)].append((int(j), arrays[key].as_in_context(ctx)))
     states = [[a for _, a in sorted(s, key=lambda t: t[0])] for s in states]
+    if "layout" not in arrays:
+        mus, rhos, states = _from_inputs_outputs(mus, rhos, states)
     return {"mus": mus, "rhos": rhos, "optimizer_states": states,
             "num_update": int(arrays["num_update"].asscalar()),
             "epoch": int(arrays["epoch"].asscalar())}
 
 
-def state_arrays(state):
-    """The NDArrays of one optimizer state (None, an NDArray or nested tuples), in order."""
-    if state is None:
-        return []
-    if isinstance(state, (tuple, list)):
-        return [a for s in state for a in state_arrays(s)]
-    return [state]
+def _from_inputs_outputs(mus, rhos, states):
+    """Parameters and flat optimizer state with weights (inputs, outputs) turned to (outputs,
+    inputs)."""
+    shapes = [m.shape for m in mus]
+
+    def turn_flat(flat):
+        blocks, offset = [], 0
+        for shape in shapes:
+            size = int(shape[0] * (shape[1] if len(shape) == 2 else 1))
+            block = flat[offset:offset + size].reshape(shape)
+            blocks.append((block.T if len(shape) == 2 else block).reshape((-1,)))
+            offset += size
+        return nd.concat(*blocks, dim=0)
+    turn = lambda arrays: [a.T.copy() if a.ndim == 2 else a for a in arrays]
+    return turn(mus), turn(rhos), [[turn_flat(a) for a in state] for state in states]

@@ -17,15 +17,18 @@ def flag_for(field):
     return "--" + field.replace("_", "-")
 
 
-def run_main(main, argv=None):
-    """Run ``main(argv)``; turn input errors into ``prog: error: message`` and exit status 2."""
-    prog = os.path.basename(sys.argv[0])
+def run_main(main, argv=None, prog=None):
+    """Run ``main(argv)``; turn input errors, and files that cannot be written or read, into
+    ``prog: error: message`` and exit status 2."""
+    prog = prog or os.path.basename(sys.argv[0])
     try:
         return main(argv)
     except ConfigError as exc:
         message = "%s must be %s, got %r" % (flag_for(exc.field), exc.requirement, exc.value)
     except GluonBBBError as exc:
         message = str(exc)
+    except OSError as exc:  # a disk that fills up or a file that vanishes mid-run
+        message = "%s%s" % (exc.strerror or exc, ": %s" % exc.filename if exc.filename else "")
     except BrokenPipeError:  # output piped into head or similar: not an error of ours
         sys.stderr.close()
         return 0

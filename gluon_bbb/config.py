@@ -98,17 +98,10 @@ class Config:
         return self.learning_rate * self.lr_decay_factor ** (epoch // self.lr_decay_every)
 
     def layer_shapes(self):
-        """Parameter shapes ``[W1 (in,out), b1 (out,), ...]`` of this config's MLP."""
+        """Parameter shapes ``[W1 (out, in), b1 (out,), ...]`` of this config's MLP."""
         from .model import layer_param_shapes
         return layer_param_shapes(self.num_inputs, self.num_hidden_units,
                                   self.num_hidden_layers, self.num_outputs)
-
-    def log_prior(self):
-        """The callable ``x -> summed log prior density of x`` this config asks for."""
-        from .model import gaussian_prior, scale_mixture_prior
-        if self.prior == "gaussian":
-            return lambda x: gaussian_prior(x, self.sigma_p)
-        return lambda x: scale_mixture_prior(x, self.pi, self.sigma_p1, self.sigma_p2)
 
     def to_dict(self):
         return dataclasses.asdict(self)

@@ -15,6 +15,7 @@ import numpy as np
 from .errors import DataError
 
 PIXEL_SCALE = 126.0
+IMAGE_SHAPE = (28, 28)
 IDX_FILES = {
     "train_images": ("train-images-idx3-ubyte", 60000),
     "train_labels": ("train-labels-idx1-ubyte", 60000),
@@ -34,7 +35,6 @@ def read_idx(path, ndim):
     Returns a uint8 array of the shape its header declares. Raises DataError naming
     the file if the magic number, dimension count or data size is wrong.
     """
-    name = os.path.basename(path)
     try:
         with open(path, "rb") as f:
             raw = f.read()
@@ -55,7 +55,7 @@ def read_idx(path, ndim):
     if found != expected:
         what = "truncated" if found < expected else "has trailing bytes"
         raise DataError("%s: %s: header declares %s = %d data bytes, file holds %d"
-                        % (name, what, "x".join(map(str, dims)), expected, found))
+                        % (path, what, "x".join(map(str, dims)), expected, found))
     return np.frombuffer(raw, dtype=np.uint8, offset=header_size).reshape(dims)
 
 
@@ -110,7 +110,8 @@ def _download_with_gluon(root):
             for train in (True, False):
                 mx.gluon.data.vision.MNIST(root=root, train=train)
     except Exception as exc:  # any network or file error: report it, do not crash
-        return "download failed: %s" % str(exc).splitlines()[0][:200]
+        lines = str(exc).strip().splitlines() or [type(exc).__name__]
+        return "download failed: %s" % lines[0]
     return None
 
 
@@ -128,7 +129,7 @@ def load_mnist(data_dir=None, download=True):
         if array.shape[0] != count:
             raise DataError("%s: holds %d items, expected %d" % (path, array.shape[0], count))
         if is_images:
-            if array.shape[1:] != (28, 28):
+            if array.shape[1:] != IMAGE_SHAPE:
                 raise DataError("%s: images are %s, expected 28x28" % (path, array.shape[1:]))
             array = array.reshape(count, 784).astype(np.float32) / np.float32(PIXEL_SCALE)
         else:

@@ -17,6 +17,14 @@ class CheckpointError(GluonBBBError):
     """A checkpoint is missing, unreadable or does not match the model."""
 
 
+class OutputError(GluonBBBError):
+    """An output location is not a directory or cannot be written."""
+
+
+class RunDirectoryBusy(GluonBBBError):
+    """Another process holds the run directory's lock."""
+
+
 class TrainingDiverged(GluonBBBError):
     """The loss became non-finite; carries the epoch and batch where it happened."""
 

@@ -11,8 +11,9 @@ import numpy as np
 from .checkpoint import CHECKPOINT_FILE, load_checkpoint, write_json
 from .cli import ArgumentParser, run_main
 from .context import parse_context
-from .data import PIXEL_SCALE, find_idx_file, load_mnist, read_idx
+from .data import IMAGE_SHAPE, PIXEL_SCALE, find_idx_file, load_mnist, read_idx
 from .errors import ConfigError, DataError
+from .rundir import check_output_dir, locked
 from .model import evaluate_accuracy, transform_rhos
 from .train import check_shapes, load_run_config
 from .uncertainty import (auroc, expected_calibration_error, negative_log_likelihood,
@@ -22,11 +23,15 @@ OOD_IMAGES = "t10k-images-idx3-ubyte"
 
 
 def load_ood_images(directory):
-    """Test images of another MNIST-format dataset (e.g. Fashion-MNIST), scaled like MNIST."""
+    """Test images of another MNIST-format dataset (e.g. Fashion-MNIST), scaled like MNIST;
+    DataError unless they are 28x28, as the network takes them."""
     path = find_idx_file(directory, OOD_IMAGES)
     if path is None:
         raise DataError("no %s[.gz] in --ood-data-dir %s" % (OOD_IMAGES, directory))
     images = read_idx(path, ndim=3)
+    if images.shape[1:] != IMAGE_SHAPE:
+        raise DataError("%s: images are %dx%d, the network takes %dx%d" % (
+            path, images.shape[1], images.shape[2], *IMAGE_SHAPE))
     return images.reshape(images.shape[0], -1).astype(np.float32) / np.float32(PIXEL_SCALE)
 
 
@@ -79,7 +84,8 @@ def plot_uncertainty(entropies, probs, labels, path):
     ax.set_xlabel("confidence")
     ax.set_ylabel("accuracy")
     ax.set_title("reliability, ECE %.4f" % expected_calibration_error(probs, labels))
-    ax.legend(loc="upper left")
+    # below the axes: inside them it would cover bars
+    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=3, fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=100)
 
@@ -95,15 +101,16 @@ def evaluate_run(run_dir, data, ctx, num_samples=10, ood_images=None, out_dir=No
         state["mus"], transform_rhos(state["rhos"]), data.test_images, data.test_labels,
         num_samples, ood_images)
     report["model"] = config.model
-    out_dir = out_dir or run_dir
-    os.makedirs(out_dir, exist_ok=True)
-    write_json(os.path.join(out_dir, "uncertainty.json"), report)
-    plot_uncertainty(entropies, probs, data.test_labels, os.path.join(out_dir, "uncertainty.png"))
+    out_dir = check_output_dir(out_dir or run_dir)
+    with locked(out_dir):
+        write_json(os.path.join(out_dir, "uncertainty.json"), report)
+        plot_uncertainty(entropies, probs, data.test_labels,
+                         os.path.join(out_dir, "uncertainty.png"))
     return report
 
 
 def main(argv=None):
-    parser = ArgumentParser(prog="python -m gluon_bbb.evaluate",
+    parser = ArgumentParser(prog=PROG,
                             description="Uncertainty report (entropy, ECE, NLL, OOD AUROC).")
     parser.add_argument("--checkpoint", required=True, help="run directory of train_mnist.py")
     parser.add_argument("--data-dir", help="directory with the MNIST IDX files")
@@ -119,12 +126,16 @@ def main(argv=None):
     if not os.path.isdir(args.checkpoint):
         raise DataError("--checkpoint %s is not a run directory" % args.checkpoint)
     ctx = parse_context(args.ctx)
+    out_dir = check_output_dir(args.out or args.checkpoint)
     ood = load_ood_images(args.ood_data_dir) if args.ood_data_dir else None
-    report = evaluate_run(args.checkpoint, load_mnist(args.data_dir), ctx, args.test_samples,
-                          ood, args.out)
+    data = load_mnist(args.data_dir)
+    with locked(out_dir):
+        report = evaluate_run(args.checkpoint, data, ctx, args.test_samples, ood, out_dir)
     print(json.dumps(report, indent=2))
     return 0
 
 
+PROG = "python -m gluon_bbb.evaluate"
+
 if __name__ == "__main__":
-    sys.exit(run_main(main))
+    sys.exit(run_main(main, prog=PROG))

@@ -1,25 +1,42 @@
-"""The functional Bayes-by-Backprop core, step by step as in the tutorial, with no globals.
+"""The Bayes-by-Backprop model, step by step as in the tutorial, and the NDArray backend of the
+training step, which is built from the same functions.
 
-Every function takes NDArrays and works on their context; parameters are plain lists
-``[W1, b1, W2, b2, ...]`` with ``W`` of shape (inputs, outputs) and ``b`` of shape (outputs,).
+The tutorial's functions: ``sample_epsilons``, ``transform_rhos`` (softplus),
+``transform_gaussian_samples`` (w = mu + sigma * eps), ``net``, the priors, ``log_gaussian``,
+``log_softmax_likelihood`` and ``combined_loss``, the mini-batch loss
+
+    (1/M) (sum log q(w | mu, sigma) - sum log P(w)) - sum_i log P(y_i | x_i, w).
+
+Parameters are plain lists ``[W1, b1, W2, b2, ...]`` with ``W`` of shape (outputs, inputs), the
+layout of MXNet's ``FullyConnected`` and Gluon's ``Dense``, and ``b`` of shape (outputs,). Every
+function works on the context of its inputs; nothing reads a global.
+
+``combined_loss_gradients`` is the training step's NDArray backend: the same loss on flat
+parameter vectors, averaged over weight samples, with its gradient written out next to it
+(autograd runs through ``net`` alone, as one ``CachedOp`` graph built from ``net`` itself by
+``NetworkGraph``). Tests check it against autograd of ``combined_loss``.
 """
+import collections
 import math
 
 import numpy as np
-from mxnet import nd
+from mxnet import autograd, nd, sym
 
 LOG_SQRT_2PI = 0.5 * math.log(2.0 * math.pi)
+# exp's argument is kept above this in softplus, as in the C kernels (_fused.c): sigma bottoms
+# out at softplus(-80) = 1.8e-35, so log sigma stays finite for any rho
+SOFTPLUS_FLOOR = -80.0
 
 
 def layer_param_shapes(num_inputs=784, num_hidden=400, num_layers=2, num_outputs=10):
-    """Shapes ``[W1 (in, hidden), b1 (hidden,), ..., W_out (hidden, out), b_out (out,)]``.
+    """Shapes ``[W1 (hidden, in), b1 (hidden,), ..., W_out (out, hidden), b_out (out,)]``.
 
     ``num_layers`` is the number of hidden layers (0 gives a linear softmax model).
     """
     sizes = [num_inputs] + [num_hidden] * num_layers + [num_outputs]
     shapes = []
     for fan_in, fan_out in zip(sizes[:-1], sizes[1:]):
-        shapes += [(fan_in, fan_out), (fan_out,)]
+        shapes += [(fan_out, fan_in), (fan_out,)]
     return shapes
 
 
@@ -38,20 +55,23 @@ def init_variational_params(shapes, ctx, mu_scale=0.1, rho_offset=-3.0, seed=Non
     return mus, rhos
 
 
-def sample_epsilons(param_shapes, ctx):
-    """One standard-normal NDArray per shape, on ``ctx``."""
+def sample_epsilons(param_shapes, ctx, noise=None):
+    """One standard-normal NDArray per shape, on ``ctx``: from ``noise`` (a source of
+    ``noise.py``, seeded per run) if given, else from MXNet's sampler, as in the tutorial."""
+    if noise is not None:
+        return [noise.normal(shape) for shape in param_shapes]
     return [nd.random.normal(shape=shape, ctx=ctx, dtype="float32") for shape in param_shapes]
 
 
 def softplus(x):
-    """log(1 + exp(x)) elementwise, stable for any finite x (no overflow, exact tails).
+    """log(1 + exp(x)) elementwise: relu(x) + log1p(exp(-|x|)), written with x - 2 relu(x) for
+    -|x| so that autograd's gradient is sigmoid(x) everywhere, 0.5 at x = 0 included.
 
-    Written as relu(x) + log1p(exp(x - 2 relu(x))), i.e. relu(x) + log1p(exp(-|x|)),
-    whose gradient is sigmoid(x) everywhere, 0.5 at x = 0 included. MXNet's float32
-    ``softrelu`` is not used: its oneDNN kernel returns -1.9e-6 at x = -20.
+    No overflow for large x, exact tails; exp's argument is floored at ``SOFTPLUS_FLOOR`` as in
+    the C kernels. MXNet's float32 ``softrelu`` is not used: it returns -1.9e-6 at x = -20.
     """
     positive_part = nd.relu(x)
-    return positive_part + nd.log1p(nd.exp(x - 2.0 * positive_part))
+    return positive_part + nd.log1p(nd.exp(nd.maximum(x - 2.0 * positive_part, SOFTPLUS_FLOOR)))
 
 
 def transform_rhos(rhos):
@@ -64,19 +84,57 @@ def transform_gaussian_samples(mus, sigmas, epsilons):
     return [mu + sigma * eps for mu, sigma, eps in zip(mus, sigmas, epsilons)]
 
 
-def net(X, layer_params):
-    """Logits of the MLP: ReLU hidden layers, linear output.
+def net(X, layer_params, F=nd):
+    """Logits of the MLP: ReLU hidden layers, linear output; X (batch, inputs).
 
-    X: (batch, num_inputs) float32; returns (batch, num_outputs).
+    With ``F=mx.sym`` and symbols for X and the parameters it builds the same network as a
+    graph (``NetworkGraph`` trains with it).
     """
     num_layers = len(layer_params) // 2
     h = X
     for i in range(num_layers):
         W, b = layer_params[2 * i], layer_params[2 * i + 1]
-        h = nd.broadcast_add(nd.dot(h, W), b)
+        h = F.FullyConnected(h, W, b, num_hidden=_rows(W))
         if i < num_layers - 1:
-            h = nd.relu(h)
+            h = F.relu(h)
     return h
+
+
+def lrt_net(X, mus, sigmas, noise, F=nd):
+    """Logits with the local reparametrization trick (Kingma et al. 2015): each layer's
+    pre-activations are drawn as h mu_W + mu_b + sqrt(h^2 sigma_W^2 + sigma_b^2) * noise
+    instead of drawing weights; ``noise``: one standard-normal (batch, width) array per layer.
+    """
+    num_layers = len(mus) // 2
+    h = X
+    for i in range(num_layers):
+        width = _rows(mus[2 * i])
+        mean = F.FullyConnected(h, mus[2 * i], mus[2 * i + 1], num_hidden=width)
+        variance = F.FullyConnected(F.square(h), F.square(sigmas[2 * i]),
+                                    F.square(sigmas[2 * i + 1]), num_hidden=width)
+        h = mean + F.sqrt(variance) * noise[i]
+        if i < num_layers - 1:
+            h = F.relu(h)
+    return h
+
+
+def _rows(weight):
+    """Rows (outputs) of a weight NDArray, or of a symbol whose shape is known."""
+    if isinstance(weight, nd.NDArray):
+        return weight.shape[0]
+    return weight.infer_shape()[1][0][0]
+
+
+def log_softmax_likelihood(yhat_linear, y_one_hot, F=nd):
+    """Per-example log p(y | x, w) from logits (batch, classes) and one-hot labels; (batch,)."""
+    return F.sum(y_one_hot * F.log_softmax(yhat_linear, axis=1), axis=1)
+
+
+def total(x):
+    """The sum of all entries of ``x``, shape (1,), as a BLAS dot with ones: on the CPU 30 times
+    faster than ``nd.sum``, which reduces on one thread (3 ms for 478k entries on 2 cores)."""
+    flat = x.reshape((-1,))
+    return nd.dot(flat, nd.ones_like(flat))
 
 
 def log_gaussian(x, mu, sigma):
@@ -84,35 +142,90 @@ def log_gaussian(x, mu, sigma):
     return -LOG_SQRT_2PI - nd.log(sigma) - (x - mu) ** 2 / (2.0 * sigma ** 2)
 
 
+class GaussianPrior:
+    """P(w) = N(w | 0, sigma_p^2) for every weight. Called on an array: the summed log density,
+    shape (1,), as ``combined_loss`` takes a log prior."""
+
+    def __init__(self, sigma_p=1.0):
+        self.sigma_p = sigma_p
+
+    def __call__(self, x):
+        flat = x.reshape((-1,))
+        return (nd.dot(flat, flat) * (-0.5 / self.sigma_p ** 2)
+                - x.size * (LOG_SQRT_2PI + math.log(self.sigma_p)))
+
+    def gradient(self, x):
+        """Elementwise d log P / dx."""
+        return x * (-1.0 / self.sigma_p ** 2)
+
+
+class ScaleMixturePrior:
+    """P(w) = pi N(w | 0, sigma_p1^2) + (1 - pi) N(w | 0, sigma_p2^2), 0 < pi < 1.
+
+    In log space, m + log(exp(a - m) + exp(b - m)) with a, b the log densities of the weighted
+    components and m = max(a, b): finite for any finite x, where the tutorial's
+    log(pi N1 + (1-pi) N2) gives log(0) once both densities underflow (|x| ~ 15).
+    """
+
+    def __init__(self, pi=0.25, sigma_p1=0.75, sigma_p2=0.1):
+        if not 0.0 < pi < 1.0:
+            raise ValueError("a scale mixture needs 0 < pi < 1 (prior_for turns pi = 0 or 1 "
+                             "into its one Gaussian), got %r" % (pi,))
+        self.pi, self.sigma_p1, self.sigma_p2 = pi, sigma_p1, sigma_p2
+
+    def __call__(self, x):
+        return total(self._components(x)[2])
+
+    def _components(self, x):
+        """(log of the first weighted component, of the second, of their sum), elementwise."""
+        x2 = nd.square(x)
+        log_first = ((math.log(self.pi) - LOG_SQRT_2PI - math.log(self.sigma_p1))
+                     - (0.5 / self.sigma_p1 ** 2) * x2)
+        log_second = ((math.log1p(-self.pi) - LOG_SQRT_2PI - math.log(self.sigma_p2))
+                      - (0.5 / self.sigma_p2 ** 2) * x2)
+        # m is detached: the expression's derivative with respect to m is identically zero
+        m = nd.maximum(log_first, log_second).detach()
+        return log_first, log_second, m + nd.log(nd.exp(log_first - m) + nd.exp(log_second - m))
+
+    def gradient(self, x):
+        """Elementwise d log P / dx = -x (share1 / s1^2 + share2 / s2^2)."""
+        log_first, log_second, log_mix = self._components(x)
+        # each component's share of the density, computed directly: 1 - share1 would lose
+        # all float32 precision where share1 is near 1 (and 1 / s2^2 is large)
+        return x * -(nd.exp(log_first - log_mix) * (1.0 / self.sigma_p1 ** 2)
+                     + nd.exp(log_second - log_mix) * (1.0 / self.sigma_p2 ** 2))
+
+
 def gaussian_prior(x, sigma_p=1.0):
     """Summed log density of N(0, sigma_p^2) over all elements of x; shape (1,)."""
-    constant = -x.size * (LOG_SQRT_2PI + math.log(sigma_p))
-    return nd.sum(nd.square(x)) * (-0.5 / sigma_p ** 2) + constant
+    return GaussianPrior(sigma_p)(x)
 
 
 def scale_mixture_prior(x, pi=0.25, sigma_p1=0.75, sigma_p2=0.1):
     """Summed log density of pi N(0, sigma_p1^2) + (1 - pi) N(0, sigma_p2^2) over x; shape (1,).
-
-    Computed in log space, m + log(exp(a - m) + exp(b - m)) with a, b the log densities of
-    the weighted components and m = max(a, b): finite for any finite x, where the tutorial's
-    log(pi N1 + (1-pi) N2) gives log(0) once both densities underflow (|x| ~ 15).
-    m is detached: the expression's derivative with respect to m is identically zero.
-    """
-    if pi == 0.0:
-        return gaussian_prior(x, sigma_p2)
-    if pi == 1.0:
-        return gaussian_prior(x, sigma_p1)
-    x2 = nd.square(x)
-    # log(w_k N(x | 0, s_k^2)) = c_k - x^2 / (2 s_k^2)
-    log_first = (math.log(pi) - LOG_SQRT_2PI - math.log(sigma_p1)) - (0.5 / sigma_p1 ** 2) * x2
-    log_second = (math.log1p(-pi) - LOG_SQRT_2PI - math.log(sigma_p2)) - (0.5 / sigma_p2 ** 2) * x2
-    m = nd.maximum(log_first, log_second).detach()
-    return nd.sum(m + nd.log(nd.exp(log_first - m) + nd.exp(log_second - m)))
+    pi = 0 or 1 is the remaining Gaussian."""
+    if pi in (0.0, 1.0):
+        return gaussian_prior(x, sigma_p1 if pi == 1.0 else sigma_p2)
+    return ScaleMixturePrior(pi, sigma_p1, sigma_p2)(x)
 
 
-def log_softmax_likelihood(yhat_linear, y_one_hot):
-    """Per-example log p(y | x, w) from logits (batch, classes) and one-hot labels; (batch,)."""
-    return nd.sum(y_one_hot * nd.log_softmax(yhat_linear, axis=1), axis=1)
+def prior_for(config):
+    """The config's prior; a scale mixture with pi = 1 or 0 is its one remaining Gaussian."""
+    if config.prior == "gaussian":
+        return GaussianPrior(config.sigma_p)
+    if config.pi in (0.0, 1.0):
+        return GaussianPrior(config.sigma_p1 if config.pi == 1.0 else config.sigma_p2)
+    return ScaleMixturePrior(config.pi, config.sigma_p1, config.sigma_p2)
+
+
+def gaussian_kl(mu, sigma, sigma_p):
+    """Closed-form KL(N(mu, sigma^2) || N(0, sigma_p^2)) elementwise, with its derivatives with
+    respect to mu and sigma: (log(sigma_p / sigma) + (sigma^2 + mu^2) / (2 sigma_p^2) - 1/2,
+    mu / sigma_p^2, sigma / sigma_p^2 - 1 / sigma)."""
+    scale = 1.0 / sigma_p ** 2
+    value = (nd.square(sigma) + nd.square(mu)) * (0.5 * scale) - nd.log(sigma) \
+        + (math.log(sigma_p) - 0.5)
+    return value, mu * scale, sigma * scale - 1.0 / sigma
 
 
 def combined_loss(output, label_one_hot, params, mus, sigmas, log_prior, log_likelihood,
@@ -131,6 +244,171 @@ def combined_loss(output, label_one_hot, params, mus, sigmas, log_prior, log_lik
     return weight * (log_posterior_sum - log_prior_sum) - log_likelihood_sum
 
 
+def combined_loss_gradients(X, y_one_hot, mu, rho, epsilons, prior, kl_weight, graph,
+                            estimator="sample", kl="mc"):
+    """``combined_loss`` of one mini-batch on flat (N,) vectors ``mu`` and ``rho`` (in
+    ``graph.layout``'s order), averaged over the noise draws in ``epsilons``, with its gradients.
+    Returns ``(loss (1,), dL/dmu (N,), dL/drho (N,))``. Written out, with autograd only through
+    the network:
+
+        w = mu + sigma * eps,   sigma = softplus(rho)
+        log q(w | mu, sigma) = -log sigma - eps^2 / 2 - log sqrt(2 pi)           (per entry)
+        g = dNLL/dw - kl_weight * d log P(w)/dw
+        dL/dmu = g,   dL/drho = (g * eps - kl_weight / sigma) * sigmoid(rho)
+
+    ``kl="analytic"`` replaces log q - log P by the closed-form KL to a Gaussian prior;
+    ``estimator="lrt"`` draws pre-activations (``lrt_net``) with the first
+    ``graph.lrt_noise_size(batch)`` entries of each draw, the rest (N, for ``kl="mc"``) being
+    the KL's weight sample. Each draw: ``graph.noise_size(batch, estimator, kl)`` normals.
+    """
+    sigma = transform_rhos([rho])[0]
+    loss = grad_mu = grad_sigma = None
+    for eps in epsilons:
+        if estimator == "lrt":
+            split = graph.lrt_noise_size(X.shape[0])
+            nll, g_mu, g_sigma = graph.lrt_nll_and_grads(X, y_one_hot, mu, sigma, eps[:split])
+            eps = eps[split:]
+            w = transform_gaussian_samples([mu], [sigma], [eps])[0] if kl == "mc" else None
+        else:
+            w = transform_gaussian_samples([mu], [sigma], [eps])[0]
+            nll, g_mu = graph.nll_and_grad(X, y_one_hot, w)
+        if kl == "mc":
+            # log q summed at w: -sum log sigma (added once, after the loop) - sum eps^2/2 - c
+            log_q_sum = -0.5 * nd.dot(eps, eps) - eps.size * LOG_SQRT_2PI
+            nll = nll + kl_weight * (log_q_sum - prior(w))
+            kl_grad_w = prior.gradient(w) * -kl_weight
+            g_mu = g_mu + kl_grad_w
+            if estimator == "lrt":
+                g_sigma = g_sigma + kl_grad_w * eps
+        if estimator != "lrt":
+            g_sigma = g_mu * eps
+        loss = nll if loss is None else loss + nll
+        grad_mu = g_mu if grad_mu is None else grad_mu + g_mu
+        grad_sigma = g_sigma if grad_sigma is None else grad_sigma + g_sigma
+    if len(epsilons) > 1:
+        loss, grad_mu, grad_sigma = (a / len(epsilons) for a in (loss, grad_mu, grad_sigma))
+    if kl == "analytic":
+        kl_value, kl_grad_mu, kl_grad_sigma = gaussian_kl(mu, sigma, prior.sigma_p)
+        loss = loss + kl_weight * total(kl_value)
+        grad_mu = grad_mu + kl_weight * kl_grad_mu
+        grad_sigma = grad_sigma + kl_weight * kl_grad_sigma
+    else:
+        loss = loss - kl_weight * total(nd.log(sigma))
+        grad_sigma = grad_sigma - kl_weight / sigma
+    # d softplus / d rho = sigmoid(rho)
+    return loss, grad_mu, grad_sigma * nd.sigmoid(rho)
+
+
+class FlatLayout:
+    """Where the arrays ``[W1, b1, ...]`` of ``shapes`` live inside one flat vector of ``size``
+    entries: the training step keeps mu and rho as two such vectors, so that everything but the
+    network works entry by entry on all parameters at once."""
+
+    def __init__(self, shapes):
+        self.shapes = [tuple(s) for s in shapes]
+        self.sizes = [int(np.prod(s)) for s in self.shapes]
+        self.offsets = np.concatenate([[0], np.cumsum(self.sizes)]).astype(int).tolist()
+        self.size = self.offsets[-1]
+
+    def views(self, flat):
+        """The per-parameter arrays of ``shapes``, sharing memory with ``flat`` (no copy)."""
+        return [flat[a:b].reshape(shape) for a, b, shape
+                in zip(self.offsets[:-1], self.offsets[1:], self.shapes)]
+
+    def flatten(self, arrays):
+        """One flat vector (on the context of the first) holding copies of ``arrays``."""
+        return nd.concat(*[a.reshape((-1,)) for a in arrays], dim=0)
+
+
+class NetworkGraph:
+    """-sum log P(y | X, w) of ``net`` (and of ``lrt_net``) as ``CachedOp`` graphs built from
+    those functions, run with autograd on the per-layer views of flat vectors.
+
+    One graph with static memory and MXNet's ``FullyConnected`` (oneDNN on the CPU) runs the
+    network's forward and backward pass 1.5 times faster than the same layers imperatively.
+    """
+
+    def __init__(self, shapes):
+        self.layout = FlatLayout(shapes)
+        self._nll_op = self._lrt_op = None
+        self._views = collections.OrderedDict()
+
+    def _graph(self, build):
+        """``(op, names)``: a CachedOp of the symbol ``build(X, y, params)`` returns, and the
+        order (by name) it takes its inputs in."""
+        params = [sym.var("p%d" % i, shape=s) for i, s in enumerate(self.layout.shapes)]
+        loss = build(sym.var("X"), sym.var("y"), params)
+        op = nd.CachedOp(loss, flags=[("static_alloc", True), ("static_shape", True)])
+        return op, loss.list_inputs()
+
+    def nll_and_grad(self, X, y_one_hot, w, grad_w=None):
+        """-sum log P(y | X, w) (1,) for flat weights ``w`` and its gradient with respect to
+        ``w``, written into ``grad_w`` (a new array if not given)."""
+        if self._nll_op is None:
+            self._nll_op = self._graph(lambda X, y, params: -sym.sum(
+                log_softmax_likelihood(net(X, params, F=sym), y, F=sym)))
+        grad_w = nd.zeros_like(w) if grad_w is None else grad_w
+        weights = self._named(w, "p")
+        nll = self._run(self._nll_op, dict(X=X, y=y_one_hot, **weights), weights,
+                        self._named(grad_w, "p"))
+        return nll, grad_w
+
+    def lrt_noise_size(self, batch_size):
+        """Standard normals one ``lrt_net`` pass over ``batch_size`` examples takes."""
+        return batch_size * sum(shape[0] for shape in self.layout.shapes[1::2])
+
+    def noise_size(self, batch_size, estimator="sample", kl="mc"):
+        """Standard normals of one draw of ``combined_loss_gradients``."""
+        if estimator != "lrt":
+            return self.layout.size
+        return self.lrt_noise_size(batch_size) + (self.layout.size if kl == "mc" else 0)
+
+    def lrt_nll_and_grads(self, X, y_one_hot, mu, sigma, noise):
+        """-sum log P(y | X) (1,) of ``lrt_net`` and its gradients with respect to the flat
+        ``mu`` and ``sigma``; ``noise``: ``lrt_noise_size`` standard normals."""
+        if self._lrt_op is None:
+            noise_vars = [sym.var("eps%d" % i) for i in range(len(self.layout.shapes) // 2)]
+            self._lrt_op = self._graph(lambda X, y, params: -sym.sum(log_softmax_likelihood(
+                lrt_net(X, params, self._sigma_vars(), noise_vars, F=sym), y, F=sym)))
+        grad_mu, grad_sigma = nd.zeros_like(mu), nd.zeros_like(sigma)
+        noise_views, offset = {}, 0
+        for i, (width,) in enumerate(self.layout.shapes[1::2]):
+            count = X.shape[0] * width
+            noise_views["eps%d" % i] = noise[offset:offset + count].reshape((X.shape[0], width))
+            offset += count
+        variables = dict(self._named(mu, "p"), **self._named(sigma, "s"))
+        gradients = dict(self._named(grad_mu, "p"), **self._named(grad_sigma, "s"))
+        inputs = dict(X=X, y=y_one_hot, **variables, **noise_views)
+        nll = self._run(self._lrt_op, inputs, variables, gradients)
+        return nll, grad_mu, grad_sigma
+
+    def _sigma_vars(self):
+        return [sym.var("s%d" % i, shape=s) for i, s in enumerate(self.layout.shapes)]
+
+    def _named(self, flat, prefix):
+        """The graph's inputs named ``prefix0``, ... : per-parameter views of ``flat``. Views of
+        the arrays a run reuses every step are kept (slicing costs 0.2 ms a step); the entry
+        holds ``flat`` itself, so its id is not reused while it is kept."""
+        key = (id(flat), prefix)
+        if key not in self._views:
+            views = {"%s%d" % (prefix, i): view for i, view in enumerate(self.layout.views(flat))}
+            self._views[key] = flat, views
+            if len(self._views) > 8:
+                self._views.popitem(last=False)
+        return self._views[key][1]
+
+    @staticmethod
+    def _run(op_and_names, inputs, variables, gradients):
+        op, names = op_and_names
+        names_of_variables = list(variables)
+        autograd.mark_variables([variables[n] for n in names_of_variables],
+                                [gradients[n] for n in names_of_variables])
+        with autograd.record():
+            loss = op(*[inputs[name] for name in names])
+        loss.backward()
+        return loss.detach()
+
+
 def evaluate_accuracy(data, labels, layer_params, batch_size=1000):
     """Fraction of ``data`` (N, num_inputs) whose argmax logit equals ``labels`` (N,).
 
@@ -143,14 +421,15 @@ def evaluate_accuracy(data, labels, layer_params, batch_size=1000):
         raise ValueError("evaluate_accuracy needs at least one example")
     correct = nd.zeros((1,), ctx=ctx)
     for start in range(0, num_examples, batch_size):
-        X = _as_nd(data[start:start + batch_size], ctx)
-        y = _as_nd(labels[start:start + batch_size], ctx)
+        X = as_nd(data[start:start + batch_size], ctx)
+        y = as_nd(labels[start:start + batch_size], ctx)
         predictions = nd.argmax(net(X, layer_params), axis=1)
         correct += nd.sum(predictions == y.astype("float32"))
     return float(correct.asscalar()) / num_examples
 
 
-def _as_nd(array, ctx):
+def as_nd(array, ctx):
+    """``array`` (NumPy or NDArray) as an NDArray on ``ctx``; float64 NumPy becomes float32."""
     if isinstance(array, nd.NDArray):
         return array.as_in_context(ctx)
     return nd.array(array, ctx=ctx, dtype=array.dtype if array.dtype != np.float64 else "float32")

@@ -66,10 +66,12 @@ def plot_snr(snr_db, cuts, path):
     ax = fig.add_subplot(1, 1, 1)
     finite = snr_db[np.isfinite(snr_db)]
     ax.hist(finite, bins=200, color="0.4")
-    for proportion, cut in sorted(cuts.items()):
+    top = ax.get_ylim()[1]
+    for k, (proportion, cut) in enumerate(sorted(cuts.items())):
         ax.axvline(cut, color="tab:red", lw=0.8)
-        ax.text(cut, ax.get_ylim()[1] * 0.95, " %g%%" % (proportion * 100), rotation=90,
-                va="top", fontsize=8, color="tab:red")
+        # neighbouring cut-offs can lie close together: their labels take turns in height
+        ax.text(cut, top * (0.97 - 0.12 * (k % 3)), " %g%%" % (proportion * 100), va="top",
+                fontsize=8, color="tab:red")
     ax.set_xlabel("signal-to-noise ratio |mu|/sigma (dB)")
     ax.set_ylabel("parameters")
     _save(fig, path)

@@ -21,9 +21,10 @@ def signal_to_noise_ratio(mus, sigmas):
     return [nd.abs(mu) / sigma for mu, sigma in zip(mus, sigmas)]
 
 
-def check_proportion(proportion):
+def check_proportion(proportion, field="proportions"):
+    """Raise ConfigError naming ``field`` unless ``proportion`` is a number in [0, 1]."""
     if not (isinstance(proportion, (int, float)) and 0.0 <= proportion <= 1.0):
-        raise ConfigError("proportions", proportion, "in [0, 1]")
+        raise ConfigError(field, proportion, "in [0, 1]")
 
 
 def num_pruned(proportion, num_params):

@@ -3,29 +3,26 @@
 Callable from a notebook (``train(config, load_mnist(), mx.cpu())``); ``train_mnist.py``
 is the command-line wrapper around it.
 """
+import contextlib
 import dataclasses
 import json
 import math
 import os
+import signal
 import sys
 import time
 from dataclasses import dataclass, field
 
-import mxnet as mx
 import numpy as np
 from mxnet import nd
 
-from . import native
-from .checkpoint import (CHECKPOINT_FILE, load_checkpoint, save_checkpoint, state_arrays,
-                         write_json)
+from .checkpoint import CHECKPOINT_FILE, load_checkpoint, save_checkpoint, write_json
 from .config import Config
 from .context import context_name
 from .errors import CheckpointError, ConfigError, TrainingDiverged
-from .model import (combined_loss, evaluate_accuracy, init_variational_params,
-                    log_softmax_likelihood, net, sample_epsilons, transform_gaussian_samples,
-                    transform_rhos)
-from .step import (FlatLayout, FusedWorkspace, NormalSampler, bbb_gradients, fused_bbb_gradients,
-                   fused_supported, likelihood_grads, prior_for, step_noise)
+from .model import evaluate_accuracy, transform_rhos
+from .rundir import check_output_dir, locked
+from .step import TrainingStep
 
 CONFIG_FILE = "config.json"
 HISTORY_FILE = "history.json"
@@ -33,6 +30,8 @@ HISTORY_FILE = "history.json"
 RESUMABLE_CHANGES = ("epochs",)
 # may change on resume if the epochs already trained keep their learning rates
 SCHEDULE_FIELDS = ("lr_decay_every", "lr_decay_factor")
+# Test hook: the epoch after whose history write the process kills itself, as a crash would.
+CRASH_AFTER_HISTORY = "GLUON_BBB_CRASH_AFTER_HISTORY"
 
 
 @dataclass
@@ -63,33 +62,8 @@ def kl_weights(num_batches, scheme):
     raise ValueError("unknown kl weighting %r" % (scheme,))
 
 
-def bbb_loss(X, y_one_hot, mus, rhos, log_prior, num_batches, kl_weight, num_samples):
-    """The combined loss of one mini-batch averaged over ``num_samples`` weight samples,
-    written as the tutorial writes it, on per-layer arrays (``train`` uses the equivalent,
-    faster ``step.bbb_gradients``). Call inside ``autograd.record()``.
-    X: (batch, inputs); y_one_hot: (batch, classes).
-    """
-    ctx = X.context
-    sigmas = transform_rhos(rhos)
-    total = None
-    for _ in range(num_samples):
-        epsilons = sample_epsilons([mu.shape for mu in mus], ctx)
-        weights = transform_gaussian_samples(mus, sigmas, epsilons)
-        output = net(X, weights)
-        loss = combined_loss(output, y_one_hot, weights, mus, sigmas, log_prior,
-                             log_softmax_likelihood, num_batches, kl_weight=kl_weight)
-        total = loss if total is None else total + loss
-    return total / num_samples if num_samples > 1 else total
-
-
-def make_optimizer(config, num_update=0):
-    """``mx.optimizer`` of the config's kind; ``num_update`` steps already taken (for resume)."""
-    return mx.optimizer.create(config.optimizer, learning_rate=config.learning_rate,
-                               rescale_grad=1.0, wd=0.0, begin_num_update=num_update)
-
-
 def train(config, data, ctx, out_dir=None, resume=False, eval_train=False,
-          log=print, progress=None, check_every=50, native_kernels=None):
+          log=print, progress=None, check_every=50, backend=None):
     """Train a Bayes-by-Backprop MLP (or, with ``config.model == "mlp"``, its deterministic
     baseline); returns a ``TrainResult``.
 
@@ -97,44 +71,58 @@ def train(config, data, ctx, out_dir=None, resume=False, eval_train=False,
     ctx: the MXNet context everything runs on. With ``out_dir``, writes config.json,
     history.json and an atomic checkpoint after every epoch there; ``resume`` continues
     from that checkpoint. The same seed gives the same parameters whether or not the run
-    was interrupted and resumed. ``log`` receives one line per epoch; ``progress``
-    (default: when stderr is a terminal) draws a progress bar within the epoch.
+    was interrupted and resumed. ``log`` receives the backend line, then one line per epoch;
+    ``progress`` (default: when stderr is a terminal) draws a progress bar within the epoch.
     Raises TrainingDiverged on a non-finite loss, before writing anything for that epoch.
-    ``native_kernels``: use the fused C kernels of ``step.fused_bbb_gradients`` (None: where
-    they are built and the context is a CPU; False: MXNet operators only; True:
-    raise ConfigError where they cannot). Both give the same run up to float rounding.
+    ``backend``: ``native``, ``ndarray`` or None (native wherever it serves; see
+    ``step.choose_backend``); both give the same run up to float rounding.
     """
     if config.seed is None and not resume:
         config = dataclasses.replace(config, seed=int(np.random.SeedSequence().entropy % 2 ** 31))
     if progress is None:
         progress = sys.stderr.isatty()
-    train_images, train_labels = data.train_images, data.train_labels
-    if config.validation >= train_images.shape[0]:
+    _split(config, data)  # checks the sizes before anything is written
+    if config.epochs == 0 and not resume:
+        raise ConfigError("epochs", 0, "at least 1 for a new run (nothing to train)")
+    with contextlib.ExitStack() as run_dir_lock:
+        if out_dir is not None:
+            run_dir_lock.enter_context(locked(check_output_dir(out_dir)))
+        return _train(config, data, ctx, out_dir, resume, eval_train, log, progress,
+                      check_every, backend)
+
+
+def _split(config, data):
+    """(training images, their labels, validation images, their labels) of ``data`` as the
+    config asks: the last ``validation`` images held out, then the first ``train_size``."""
+    images, labels = data.train_images, data.train_labels
+    if config.validation >= images.shape[0]:
         raise ConfigError("validation", config.validation,
-                          "less than the %d training images" % train_images.shape[0])
-    if config.validation:
-        X_val = nd.array(train_images[-config.validation:], ctx=ctx, dtype="float32")
-        y_val = nd.array(train_labels[-config.validation:], ctx=ctx, dtype="float32")
-        train_images = train_images[:-config.validation]
-        train_labels = train_labels[:-config.validation]
-    if config.train_size is not None:
-        train_images = train_images[:config.train_size]
-        train_labels = train_labels[:config.train_size]
+                          "less than the %d training images" % images.shape[0])
+    split = images.shape[0] - config.validation
+    train_images = images[:split][:config.train_size]
+    train_labels = labels[:split][:config.train_size]
+    if config.batch_size > train_images.shape[0]:
+        raise ConfigError("batch_size", config.batch_size, "at most the %d training images "
+                          "(after --train-size and --validation)" % train_images.shape[0])
+    return train_images, train_labels, images[split:], labels[split:]
+
+
+def _train(config, data, ctx, out_dir, resume, eval_train, log, progress, check_every, backend):
+    """``train`` once its inputs are checked and the run directory, if any, is locked."""
+    train_images, train_labels, val_images, val_labels = _split(config, data)
     num_train = train_images.shape[0]
     num_batches = math.ceil(num_train / config.batch_size)
     batch_kl_weights = [config.kl_scale * weight
                         for weight in kl_weights(num_batches, config.kl_weighting)]
-
-    shapes = config.layer_shapes()
-    start_epoch, num_update, history, saved_states = 0, 0, [], None
+    start_epoch, history, state = 0, [], None
     if out_dir is not None:
-        os.makedirs(out_dir, exist_ok=True)
         checkpoint_path = os.path.join(out_dir, CHECKPOINT_FILE)
         if resume:
-            config, state, history = _load_run(out_dir, config, ctx, shapes)
-            mus, rhos = state["mus"], state["rhos"]
-            start_epoch, num_update = state["epoch"], state["num_update"]
-            saved_states = state["optimizer_states"]
+            config, state, history = _load_run(out_dir, config, ctx, config.layer_shapes())
+            start_epoch = state["epoch"]
+            if config.epochs <= start_epoch:
+                raise CheckpointError("%s has trained %d epochs already; pass --epochs N with "
+                                      "N > %d to train on" % (out_dir, start_epoch, start_epoch))
         elif os.path.exists(checkpoint_path):
             raise CheckpointError("%s already holds a run; pass --resume to continue it or "
                                   "choose another --out" % out_dir)
@@ -142,26 +130,13 @@ def train(config, data, ctx, out_dir=None, resume=False, eval_train=False,
                     dict(config.to_dict(), ctx=context_name(ctx)))
     elif resume:
         raise CheckpointError("resume needs an output directory holding a checkpoint")
-    layout = FlatLayout(shapes)
-    if start_epoch == 0:
-        mus, rhos = init_variational_params(shapes, ctx, config.mu_scale, config.rho_offset,
-                                            seed=config.seed)
-    # training works on two flat vectors (FlatLayout's storage); mus and rhos, in the model's
-    # shapes, are copied out of them after every epoch
-    mu, rho = layout.flatten(mus), layout.flatten(rhos)
-
-    optimizer = make_optimizer(config, num_update)
-    params = [mu, rho]
-    optimizer_states = [optimizer.create_state(i, p) for i, p in enumerate(params)]
-    if saved_states is not None:
-        _restore_states(optimizer_states, saved_states, layout)
-    prior = prior_for(config)
-    use_native = (native_kernels is not False
-                  and fused_supported(ctx))
-    if native_kernels and not use_native:
-        raise ConfigError("native_kernels", native_kernels,
-                          "None or False here: the kernels serve CPU contexts only (%s)"
-                          % (native.unavailable_reason() or "and they are built"))
+    if state is None:
+        step = TrainingStep(config, ctx, backend=backend)
+    else:
+        step = TrainingStep(config, ctx, state["mus"], state["rhos"], backend,
+                            num_update=state["num_update"])
+        step.load_state_arrays(state["optimizer_states"])
+    log(step.describe())
 
     X_all = nd.array(train_images, ctx=ctx, dtype="float32")
     y_all = nd.array(train_labels, ctx=ctx, dtype="float32")
@@ -170,33 +145,32 @@ def train(config, data, ctx, out_dir=None, resume=False, eval_train=False,
 
     for epoch in range(start_epoch, config.epochs):
         started = time.time()
-        learning_rate = config.learning_rate_at(epoch)
-        optimizer.set_learning_rate(learning_rate)
+        step.start_epoch(epoch)
         order = np.random.default_rng([config.seed, epoch]).permutation(num_train)
         order_nd = nd.array(order, ctx=ctx, dtype="int32")
         X_epoch = nd.take(X_all, order_nd)
         y_epoch = nd.one_hot(nd.take(y_all, order_nd), config.num_outputs)
-        sample_normal = NormalSampler(layout.size, ctx, seed=[config.seed, epoch, 1])
-        loss_sum = _train_epoch(config, epoch, X_epoch, y_epoch, mu, rho, layout, prior,
-                                batch_kl_weights, sample_normal, optimizer, optimizer_states,
-                                progress, check_every, use_native,
-                                update_natively=native_kernels is not False)
+        loss_sum = _train_epoch(step, epoch, X_epoch, y_epoch, batch_kl_weights, progress,
+                                check_every)
         epoch_seconds = time.time() - started
-        mus, rhos = layout.unflatten(mu), layout.unflatten(rho)
+        mus = step.mus
         record = {"epoch": epoch + 1, "loss": loss_sum / num_batches,
                   "test_accuracy": evaluate_accuracy(X_test, y_test, mus),
-                  "epoch_seconds": epoch_seconds, "learning_rate": learning_rate}
+                  "epoch_seconds": epoch_seconds,
+                  "learning_rate": config.learning_rate_at(epoch)}
         if config.validation:
-            record["validation_accuracy"] = evaluate_accuracy(X_val, y_val, mus)
+            record["validation_accuracy"] = evaluate_accuracy(val_images, val_labels, mus)
         if eval_train:
             record["train_accuracy"] = evaluate_accuracy(X_all, y_all, mus)
         history.append(record)
         if out_dir is not None:
-            model_order_states = [[layout.to_model_order(a) for a in state_arrays(state)]
-                                  for state in optimizer_states]
-            save_checkpoint(checkpoint_path, mus, rhos, model_order_states,
-                            optimizer.num_update, epoch + 1)
+            # history first: a crash between the two writes leaves a history row past the
+            # checkpoint, which resume drops and trains again, never a row missing
             write_json(os.path.join(out_dir, HISTORY_FILE), history)
+            if os.environ.get(CRASH_AFTER_HISTORY) == str(epoch + 1):
+                os.kill(os.getpid(), signal.SIGKILL)
+            save_checkpoint(checkpoint_path, step.mus, step.rhos, step.state_arrays(),
+                            step.num_update, epoch + 1)
         if progress:
             sys.stderr.write("\r" + " " * 60 + "\r")
         log("epoch %d/%d  loss %.1f  test accuracy %.4f%s%s  %.1f s" % (
@@ -205,52 +179,23 @@ def train(config, data, ctx, out_dir=None, resume=False, eval_train=False,
             if config.validation else "",
             "  train accuracy %.4f" % record["train_accuracy"] if eval_train else "",
             epoch_seconds))
-    return TrainResult(config=config, mus=mus, rhos=rhos, history=history)
+    return TrainResult(config=config, mus=step.mus, rhos=step.rhos, history=history)
 
 
-def _train_epoch(config, epoch, X_epoch, y_epoch, mu, rho, layout, prior, batch_kl_weights,
-                 sample_normal, optimizer, optimizer_states, progress, check_every,
-                 use_native=False, update_natively=False):
-    """One pass over the shuffled data, updating ``mu`` and ``rho`` in place; the loss sum.
-    ``use_native``: the step of ``fused_bbb_gradients``; ``update_natively``: the optimizer
-    update of ``native.optimizer_update`` (which itself falls back where it cannot serve)."""
+def _train_epoch(step, epoch, X_epoch, y_epoch, batch_kl_weights, progress, check_every):
+    """One pass of ``step`` over the shuffled data; the sum of the mini-batch losses."""
     num_train, num_batches = X_epoch.shape[0], len(batch_kl_weights)
-
-    def update(index, param, grad):
-        if update_natively:
-            native.optimizer_update(optimizer, index, param, grad, optimizer_states[index])
-        else:
-            optimizer.update(index, param, grad, optimizer_states[index])
-
+    batch_size, epochs = step.config.batch_size, step.config.epochs
     pending, loss_sum = [], 0.0
-    workspace = (FusedWorkspace(layout, mu.context,
-                                config.batch_size if config.estimator == "lrt" else 0)
-                 if use_native else None)
     for batch in range(num_batches):
-        lo, hi = batch * config.batch_size, min((batch + 1) * config.batch_size, num_train)
-        X, y = X_epoch[lo:hi], y_epoch[lo:hi]
-        if config.model == "mlp":
-            loss, grad_mu = likelihood_grads(X, y, mu, layout)
-        elif use_native:
-            loss, grad_mu, grad_rho = fused_bbb_gradients(
-                X, y, mu, rho, layout, prior, batch_kl_weights[batch], sample_normal,
-                config.num_samples, workspace, config.estimator, config.kl)
-        else:
-            epsilons = [step_noise(sample_normal, layout, hi - lo, config.estimator, config.kl)
-                        for _ in range(config.num_samples)]
-            loss, grad_mu, grad_rho = bbb_gradients(
-                X, y, mu, rho, layout, prior, batch_kl_weights[batch], epsilons,
-                config.estimator, config.kl, config.sigma_p)
-        update(0, mu, grad_mu)
-        if config.model != "mlp":
-            update(1, rho, grad_rho)
-        pending.append(loss)
+        lo, hi = batch * batch_size, min((batch + 1) * batch_size, num_train)
+        pending.append(step(X_epoch[lo:hi], y_epoch[lo:hi], batch_kl_weights[batch]))
         # reading a loss waits for MXNet's queue, so check for NaN only every check_every steps
         if len(pending) == check_every or batch == num_batches - 1:
             loss_sum += _check_finite(pending, epoch, batch)
             pending = []
             if progress:
-                _draw_progress(epoch + 1, config.epochs, batch + 1, num_batches)
+                _draw_progress(epoch + 1, epochs, batch + 1, num_batches)
     return loss_sum
 
 
@@ -269,22 +214,6 @@ def _draw_progress(epoch, epochs, batch, num_batches, width=30):
     sys.stderr.write("\repoch %d/%d [%s%s] %d/%d" % (
         epoch, epochs, "#" * filled, "." * (width - filled), batch, num_batches))
     sys.stderr.flush()
-
-
-def _restore_states(fresh_states, saved_states, layout):
-    """Copy a checkpoint's optimizer state (flat, in model order) into the fresh state arrays
-    (flat, in ``layout``'s storage order)."""
-    for i, fresh in enumerate(fresh_states):
-        targets = state_arrays(fresh)
-        saved = saved_states[i] if i < len(saved_states) else []
-        if len(targets) != len(saved):
-            raise CheckpointError("checkpoint optimizer state for parameter %d has %d arrays, "
-                                  "this optimizer needs %d" % (i, len(saved), len(targets)))
-        for target, array in zip(targets, saved):
-            if array.shape != target.shape:
-                raise CheckpointError("checkpoint optimizer state for parameter %d has shape %s, "
-                                      "this run needs %s" % (i, array.shape, target.shape))
-            target[:] = layout.from_model_order(array)
 
 
 def _load_run(out_dir, config, ctx, shapes):

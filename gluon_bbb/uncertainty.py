@@ -8,26 +8,27 @@ import numpy as np
 from mxnet import nd
 
 from .data import PIXEL_SCALE
-from .model import net
-from .step import FlatLayout, NormalSampler
+from .model import net, sample_epsilons, transform_gaussian_samples
+from .noise import noise_for
 
 
 def predict(X, mus, sigmas, num_samples, batch_size=1000, seed=None):
     """Mean over ``num_samples`` weight draws w ~ N(mu, sigma^2) of softmax(net(X, w)).
 
     X: (N, inputs), NumPy or NDArray; returns (N, classes) NDArray on the params' context.
-    ``num_samples=0`` gives the deterministic prediction with the mean weights.
+    ``num_samples=0`` gives the deterministic prediction with the mean weights. The weight
+    draws are those of ``noise.noise_for(ctx, seed)``.
     """
     ctx = mus[0].context
     X = X.as_in_context(ctx) if isinstance(X, nd.NDArray) else nd.array(X, ctx=ctx)
     if num_samples == 0:
         return _batched_softmax(X, mus, batch_size)
-    layout = FlatLayout([m.shape for m in mus])
-    mu, sigma = layout.flatten(mus), layout.flatten(sigmas)
-    sample_normal = NormalSampler(layout.size, ctx, seed=seed)
+    noise = noise_for(ctx, seed)
+    shapes = [mu.shape for mu in mus]
     total = None
     for _ in range(num_samples):
-        probs = _batched_softmax(X, layout.unflatten(mu + sigma * sample_normal()), batch_size)
+        weights = transform_gaussian_samples(mus, sigmas, sample_epsilons(shapes, ctx, noise))
+        probs = _batched_softmax(X, weights, batch_size)
         total = probs if total is None else total + probs
     return total / num_samples
 

@@ -24,3 +24,15 @@ def mnist():
     if not directory:
         pytest.fail("set GLUON_BBB_DATA to the directory holding the MNIST IDX files")
     return load_mnist(directory)
+
+
+@pytest.fixture
+def native_kernels():
+    """The native library; tests that need it skip where it is not built, except where
+    $GLUON_BBB_REQUIRE_NATIVE is set (.ci/run sets it: CI builds it, so it must be there)."""
+    from gluon_bbb import native
+    if not native.available():
+        if os.environ.get("GLUON_BBB_REQUIRE_NATIVE"):
+            pytest.fail("GLUON_BBB_REQUIRE_NATIVE is set but %s" % native.unavailable_reason())
+        pytest.skip(native.unavailable_reason())
+    return native

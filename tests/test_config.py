@@ -8,7 +8,7 @@ def test_defaults_are_the_tutorials():
     assert (c.num_hidden_layers, c.num_hidden_units, c.batch_size, c.epochs) == (2, 400, 128, 10)
     assert (c.learning_rate, c.num_samples, c.pi, c.sigma_p) == (0.001, 1, 0.25, 1.0)
     assert (c.sigma_p1, c.sigma_p2, c.prior) == (0.75, 0.1, "gaussian")
-    assert c.layer_shapes() == [(784, 400), (400,), (400, 400), (400,), (400, 10), (10,)]
+    assert c.layer_shapes() == [(400, 784), (400,), (400, 400), (400,), (10, 400), (10,)]
 
 
 def test_prior_spelling_is_normalised():

@@ -1,175 +1,217 @@
-"""The fast flat step computes what autograd of the tutorial's combined_loss computes."""
+"""Both backends of the training step against the tutorial's autograd formulation; the noise
+sources; the step object."""
+import math
+
+import mxnet as mx
 import numpy as np
 import pytest
-from mxnet import autograd, nd
+from mxnet import nd
 
-from gluon_bbb import (Config, combined_loss, init_variational_params, log_softmax_likelihood,
-                       net, transform_gaussian_samples, transform_rhos)
-from gluon_bbb.step import FlatLayout, NormalSampler, bbb_gradients, prior_for
+from gluon_bbb import (Config, ConfigError, TrainingStep, combined_loss_gradients,
+                       init_variational_params, log_gaussian, prior_for, softplus)
+from gluon_bbb.model import FlatLayout, NetworkGraph
+from gluon_bbb.noise import DeviceNoise, PhiloxNoise, philox_key, philox_normals_reference
+from gluon_bbb.step import choose_backend
+from tutorial_reference import lrt_gradients, tutorial_gradients
 
 
-def reference(config, X, y, mus, rhos, epsilons_per_sample, kl_weight):
-    """Autograd of combined_loss, averaged over the samples, on per-layer arrays."""
-    for p in mus + rhos:
-        p.attach_grad()
-    with autograd.record():
-        sigmas = transform_rhos(rhos)
-        total = 0
-        for eps in epsilons_per_sample:
-            ws = transform_gaussian_samples(mus, sigmas, eps)
-            total = total + combined_loss(net(X, ws), y, ws, mus, sigmas, config.log_prior(),
-                                          log_softmax_likelihood, 1, kl_weight=kl_weight)
-        loss = total / len(epsilons_per_sample)
-    loss.backward()
-    return loss, [m.grad for m in mus], [r.grad for r in rhos]
+def small_problem(ctx, config, seed=0, dtype="float64", batch=7):
+    """Flat mu, rho (rho spread around -1) and a mini-batch, as ``dtype`` NDArrays."""
+    layout = FlatLayout(config.layer_shapes())
+    rng = np.random.default_rng(seed)
+    to = lambda a: nd.array(a, ctx=ctx, dtype=dtype)
+    mu, rho = to(rng.normal(size=layout.size) * 0.4), to(rng.normal(size=layout.size) - 1.0)
+    X = to(rng.normal(size=(batch, config.num_inputs)))
+    y = to(np.eye(config.num_outputs)[rng.integers(0, config.num_outputs, size=batch)])
+    return layout, mu, rho, X, y, rng
+
+
+def assert_matches(got, reference, layout, rtol):
+    loss, grad_mu, grad_rho = got
+    ref_loss, ref_mu, ref_rho = reference
+    np.testing.assert_allclose(loss.asscalar(), ref_loss.asscalar(), rtol=rtol)
+    for ours, theirs in ((grad_mu, layout.flatten(ref_mu)), (grad_rho, layout.flatten(ref_rho))):
+        theirs = theirs.asnumpy()
+        np.testing.assert_allclose(ours.asnumpy(), theirs, rtol=rtol,
+                                   atol=rtol * np.abs(theirs).max())
 
 
 @pytest.mark.parametrize("prior,num_samples", [("gaussian", 1), ("scale_mixture", 1),
                                                 ("gaussian", 3), ("scale_mixture", 2)])
-def test_flat_gradients_equal_autograd_of_combined_loss(ctx, prior, num_samples):
+def test_ndarray_backend_equals_autograd_of_combined_loss(ctx, prior, num_samples):
     config = Config(num_inputs=12, num_hidden_units=9, num_outputs=4, prior=prior,
                     sigma_p1=1.0, sigma_p2=0.05)
-    shapes = config.layer_shapes()
-    layout = FlatLayout(shapes)
-    mus, rhos = init_variational_params(shapes, ctx, mu_scale=0.3, rho_offset=-2.0, seed=0)
-    rhos = [r + nd.array(np.random.default_rng(1).normal(size=r.shape), ctx=ctx) for r in rhos]
-    rng = np.random.default_rng(2)
-    X = nd.array(rng.normal(size=(7, 12)), ctx=ctx, dtype="float64")
-    y = nd.one_hot(nd.array(rng.integers(0, 4, size=7), ctx=ctx), 4).astype("float64")
-    flat_eps = [nd.array(rng.normal(size=layout.size), ctx=ctx, dtype="float64")
+    layout, mu, rho, X, y, rng = small_problem(ctx, config)
+    epsilons = [nd.array(rng.normal(size=layout.size), ctx=ctx, dtype="float64")
                 for _ in range(num_samples)]
-    mus64 = [m.astype("float64") for m in mus]
-    rhos64 = [r.astype("float64") for r in rhos]
-    loss_ref, gmu_ref, grho_ref = reference(config, X, y, mus64, rhos64,
-                                            [layout.unflatten(e) for e in flat_eps], 0.3)
-    mu, rho = layout.flatten(mus64), layout.flatten(rhos64)
-    loss, grad_mu, grad_rho = bbb_gradients(X, y, mu, rho, layout, prior_for(config), 0.3,
-                                            flat_eps)
-    assert loss.context == ctx and grad_mu.context == ctx and grad_rho.shape == (layout.size,)
-    np.testing.assert_allclose(loss.asscalar(), loss_ref.asscalar(), rtol=1e-10)
-    np.testing.assert_allclose(grad_mu.asnumpy(), layout.flatten(gmu_ref).asnumpy(),
-                               rtol=1e-8, atol=1e-10)
-    np.testing.assert_allclose(grad_rho.asnumpy(), layout.flatten(grho_ref).asnumpy(),
-                               rtol=1e-8, atol=1e-10)
-
-
-def test_layout_stores_weights_transposed_and_views_share_memory(ctx):
-    layout = FlatLayout([(2, 3), (3,)])
-    W = nd.array([[0, 1, 2], [3, 4, 5]], ctx=ctx)
-    b = nd.array([6, 7, 8], ctx=ctx)
-    flat = layout.flatten([W, b])
-    # W is stored as its transpose, (outputs, inputs), as FullyConnected takes it
-    np.testing.assert_array_equal(flat.asnumpy(), [0, 3, 1, 4, 2, 5, 6, 7, 8])
-    views = layout.views(flat)
-    assert [v.shape for v in views] == [(3, 2), (3,)]
-    flat[:] = flat * 2
-    np.testing.assert_array_equal(views[1].asnumpy(), [12, 14, 16])
-    W2, b2 = layout.unflatten(flat)
-    np.testing.assert_array_equal(W2.asnumpy(), 2 * W.asnumpy())
-    np.testing.assert_array_equal(b2.asnumpy(), 2 * b.asnumpy())
-    assert W2.context == ctx
-    # checkpoints hold flat optimizer state in the model's order
-    model_order = layout.to_model_order(flat)
-    np.testing.assert_array_equal(model_order.asnumpy(), 2 * np.arange(9))
-    np.testing.assert_array_equal(layout.from_model_order(model_order).asnumpy(), flat.asnumpy())
-
-
-def test_normal_sampler_is_seeded_and_on_ctx(ctx):
-    a, b = NormalSampler(1000, ctx, seed=4), NormalSampler(1000, ctx, seed=4)
-    first = a()
-    assert first.context == ctx and first.dtype == np.float32
-    np.testing.assert_array_equal(first.asnumpy(), b().asnumpy())
-    assert abs(first.asnumpy().std() - 1) < 0.1
-
-
-def test_softplus_and_sigmoid_match_numpy(ctx):
-    from gluon_bbb.step import softplus_and_sigmoid
-    x = np.linspace(-100, 100, 4001)
-    sp, sg = softplus_and_sigmoid(nd.array(x, ctx=ctx, dtype="float64"))
-    np.testing.assert_allclose(sp.asnumpy(), np.logaddexp(0, x), rtol=1e-14)
-    np.testing.assert_allclose(sg.asnumpy(), 1 / (1 + np.exp(-x)), rtol=1e-14)
-
-
-def test_analytic_kl_matches_numpy(ctx):
-    from gluon_bbb.step import analytic_kl_and_grads
-    rng = np.random.default_rng(9)
-    mu, sigma = rng.normal(size=50), rng.uniform(0.01, 2, size=50)
-    value, g_mu, g_sigma = analytic_kl_and_grads(
-        nd.array(mu, ctx=ctx, dtype="float64"), nd.array(sigma, ctx=ctx, dtype="float64"), 0.7,
-        nd.ones((50,), ctx=ctx, dtype="float64"))
-    expected = np.sum(np.log(0.7 / sigma) + (sigma ** 2 + mu ** 2) / (2 * 0.49) - 0.5)
-    np.testing.assert_allclose(value.asscalar(), expected, rtol=1e-12)
-    np.testing.assert_allclose(g_mu.asnumpy(), mu / 0.49, rtol=1e-12)
-    np.testing.assert_allclose(g_sigma.asnumpy(), sigma / 0.49 - 1 / sigma, rtol=1e-12)
-    # KL is an expectation of log q - log p: check against Monte Carlo
-    eps = rng.normal(size=(200000, 50))
-    w = mu + sigma * eps
-    log_q = -np.log(sigma) - eps ** 2 / 2
-    log_p = -np.log(0.7) - w ** 2 / (2 * 0.49)
-    assert abs((log_q - log_p).sum(axis=1).mean() - expected) < 0.02 * abs(expected) + 0.5
-
-
-def test_lrt_preactivations_have_the_weight_sampling_distribution(ctx):
-    from gluon_bbb.step import lrt_net
-    rng = np.random.default_rng(10)
-    X = rng.normal(size=(3, 5))
-    mu_W, mu_b = rng.normal(size=(5, 4)), rng.normal(size=4)
-    s_W, s_b = rng.uniform(0.1, 1, size=(5, 4)), rng.uniform(0.1, 1, size=4)
-    draws = 40000
-    to = lambda a: nd.array(a, ctx=ctx, dtype="float64")
-    X_rep = np.tile(X, (draws, 1))
-    out = lrt_net(to(X_rep), [to(mu_W), to(mu_b)], [to(s_W), to(s_b)],
-                  to(rng.normal(size=X_rep.shape[0] * 4))).asnumpy().reshape(draws, 3, 4)
-    mean, var = X @ mu_W + mu_b, (X ** 2) @ (s_W ** 2) + s_b ** 2
-    np.testing.assert_allclose(out.mean(axis=0), mean, atol=5 * np.sqrt(var.max() / draws))
-    np.testing.assert_allclose(out.var(axis=0), var, rtol=0.05)
-
-
-def autograd_reference_loss(config, X, y, mu, rho, layout, kl_weight, estimator, kl, eps):
-    """The same objectives written plainly with autograd through softplus, for checking."""
-    from gluon_bbb import softplus
-    from gluon_bbb.model import log_gaussian
-    from gluon_bbb.step import lrt_net, lrt_noise_size
-    mu.attach_grad()
-    rho.attach_grad()
-    with autograd.record():
-        sigma = softplus(rho)
-        if estimator == "lrt":
-            split = lrt_noise_size(layout, X.shape[0])
-            logits = lrt_net(X, layout.unflatten(mu), layout.unflatten(sigma), eps[:split])
-            eps = eps[split:]
-        else:
-            logits = net(X, layout.unflatten(mu + sigma * eps))
-        nll = -nd.sum(log_softmax_likelihood(logits, y))
-        if kl == "analytic":
-            sp = config.sigma_p
-            kl_term = nd.sum(nd.log(sp / sigma) + (sigma ** 2 + mu ** 2) / (2 * sp ** 2) - 0.5)
-        else:
-            w = mu + sigma * eps
-            kl_term = nd.sum(log_gaussian(w, mu, sigma)) - config.log_prior()(w)
-        loss = kl_weight * kl_term + nll
-    loss.backward()
-    return loss, mu.grad, rho.grad
+    got = combined_loss_gradients(X, y, mu, rho, epsilons, prior_for(config), 0.3,
+                                  NetworkGraph(layout.shapes))
+    assert all(a.context == ctx for a in got) and got[1].shape == (layout.size,)
+    reference = tutorial_gradients(X, y, layout.views(mu.copy()), layout.views(rho.copy()),
+                                   prior_for(config), 0.3, [layout.views(e) for e in epsilons])
+    assert_matches(got, reference, layout, rtol=1e-9)
 
 
 @pytest.mark.parametrize("estimator,kl,prior", [("sample", "analytic", "gaussian"),
                                                  ("lrt", "analytic", "gaussian"),
-                                                 ("lrt", "mc", "scale_mixture")])
-def test_estimator_gradients_equal_autograd(ctx, estimator, kl, prior):
-    from gluon_bbb.step import lrt_noise_size
+                                                 ("lrt", "mc", "scale_mixture"),
+                                                 ("lrt", "mc", "gaussian")])
+def test_ndarray_estimators_equal_autograd(ctx, estimator, kl, prior):
     config = Config(num_inputs=6, num_hidden_units=5, num_outputs=3, prior=prior, sigma_p=0.8)
+    layout, mu, rho, X, y, rng = small_problem(ctx, config, seed=11, batch=4)
+    graph = NetworkGraph(layout.shapes)
+    size = graph.noise_size(4, estimator, kl)
+    eps = nd.array(rng.normal(size=size), ctx=ctx, dtype="float64")
+    got = combined_loss_gradients(X, y, mu, rho, [eps], prior_for(config), 0.2, graph,
+                                  estimator, kl)
+    split = graph.lrt_noise_size(4) if estimator == "lrt" else 0
+    weight_eps = layout.views(eps[split:]) if kl == "mc" or estimator == "sample" else None
+    sp = config.sigma_p
+
+    def kl_of(mus, sigmas):  # written plainly, per layer
+        if kl == "analytic":
+            return nd.add_n(*[nd.sum(nd.log(sp / s) + (s ** 2 + m ** 2) / (2 * sp ** 2) - 0.5)
+                              for m, s in zip(mus, sigmas)])
+        ws = [m + s * e for m, s, e in zip(mus, sigmas, weight_eps)]
+        return nd.add_n(*[nd.sum(log_gaussian(w, m, s)) - prior_for(config)(w)
+                          for w, m, s in zip(ws, mus, sigmas)])
+    if estimator == "lrt":
+        widths = [shape[0] for shape in layout.shapes[1::2]]
+        offsets = np.cumsum([0] + [4 * w for w in widths])
+        noise = [eps[a:b].reshape((4, w)) for a, b, w in zip(offsets[:-1], offsets[1:], widths)]
+        reference = lrt_gradients(X, y, layout.views(mu.copy()), layout.views(rho.copy()),
+                                  kl_of, 0.2, noise)
+    else:  # weight sampling with the closed-form KL: the data term at w = mu + sigma eps
+        from gluon_bbb import log_softmax_likelihood, net, transform_rhos
+        from mxnet import autograd
+        mus, rhos = layout.views(mu.copy()), layout.views(rho.copy())
+        for p in mus + rhos:
+            p.attach_grad()
+        with autograd.record():
+            sigmas = transform_rhos(rhos)
+            ws = [m + s * e for m, s, e in zip(mus, sigmas, weight_eps)]
+            loss = (-nd.sum(log_softmax_likelihood(net(X, ws), y)) + 0.2 * kl_of(mus, sigmas))
+        loss.backward()
+        reference = loss, [m.grad for m in mus], [r.grad for r in rhos]
+    assert_matches(got, reference, layout, rtol=1e-9)
+
+
+@pytest.mark.parametrize("prior,kl,num_samples", [("gaussian", "mc", 1),
+                                                   ("scale_mixture", "mc", 1),
+                                                   ("scale_mixture", "mc", 2),
+                                                   ("gaussian", "analytic", 1)])
+def test_native_backend_equals_autograd_of_combined_loss(ctx, native_kernels, mnist, prior, kl,
+                                                         num_samples):
+    config = Config(prior=prior, pi=0.25, sigma_p1=1.0, sigma_p2=math.exp(-6.0), sigma_p=0.8,
+                    kl=kl, num_hidden_units=50)
     layout = FlatLayout(config.layer_shapes())
-    rng = np.random.default_rng(11)
-    to = lambda a: nd.array(a, ctx=ctx, dtype="float64")
-    mu, rho = to(rng.normal(size=layout.size) * 0.5), to(rng.normal(size=layout.size) - 1)
-    X, y = to(rng.normal(size=(4, 6))), to(np.eye(3)[rng.integers(0, 3, size=4)])
-    size = (lrt_noise_size(layout, 4) if estimator == "lrt" else 0) + \
-        (layout.size if (estimator == "sample" or kl == "mc") else 0)
-    eps = to(rng.normal(size=size))
-    loss, g_mu, g_rho = bbb_gradients(X, y, mu, rho, layout, prior_for(config), 0.2, [eps],
-                                      estimator=estimator, kl=kl, sigma_p=config.sigma_p)
-    ref_loss, ref_mu, ref_rho = autograd_reference_loss(config, X, y, mu.copy(), rho.copy(),
-                                                        layout, 0.2, estimator, kl, eps)
-    np.testing.assert_allclose(loss.asscalar(), ref_loss.asscalar(), rtol=1e-10)
-    np.testing.assert_allclose(g_mu.asnumpy(), ref_mu.asnumpy(), rtol=1e-8, atol=1e-10)
-    np.testing.assert_allclose(g_rho.asnumpy(), ref_rho.asnumpy(), rtol=1e-8, atol=1e-10)
+    mus, rhos = init_variational_params(layout.shapes, ctx, rho_offset=-4.0, seed=0)
+    rhos = [r + nd.array(np.random.default_rng(1).normal(size=r.shape), ctx=ctx) for r in rhos]
+    mu, rho = layout.flatten(mus), layout.flatten(rhos)
+    X = nd.array(mnist.train_images[:64], ctx=ctx)
+    y = nd.one_hot(nd.array(mnist.train_labels[:64], ctx=ctx), 10)
+    noise = PhiloxNoise(ctx, seed=7)
+    got = native_kernels.combined_loss_gradients(
+        X, y, mu, rho, noise, num_samples, prior_for(config), 0.003,
+        NetworkGraph(layout.shapes), native_kernels.Workspace(layout.size, ctx), kl)
+    assert noise.stream == num_samples and all(a.context == ctx for a in got)
+    # the reference in float64, on the same Philox streams
+    f64 = lambda a: a.astype("float64")
+    epsilons = [layout.views(nd.array(philox_normals_reference(layout.size, noise.key, s),
+                                      ctx=ctx, dtype="float64")) for s in range(num_samples)]
+    if kl == "mc":
+        reference = tutorial_gradients(f64(X), f64(y), layout.views(f64(mu)),
+                                       layout.views(f64(rho)), prior_for(config), 0.003, epsilons)
+    else:
+        reference = combined_loss_gradients(f64(X), f64(y), f64(mu), f64(rho),
+                                            [layout.flatten(e) for e in epsilons],
+                                            prior_for(config), 0.003,
+                                            NetworkGraph(layout.shapes), kl=kl)
+        reference = (reference[0], layout.views(reference[1]), layout.views(reference[2]))
+    assert_matches(got, reference, layout, rtol=2e-4)
+    # the KL sum is accumulated in double: the loss holds to float32 rounding of its terms
+    np.testing.assert_allclose(got[0].asscalar(), reference[0].asscalar(), rtol=1e-5)
+
+
+def test_layout_views_share_memory(ctx):
+    layout = FlatLayout([(3, 2), (3,)])
+    W = nd.array([[0, 1], [2, 3], [4, 5]], ctx=ctx)
+    b = nd.array([6, 7, 8], ctx=ctx)
+    flat = layout.flatten([W, b])
+    np.testing.assert_array_equal(flat.asnumpy(), np.arange(9))
+    views = layout.views(flat)
+    assert [v.shape for v in views] == [(3, 2), (3,)] and views[0].context == ctx
+    flat[:] = flat * 2
+    np.testing.assert_array_equal(views[1].asnumpy(), [12, 14, 16])
+    np.testing.assert_array_equal(views[0].asnumpy(), 2 * W.asnumpy())
+
+
+def test_philox_noise_is_the_reference_stream_on_ctx(ctx):
+    noise, again = PhiloxNoise(ctx, seed=4), PhiloxNoise(ctx, seed=4)
+    first = noise.normal((30, 40))
+    assert first.context == ctx and first.dtype == np.float32 and first.shape == (30, 40)
+    np.testing.assert_allclose(first.asnumpy().ravel(),
+                               philox_normals_reference(1200, philox_key(4), 0), atol=2e-6)
+    np.testing.assert_array_equal(first.asnumpy(), again.normal((30, 40)).asnumpy())
+    assert not np.array_equal(noise.normal((30, 40)).asnumpy(), first.asnumpy())  # stream 1
+
+
+def test_device_noise_is_seeded_and_drawn_on_its_context(ctx):
+    draws = [DeviceNoise(ctx, seed=[3, 0, 1]).normal((500,)) for _ in range(2)]
+    assert all(d.context == ctx for d in draws)
+    np.testing.assert_array_equal(draws[0].asnumpy(), draws[1].asnumpy())
+    other = DeviceNoise(ctx, seed=[3, 1, 1]).normal((500,)).asnumpy()
+    assert not np.array_equal(other, draws[0].asnumpy())
+    assert abs(draws[0].asnumpy().std() - 1.0) < 0.15
+
+
+def test_step_with_device_noise_stays_on_its_context(ctx, mnist):
+    # what a GPU run does (MXNet's sampler on the run's context), shown on cpu(1)
+    config = Config(num_hidden_units=30, seed=2)
+    X = nd.array(mnist.train_images[:128], ctx=ctx)
+    y = nd.one_hot(nd.array(mnist.train_labels[:128], ctx=ctx), 10)
+    runs = []
+    for noise in ("device", "device", "philox"):
+        step = TrainingStep(config, ctx, backend="ndarray", noise=noise)
+        for epoch in range(2):
+            step.start_epoch(epoch)
+            loss = step(X, y, 0.01)
+        assert loss.context == ctx and step.mu.context == ctx and step.rho.context == ctx
+        assert all(state.context == ctx for s in step.state_arrays() for state in s)
+        runs.append(step.mu.asnumpy())
+    np.testing.assert_array_equal(runs[0], runs[1])
+    assert not np.array_equal(runs[0], runs[2])
+
+
+@pytest.mark.parametrize("backend", ["ndarray", "native"])
+def test_very_negative_rho_stays_finite_in_both_backends(ctx, mnist, backend):
+    if backend == "native":
+        from gluon_bbb import native
+        if not native.available():
+            pytest.skip(native.unavailable_reason())
+    # softplus is floored as in the C kernels: sigma = softplus(-80), never 0
+    floor = softplus(nd.array([-80.0], ctx=ctx)).asnumpy()[0]
+    np.testing.assert_array_equal(softplus(nd.array([-1000.0, -81.0], ctx=ctx)).asnumpy(),
+                                  [floor, floor])
+    assert floor == pytest.approx(math.exp(-80), rel=1e-5)
+    config = Config(num_hidden_units=20, seed=0, prior="scale_mixture")
+    mus, rhos = init_variational_params(config.layer_shapes(), ctx, rho_offset=-1000.0, seed=0)
+    step = TrainingStep(config, ctx, mus, rhos, backend=backend)
+    loss = step(nd.array(mnist.train_images[:64], ctx=ctx),
+                nd.one_hot(nd.array(mnist.train_labels[:64], ctx=ctx), 10), 0.01)
+    assert np.isfinite(loss.asscalar())
+    assert np.all(np.isfinite(step.mu.asnumpy())) and np.all(np.isfinite(step.rho.asnumpy()))
+
+
+def test_choose_backend():
+    sample, lrt = Config(), Config(estimator="lrt")
+    assert choose_backend(lrt, mx.cpu())[0] == "ndarray"
+    assert "estimator lrt" in choose_backend(lrt, mx.cpu())[1]
+    assert choose_backend(sample, mx.gpu(0)) == ("ndarray", "the native kernels run on CPU "
+                                                             "contexts only")
+    assert choose_backend(sample, mx.cpu(), "ndarray") == ("ndarray", "asked for")
+    for config, ctx in ((lrt, mx.cpu()), (sample, mx.gpu(0))):
+        with pytest.raises(ConfigError, match="backend must be ndarray here"):
+            choose_backend(config, ctx, "native")
+    with pytest.raises(ConfigError, match="backend must be one of native, ndarray"):
+        choose_backend(sample, mx.cpu(), "cuda")

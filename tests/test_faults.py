@@ -1,0 +1,177 @@
+"""Bad input and faults: each refused on one line with exit status 2, no file of an existing
+run changed; a run directory locked against a second process; a crash between the history and
+the checkpoint writes loses no history row."""
+import gzip
+import hashlib
+import json
+import os
+import signal
+import struct
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TRAIN = [sys.executable, os.path.join(ROOT, "train_mnist.py")]
+PRUNE = [sys.executable, os.path.join(ROOT, "prune.py")]
+EVALUATE = [sys.executable, "-m", "gluon_bbb.evaluate"]
+SMALL = ["--train-size", "512", "--num-hidden-units", "20", "--test-samples", "2", "--seed", "1"]
+
+
+def run(cmd, *args, env=None):
+    return subprocess.run(cmd + list(args), capture_output=True, text=True, timeout=300,
+                          cwd=ROOT, env=dict(os.environ, **(env or {})))
+
+
+def hashes(directory, lock=False):
+    """sha256 of each file of a run directory; the lock file (the last holder's pid, not part
+    of the run) only with ``lock``."""
+    return {name: hashlib.sha256((directory / name).read_bytes()).hexdigest()
+            for name in sorted(os.listdir(directory))
+            if (directory / name).is_file() and (lock or name != ".lock")}
+
+
+def assert_one_line_error(proc, expected):
+    assert proc.returncode == 2, (proc.returncode, proc.stderr)
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in proc.stderr, proc.stderr
+    assert expected in lines[0], lines[0]
+
+
+@pytest.fixture(scope="module")
+def trained_run(tmp_path_factory):
+    out = tmp_path_factory.mktemp("runs") / "run"
+    proc = run(TRAIN, "--out", str(out), "--epochs", "1", *SMALL)
+    assert proc.returncode == 0, proc.stderr
+    return out
+
+
+def test_a_second_process_on_a_locked_run_directory_is_refused(tmp_path):
+    out = tmp_path / "busy"
+    first = subprocess.Popen(TRAIN + ["--out", str(out), "--epochs", "100000", *SMALL],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                             cwd=ROOT)
+    try:
+        deadline = time.time() + 120
+        while not (out / "checkpoint.params").exists() and time.time() < deadline:
+            time.sleep(0.2)  # the first run holds the lock and has written an epoch
+        assert first.poll() is None
+        before = hashes(out, lock=True)
+        for cmd, args in ((TRAIN, ["--out", str(out), "--epochs", "1", *SMALL]),
+                          (TRAIN, ["--out", str(out), "--resume", "--epochs", "200000"]),
+                          (PRUNE, ["--checkpoint", str(out)]),
+                          (EVALUATE, ["--checkpoint", str(out)])):
+            proc = run(cmd, *args)
+            assert_one_line_error(proc, "%s is in use by another process (pid %d)"
+                                  % (out, first.pid))
+        after = hashes(out, lock=True)
+        # the first run goes on writing; the refused ones wrote nothing
+        finished = lambda names: {n for n in names if not n.endswith(".tmp")}  # mid-write
+        assert finished(after) == finished(before) and after[".lock"] == before[".lock"]
+        assert after["config.json"] == before["config.json"]
+    finally:
+        first.kill()
+        first.wait()
+    # a killed holder leaves no stale lock: the run resumes
+    proc = run(TRAIN, "--out", str(out), "--resume", "--epochs",
+               str(json.loads((out / "history.json").read_text())[-1]["epoch"] + 1))
+    assert proc.returncode == 0, proc.stderr
+
+
+@pytest.mark.parametrize("cmd", ["train", "prune", "evaluate"])
+@pytest.mark.parametrize("where", ["file", "under_file", "unwritable"])
+def test_an_output_that_cannot_be_written_is_refused_before_any_work(tmp_path, trained_run,
+                                                                     cmd, where):
+    a_file = tmp_path / "a-file"
+    a_file.write_text("not a directory")
+    out = {"file": a_file, "under_file": a_file / "out",
+           # /proc refuses new entries even to root, as a read-only directory would
+           "unwritable": "/proc/gluon-bbb-test"}[where]
+    before = hashes(trained_run)
+    if cmd == "train":
+        proc = run(TRAIN, "--out", str(out), "--epochs", "1", *SMALL)
+    else:
+        proc = run(PRUNE if cmd == "prune" else EVALUATE, "--checkpoint", str(trained_run),
+                   "--out", str(out))
+    message = ("--out %s is not a directory" % out if where == "file"
+               else "--out %s cannot be written" % out)
+    assert_one_line_error(proc, message)
+    assert proc.stdout == "" or "|" not in proc.stdout  # no table printed first
+    assert hashes(trained_run) == before and a_file.read_text() == "not a directory"
+
+
+def idx_images(path, count, rows, cols):
+    header = struct.pack(">IIII", 0x803, count, rows, cols)
+    with gzip.open(path, "wb") as f:
+        f.write(header + np.zeros(count * rows * cols, dtype=np.uint8).tobytes())
+
+
+def test_ood_images_of_the_wrong_size_are_refused_at_load(tmp_path, trained_run):
+    ood = tmp_path / "ood"
+    ood.mkdir()
+    idx_images(str(ood / "t10k-images-idx3-ubyte.gz"), 5, 32, 32)
+    expected = "%s: images are 32x32, the network takes 28x28" % (
+        ood / "t10k-images-idx3-ubyte.gz")
+    proc = run(TRAIN, "--out", str(tmp_path / "new"), "--epochs", "1", "--ood-data-dir",
+               str(ood), *SMALL)
+    assert_one_line_error(proc, expected)
+    assert not (tmp_path / "new" / "checkpoint.params").exists()
+    before = hashes(trained_run)
+    assert_one_line_error(run(EVALUATE, "--checkpoint", str(trained_run), "--ood-data-dir",
+                              str(ood)), expected)
+    assert hashes(trained_run) == before
+
+
+def test_a_batch_larger_than_the_training_set_is_refused(tmp_path):
+    proc = run(TRAIN, "--out", str(tmp_path / "big"), "--epochs", "1", "--batch-size", "100000",
+               "--train-size", "5000", "--validation", "10000")
+    assert_one_line_error(proc, "--batch-size must be at most the 5000 training images "
+                                "(after --train-size and --validation), got 100000")
+    assert not (tmp_path / "big" / "checkpoint.params").exists()
+
+
+def test_nothing_to_train_is_refused(tmp_path, trained_run):
+    proc = run(TRAIN, "--out", str(tmp_path / "zero"), "--epochs", "0", *SMALL)
+    assert_one_line_error(proc, "--epochs must be at least 1 for a new run (nothing to train)")
+    assert not (tmp_path / "zero" / "checkpoint.params").exists()
+    assert not (tmp_path / "zero" / "accuracy.png").exists()
+    before = hashes(trained_run)
+    for epochs in ("1", "0"):
+        proc = run(TRAIN, "--out", str(trained_run), "--resume", "--epochs", epochs)
+        assert_one_line_error(proc, "%s has trained 1 epochs already; pass --epochs N with N > 1"
+                              % trained_run)
+    assert hashes(trained_run) == before
+
+
+def test_a_crash_between_history_and_checkpoint_loses_no_history_row(tmp_path, mnist):
+    out = tmp_path / "crash"
+    proc = run(TRAIN, "--out", str(out), "--epochs", "3", *SMALL,
+               env={"GLUON_BBB_CRASH_AFTER_HISTORY": "2"})
+    assert proc.returncode == -signal.SIGKILL
+    assert [r["epoch"] for r in json.loads((out / "history.json").read_text())] == [1, 2]
+    from gluon_bbb import load_checkpoint
+    assert load_checkpoint(str(out))["epoch"] == 1  # the crash came before epoch 2's checkpoint
+    proc = run(TRAIN, "--out", str(out), "--resume", "--epochs", "3")
+    assert proc.returncode == 0, proc.stderr
+    assert [r["epoch"] for r in json.loads((out / "history.json").read_text())] == [1, 2, 3]
+    # and the resumed run is the uninterrupted one
+    whole = tmp_path / "whole"
+    assert run(TRAIN, "--out", str(whole), "--epochs", "3", *SMALL).returncode == 0
+    ours, theirs = (load_checkpoint(str(d)) for d in (out, whole))
+    for a, b in zip(ours["mus"] + ours["rhos"], theirs["mus"] + theirs["rhos"]):
+        np.testing.assert_array_equal(a.asnumpy(), b.asnumpy())
+
+
+def test_smaller_messages(tmp_path, trained_run):
+    assert_one_line_error(run(PRUNE, "--checkpoint", str(trained_run), "--save-pruned", "2"),
+                          "prune.py: error: --save-pruned must be in [0, 1], got 2.0")
+    proc = run(EVALUATE, "--checkpoint", str(tmp_path / "none"))
+    assert_one_line_error(proc, "python -m gluon_bbb.evaluate: error: ")
+    from gluon_bbb import DataError, read_idx
+    path = tmp_path / "train-images-idx3-ubyte"
+    path.write_bytes(struct.pack(">IIII", 0x803, 2, 28, 28) + b"\0" * 10)
+    with pytest.raises(DataError, match="^%s: truncated" % path):
+        read_idx(str(path), ndim=3)
