@@ -23,8 +23,8 @@ import numpy as np
 from mxnet import autograd, nd, sym
 
 LOG_SQRT_2PI = 0.5 * math.log(2.0 * math.pi)
-# exp's argument is kept above this in softplus, as in the C kernels (_fused.c): sigma bottoms
-# out at softplus(-80) = 1.8e-35, so log sigma stays finite for any rho
+# rho is floored here in softplus and sigmoid, as in the C kernels (_fused.c): sigma bottoms
+# out at softplus(-80) = 1.8e-35, so log sigma and 1/sigma stay finite for any rho
 SOFTPLUS_FLOOR = -80.0
 
 
@@ -64,14 +64,23 @@ def sample_epsilons(param_shapes, ctx, noise=None):
 
 
 def softplus(x):
-    """log(1 + exp(x)) elementwise: relu(x) + log1p(exp(-|x|)), written with x - 2 relu(x) for
-    -|x| so that autograd's gradient is sigmoid(x) everywhere, 0.5 at x = 0 included.
+    """log(1 + exp(x)) elementwise, with x floored at ``SOFTPLUS_FLOOR`` as in the C kernels:
+    relu(x) - log1p(-sigmoid(-|x|)), exact in both tails, no overflow for large x.
 
-    No overflow for large x, exact tails; exp's argument is floored at ``SOFTPLUS_FLOOR`` as in
-    the C kernels. MXNet's float32 ``softrelu`` is not used: it returns -1.9e-6 at x = -20.
+    -|x| is written x - 2 relu(x) so that autograd's gradient is sigmoid(x) everywhere, 0.5 at
+    x = 0 included. exp(-|x|) comes from ``sigmoid``, whose CPU kernel is vectorised, where
+    ``nd.exp`` is not. MXNet's float32 ``softrelu`` is not used: it returns -1.9e-6 at x = -20.
     """
+    x = nd.maximum(x, SOFTPLUS_FLOOR)
     positive_part = nd.relu(x)
-    return positive_part + nd.log1p(nd.exp(nd.maximum(x - 2.0 * positive_part, SOFTPLUS_FLOOR)))
+    return positive_part - nd.log1p(-sigmoid(x - 2.0 * positive_part))
+
+
+def sigmoid(x):
+    """1 / (1 + exp(-x)) elementwise, the derivative of ``softplus``. ``Activation`` runs
+    oneDNN's vectorised kernel on the CPU: 0.3 ms for 478k floats here against 2.5 ms for
+    ``nd.sigmoid``, within 2.5e-7 relative of float64 (float64 inputs take MXNet's own)."""
+    return nd.Activation(x, act_type="sigmoid")
 
 
 def transform_rhos(rhos):
@@ -154,17 +163,18 @@ class GaussianPrior:
         return (nd.dot(flat, flat) * (-0.5 / self.sigma_p ** 2)
                 - x.size * (LOG_SQRT_2PI + math.log(self.sigma_p)))
 
-    def gradient(self, x):
-        """Elementwise d log P / dx."""
-        return x * (-1.0 / self.sigma_p ** 2)
+    def log_density_and_gradient(self, x):
+        """(the summed log density (1,), elementwise d log P / dx)."""
+        return self(x), x * (-1.0 / self.sigma_p ** 2)
 
 
 class ScaleMixturePrior:
     """P(w) = pi N(w | 0, sigma_p1^2) + (1 - pi) N(w | 0, sigma_p2^2), 0 < pi < 1.
 
-    In log space, m + log(exp(a - m) + exp(b - m)) with a, b the log densities of the weighted
-    components and m = max(a, b): finite for any finite x, where the tutorial's
-    log(pi N1 + (1-pi) N2) gives log(0) once both densities underflow (|x| ~ 15).
+    With a, b the log densities of the two weighted components and m = max(a, b),
+    log P = m + softplus(min(a, b) - m): finite for any finite x (``softplus`` is stable in
+    both tails), where the tutorial's log(pi N1 + (1-pi) N2) gives log(0) once both densities
+    underflow (|x| ~ 15). The first component's share of the density is sigmoid(a - b).
     """
 
     def __init__(self, pi=0.25, sigma_p1=0.75, sigma_p2=0.1):
@@ -174,26 +184,25 @@ class ScaleMixturePrior:
         self.pi, self.sigma_p1, self.sigma_p2 = pi, sigma_p1, sigma_p2
 
     def __call__(self, x):
-        return total(self._components(x)[2])
+        return self.log_density_and_gradient(x, gradient=False)[0]
 
-    def _components(self, x):
-        """(log of the first weighted component, of the second, of their sum), elementwise."""
+    def log_density_and_gradient(self, x, gradient=True):
+        """(the summed log density (1,), elementwise d log P / dx or None), where
+        d log P / dx = -x (share1 / s1^2 + share2 / s2^2)."""
         x2 = nd.square(x)
-        log_first = ((math.log(self.pi) - LOG_SQRT_2PI - math.log(self.sigma_p1))
-                     - (0.5 / self.sigma_p1 ** 2) * x2)
-        log_second = ((math.log1p(-self.pi) - LOG_SQRT_2PI - math.log(self.sigma_p2))
-                      - (0.5 / self.sigma_p2 ** 2) * x2)
-        # m is detached: the expression's derivative with respect to m is identically zero
-        m = nd.maximum(log_first, log_second).detach()
-        return log_first, log_second, m + nd.log(nd.exp(log_first - m) + nd.exp(log_second - m))
-
-    def gradient(self, x):
-        """Elementwise d log P / dx = -x (share1 / s1^2 + share2 / s2^2)."""
-        log_first, log_second, log_mix = self._components(x)
-        # each component's share of the density, computed directly: 1 - share1 would lose
-        # all float32 precision where share1 is near 1 (and 1 / s2^2 is large)
-        return x * -(nd.exp(log_first - log_mix) * (1.0 / self.sigma_p1 ** 2)
-                     + nd.exp(log_second - log_mix) * (1.0 / self.sigma_p2 ** 2))
+        k1, k2 = 0.5 / self.sigma_p1 ** 2, 0.5 / self.sigma_p2 ** 2
+        log_first = (math.log(self.pi) - LOG_SQRT_2PI - math.log(self.sigma_p1)) - k1 * x2
+        log_second = (math.log1p(-self.pi) - LOG_SQRT_2PI - math.log(self.sigma_p2)) - k2 * x2
+        larger = nd.maximum(log_first, log_second)
+        log_density = total(larger + softplus(nd.minimum(log_first, log_second) - larger))
+        if not gradient:
+            return log_density, None
+        # a - b from x^2 directly (not as a difference of two large numbers), and both shares
+        # from it: 1 - share1 would lose all float32 precision where share1 is near 1
+        log_ratio = (math.log(self.pi / (1.0 - self.pi)) + math.log(self.sigma_p2 / self.sigma_p1)
+                     + (k2 - k1) * x2)
+        return log_density, x * -(sigmoid(log_ratio) * (2.0 * k1)
+                                  + sigmoid(-log_ratio) * (2.0 * k2))
 
 
 def gaussian_prior(x, sigma_p=1.0):
@@ -275,8 +284,9 @@ def combined_loss_gradients(X, y_one_hot, mu, rho, epsilons, prior, kl_weight, g
         if kl == "mc":
             # log q summed at w: -sum log sigma (added once, after the loop) - sum eps^2/2 - c
             log_q_sum = -0.5 * nd.dot(eps, eps) - eps.size * LOG_SQRT_2PI
-            nll = nll + kl_weight * (log_q_sum - prior(w))
-            kl_grad_w = prior.gradient(w) * -kl_weight
+            log_prior_sum, log_prior_grad = prior.log_density_and_gradient(w)
+            nll = nll + kl_weight * (log_q_sum - log_prior_sum)
+            kl_grad_w = log_prior_grad * -kl_weight
             g_mu = g_mu + kl_grad_w
             if estimator == "lrt":
                 g_sigma = g_sigma + kl_grad_w * eps
@@ -295,8 +305,8 @@ def combined_loss_gradients(X, y_one_hot, mu, rho, epsilons, prior, kl_weight, g
     else:
         loss = loss - kl_weight * total(nd.log(sigma))
         grad_sigma = grad_sigma - kl_weight / sigma
-    # d softplus / d rho = sigmoid(rho)
-    return loss, grad_mu, grad_sigma * nd.sigmoid(rho)
+    # d softplus / d rho = sigmoid(rho), at rho floored as in softplus
+    return loss, grad_mu, grad_sigma * sigmoid(nd.maximum(rho, SOFTPLUS_FLOOR))
 
 
 class FlatLayout:

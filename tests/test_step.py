@@ -203,6 +203,24 @@ def test_very_negative_rho_stays_finite_in_both_backends(ctx, mnist, backend):
     assert np.all(np.isfinite(step.mu.asnumpy())) and np.all(np.isfinite(step.rho.asnumpy()))
 
 
+def test_backends_take_the_same_step_below_the_floor(ctx, mnist, native_kernels):
+    # Below rho = -80 both backends use sigma = sigmoid(rho) = softplus(-80), so dL/drho is
+    # (g eps - kl_weight / sigma) sigma = -kl_weight, up to g eps sigma: rho climbs back
+    config = Config(num_hidden_units=20, seed=0, prior="scale_mixture", learning_rate=1.0)
+    X = nd.array(mnist.train_images[:64], ctx=ctx)
+    y = nd.one_hot(nd.array(mnist.train_labels[:64], ctx=ctx), 10)
+    rhos_after = []
+    for backend in ("ndarray", "native"):
+        mus, rhos = init_variational_params(config.layer_shapes(), ctx, rho_offset=-1000.0,
+                                            seed=0)
+        step = TrainingStep(config, ctx, mus, rhos, backend=backend)
+        step.start_epoch(0)
+        step(X, y, 1.0)
+        rhos_after.append(step.rho.asnumpy())
+    np.testing.assert_allclose(rhos_after[0], -999.0, atol=1e-3)
+    np.testing.assert_allclose(rhos_after[0], rhos_after[1], atol=1e-4)
+
+
 def test_choose_backend():
     sample, lrt = Config(), Config(estimator="lrt")
     assert choose_backend(lrt, mx.cpu())[0] == "ndarray"
