@@ -137,13 +137,14 @@ def _require_choice(name, value, choices):
 
 # The paper's MNIST setups (Blundell et al. 2015, section 5.1): 2 ReLU layers, pixels / 126,
 # a scale-mixture prior with pi = 1/4, -log sigma1 = 0, -log sigma2 = 6, and the last 10,000
-# training images held out for validation. The paper's update is plain gradient descent run
-# for hundreds of epochs; within this machine's means Adam at 0.001 with sigma starting at
-# softplus(-5) = 0.0067, the rate divided by 10 after epoch 45, did better (docs/RESULTS.md):
-# plain SGD at 0.001 from rho = -3 was still at 1.9% test error after 79 epochs of 2x1200.
+# training images held out for validation. The optimizer is the one the measurements in
+# docs/RESULTS.md support: Adam at 3e-4 from sigma = softplus(-5) = 0.0067, the rate divided
+# by 10 after two thirds of the epochs; the drop is what keeps the error flat when 95-98% of
+# the weights are pruned. The paper's own update, plain SGD, overfits from a small sigma and
+# prunes badly.
 _PAPER = dict(prior="scale_mixture", pi=0.25, sigma_p1=1.0, sigma_p2=math.exp(-6),
-              validation=10000, optimizer="adam", learning_rate=0.001, rho_offset=-5.0,
-              lr_decay_every=45, lr_decay_factor=0.1, epochs=80)
+              validation=10000, optimizer="adam", learning_rate=3e-4, rho_offset=-5.0,
+              lr_decay_every=67, lr_decay_factor=0.1, epochs=100)
 PRESETS = {
     "paper-2x1200": dict(_PAPER, num_hidden_units=1200),
     "paper-2x400": dict(_PAPER, num_hidden_units=400),
