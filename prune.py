@@ -9,6 +9,11 @@ import sys
 import tempfile
 import time
 
+try:
+    import gluon_bbb  # noqa: F401  (loads MXNet: a CUDA build without its libraries fails here)
+except ImportError as exc:
+    sys.stderr.write("%s: error: %s\n" % (os.path.basename(sys.argv[0]), exc))
+    sys.exit(2)
 from mxnet import nd
 
 from gluon_bbb import load_checkpoint, load_mnist, load_run_config, parse_context

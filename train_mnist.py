@@ -9,6 +9,11 @@ import os
 import sys
 import time
 
+try:
+    import gluon_bbb  # noqa: F401  (loads MXNet: a CUDA build without its libraries fails here)
+except ImportError as exc:
+    sys.stderr.write("%s: error: %s\n" % (os.path.basename(sys.argv[0]), exc))
+    sys.exit(2)
 from gluon_bbb import Config, load_mnist, load_run_config, parse_context, train
 from gluon_bbb.config import PRESETS
 from gluon_bbb.cli import ArgumentParser, flag_for, run_main

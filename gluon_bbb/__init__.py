@@ -8,6 +8,12 @@ _os.environ.setdefault("MXNET_USE_OPERATOR_TUNING", "0")
 _os.environ.setdefault("OMP_NUM_THREADS", str(len(_os.sched_getaffinity(0))
                                               if hasattr(_os, "sched_getaffinity")
                                               else _os.cpu_count() or 1))
+try:
+    import mxnet as _mxnet  # noqa: F401
+except OSError as _exc:  # libmxnet.so found, a library it links against not
+    raise ImportError("MXNet's library cannot be loaded: %s. A CUDA build of MXNet (mxnet-cu117) "
+                      "needs the CUDA 11 runtime, cuBLAS, cuDNN 8 and NCCL 2 on the library path; "
+                      "the CPU build (pip install mxnet==1.9.1) needs none" % _exc) from None
 from .checkpoint import load_checkpoint, save_checkpoint
 from .config import Config
 from .context import context_name, parse_context

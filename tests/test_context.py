@@ -1,12 +1,19 @@
+import os
+import subprocess
+import sys
+
 import mxnet as mx
+import numpy as np
 import pytest
 from mxnet import autograd
 
-from gluon_bbb import ContextError, context_name, parse_context
+from gluon_bbb import ContextError, context, context_name, parse_context
+from gluon_bbb.cli import run_main
 from gluon_bbb.model import init_variational_params, layer_param_shapes
 from tutorial_reference import tutorial_loss
 
 NUM_GPUS = mx.context.num_gpus()
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def test_parse_cpu():
@@ -39,3 +46,67 @@ def test_training_step_on_gpu():
         loss = tutorial_loss(X, y, mus, rhos, lambda w: mx.nd.sum(w * 0), 0.1)
     loss.backward()
     assert loss.context == ctx and mus[0].grad.context == ctx
+
+
+# The GPU probe is tested with test doubles: no GPU that MXNet 1.9.1 can run on is available
+# here. The doubles stand in for a GPU that MXNet sees (num_gpus) and for the probe's first
+# operation on it, raising the errors MXNet raises there.
+KERNEL_IMAGE_ERROR = ("[12:00:01] ../src/operator/nn/./fully_connected-inl.h:89: Check failed: "
+                      "e == cudaSuccess (209 vs. 0) : CUDA: no kernel image is available for "
+                      "execution on the device\nStack trace:\n  [bt] (0) libmxnet.so(+0x1)")
+
+
+def failing_probe(message):
+    def probe(ctx):
+        raise mx.base.MXNetError(message)
+    return probe
+
+
+@pytest.mark.parametrize("message,cause", [
+    (KERNEL_IMAGE_ERROR, "no kernels for this GPU .*compute capability 5.0-8.6"),
+    ("[12:00:01] src/storage/gpu_device_storage.h:39: Check failed: e == cudaSuccess: "
+     "out of memory\nStack trace:", "the GPU has no memory left"),
+    ("[12:00:01] src/engine/x.cc:12: CUDA driver version is insufficient\nStack trace:\n  [bt]",
+     "gpu\\(0\\) cannot run MXNet: CUDA driver version is insufficient; use --ctx cpu$"),
+])
+def test_gpu_that_fails_its_probe_is_refused_in_one_line(monkeypatch, message, cause):
+    monkeypatch.setattr(mx.context, "num_gpus", lambda: 1)
+    monkeypatch.setattr(context, "gpu_probe", failing_probe(message))
+    with pytest.raises(ContextError, match=cause) as info:
+        parse_context("gpu")
+    assert "\n" not in str(info.value) and str(info.value).startswith("--ctx gpu: gpu(0)")
+
+
+def test_gpu_probe_failure_through_the_command_line_entry(monkeypatch, capsys):
+    monkeypatch.setattr(mx.context, "num_gpus", lambda: 1)
+    monkeypatch.setattr(context, "gpu_probe", failing_probe(KERNEL_IMAGE_ERROR))
+    status = run_main(lambda argv: parse_context("gpu:0") and 0, [], prog="train_mnist.py")
+    err = capsys.readouterr().err
+    assert status == 2 and err.count("\n") == 1
+    assert err.startswith("train_mnist.py: error: --ctx gpu:0: gpu(0) cannot run MXNet: this "
+                          "MXNet build has no kernels for this GPU")
+
+
+def test_gpu_probe_runs_one_operation_on_its_context():
+    # the real probe on a CPU context: a product whose value and context are known
+    np.testing.assert_array_equal(context.gpu_probe(mx.cpu(1)), np.full((4, 2), 8.0))
+    context.check_gpu(mx.cpu(1), "cpu:1")  # passes without error
+
+
+@pytest.mark.parametrize("script", ["train_mnist.py", "prune.py"])
+def test_mxnet_that_cannot_load_its_libraries_is_one_line(tmp_path, script):
+    # a stand-in mxnet package that fails to import as a CUDA build without its CUDA libraries
+    # does: libmxnet.so's loader raises OSError
+    fake = tmp_path / "mxnet"
+    fake.mkdir()
+    (fake / "__init__.py").write_text(
+        "raise OSError('libcudart.so.11.0: cannot open shared object file: No such file or "
+        "directory')\n")
+    env = dict(os.environ, PYTHONPATH=str(tmp_path))
+    proc = subprocess.run([sys.executable, os.path.join(ROOT, script), "--help"], env=env,
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr
+    assert proc.stderr.startswith("%s: error: MXNet's library cannot be loaded: libcudart.so.11.0"
+                                  % script)
+    assert "cuDNN 8" in proc.stderr
