@@ -4,7 +4,16 @@ The kernels are a plain C library loaded with ctypes (no Python API). Compiled w
 -ffast-math for vectorized math but linked without it (see _fused.c). If no C compiler is
 present the install still succeeds and gluon_bbb runs on MXNet operators alone.
 """
+import sys
+
 from setuptools import Extension, setup
+
+# pip checks python_requires only after it has started building the dependencies, and
+# numpy<1.24 has no wheels for Python 3.12+: its source build fails with a long traceback.
+if sys.version_info >= (3, 12):
+    sys.exit("gluon-bbb needs Python 3.8 to 3.11 (this is %d.%d): it depends on mxnet==1.9.1, "
+             "which imports only with numpy<1.24, and numpy<1.24 has no wheels for Python 3.12 "
+             "or newer. Create the virtual environment with python3.11." % sys.version_info[:2])
 
 setup(ext_modules=[Extension(
     "gluon_bbb._fused", ["gluon_bbb/_fused.c"],

@@ -1,0 +1,50 @@
+"""The example notebook runs top to bottom in a kernel of this environment, on real MNIST."""
+import json
+import os
+import re
+import sys
+
+import nbformat
+import pytest
+from nbclient import NotebookClient
+
+from conftest import mnist_dir
+
+NOTEBOOK = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                        "examples", "bayes_by_backprop.ipynb")
+
+
+def test_notebook_is_committed_without_outputs():
+    nb = nbformat.read(NOTEBOOK, as_version=4)
+    code = [cell for cell in nb.cells if cell.cell_type == "code"]
+    assert code and all(cell.outputs == [] and cell.execution_count is None for cell in code)
+
+
+def test_notebook_runs_top_to_bottom(tmp_path, monkeypatch):
+    if not mnist_dir():
+        pytest.fail("set GLUON_BBB_DATA to the directory holding the MNIST IDX files")
+    # a kernel spec naming this interpreter, so the kernel is this environment's and not
+    # whatever "python3" a Jupyter install elsewhere on the machine points at
+    spec_dir = tmp_path / "jupyter" / "kernels" / "gluon-bbb-test"
+    spec_dir.mkdir(parents=True)
+    (spec_dir / "kernel.json").write_text(json.dumps({
+        "argv": [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
+        "display_name": "gluon-bbb test", "language": "python"}))
+    monkeypatch.setenv("JUPYTER_PATH", str(tmp_path / "jupyter"))
+    monkeypatch.setenv("MPLBACKEND", "agg")
+    nb = nbformat.read(NOTEBOOK, as_version=4)
+    # raises CellExecutionError, naming the cell, on any error
+    NotebookClient(nb, kernel_name="gluon-bbb-test", timeout=300,
+                   resources={"metadata": {"path": str(tmp_path)}}).execute()
+    text = "\n".join(output.get("text", "") for cell in nb.cells if cell.cell_type == "code"
+                     for output in cell.outputs if output.get("output_type") == "stream")
+    images = sum("image/png" in output.get("data", {}) for cell in nb.cells
+                 if cell.cell_type == "code" for output in cell.outputs)
+    assert images == 3  # accuracy curve, SNR histogram, entropy histograms
+    # 3 epochs with the tutorial's settings (96.42% measured, seed 0); half the weights pruned
+    # cost little; noise is more uncertain than digits
+    unpruned = float(re.search(r"removed +0%: +\d+ left, test accuracy ([\d.]+)%", text).group(1))
+    half = float(re.search(r"removed +50%: +\d+ left, test accuracy ([\d.]+)%", text).group(1))
+    assert unpruned > 95.5 and half > unpruned - 1.0
+    digits, noise = map(float, re.search(r"digits ([\d.]+), noise ([\d.]+)", text).groups())
+    assert noise > 2 * digits
