@@ -55,11 +55,11 @@ def gpu_probe(ctx):
                                 num_hidden=2).asnumpy()
 
 
-def check_gpu(ctx, spec=None, probe=None):
-    """Run ``probe(ctx)`` before any work; a failure becomes a one-line ContextError naming
+def check_gpu(ctx, spec=None):
+    """Run ``gpu_probe(ctx)`` before any work; a failure becomes a one-line ContextError naming
     the cause (the full CUDA message is several lines with a stack trace)."""
     try:
-        (probe or gpu_probe)(ctx)
+        gpu_probe(ctx)
     except (mx.base.MXNetError, OSError) as exc:
         text = str(exc)
         cause = next((meaning for marker, meaning in _CAUSES if marker in text), None)
