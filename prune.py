@@ -17,9 +17,8 @@ except ImportError as exc:
 from mxnet import nd
 
 from gluon_bbb import load_checkpoint, load_mnist, load_run_config, parse_context
-from gluon_bbb.checkpoint import CHECKPOINT_FILE, write_json
+from gluon_bbb.checkpoint import report_prefix, resolve_checkpoint, write_json
 from gluon_bbb.cli import ArgumentParser, run_main
-from gluon_bbb.errors import CheckpointError
 from gluon_bbb.model import transform_rhos
 from gluon_bbb.plots import plot_pruning, plot_snr
 from gluon_bbb.prune import (DEFAULT_PROPORTIONS, check_proportion, prune_weights, pruning_table,
@@ -31,7 +30,8 @@ from gluon_bbb.train import check_shapes
 def build_parser():
     parser = ArgumentParser(description="Signal-to-noise pruning of a Bayes-by-Backprop run.")
     parser.add_argument("--checkpoint", required=True,
-                        help="run directory written by train_mnist.py (or its checkpoint.params)")
+                        help="run directory written by train_mnist.py (pruned at its last "
+                        "epoch), or its best.params (the best validation epoch)")
     parser.add_argument("--data-dir", help="directory with the MNIST IDX files")
     parser.add_argument("--proportions", type=float, nargs="+", default=list(DEFAULT_PROPORTIONS),
                         metavar="P", help="proportions of parameters to remove, each in [0, 1] "
@@ -60,25 +60,21 @@ def main(argv=None):
         check_proportion(p)
     if args.save_pruned is not None:
         check_proportion(args.save_pruned, "save_pruned")
-    run_dir = args.checkpoint
-    if os.path.isfile(run_dir):
-        run_dir = os.path.dirname(os.path.abspath(run_dir))
-    if not os.path.isdir(run_dir):
-        raise CheckpointError("checkpoint %s does not exist" % args.checkpoint)
+    run_dir, checkpoint_path = resolve_checkpoint(args.checkpoint)
     config = load_run_config(run_dir)
     ctx = parse_context(args.ctx)
-    checkpoint_path = os.path.join(run_dir, CHECKPOINT_FILE)
     state = load_checkpoint(checkpoint_path, ctx)
     check_shapes(state["mus"], config.layer_shapes(), checkpoint_path)
     check_shapes(state["rhos"], config.layer_shapes(), checkpoint_path)
     out_dir = check_output_dir(args.out or run_dir)
     data = load_mnist(args.data_dir)
     with locked(out_dir):
-        return prune_and_report(args, state, data, out_dir)
+        return prune_and_report(args, state, data, out_dir, report_prefix(checkpoint_path))
 
 
-def prune_and_report(args, state, data, out_dir):
-    """Print the pruning table and write its files into ``out_dir`` (locked by the caller)."""
+def prune_and_report(args, state, data, out_dir, prefix=""):
+    """Print the pruning table and write its files, their names starting with ``prefix``, into
+    ``out_dir`` (locked by the caller)."""
     mus, sigmas = state["mus"], transform_rhos(state["rhos"])
     started = time.time()
     rows = pruning_table(mus, sigmas, args.proportions, data.test_images, data.test_labels)
@@ -86,14 +82,15 @@ def prune_and_report(args, state, data, out_dir):
     print(markdown_table(rows))
     print("\n%d parameters, %d proportions, %.1f s" % (
         sum(m.size for m in mus), len(rows), seconds))
-    write_json(os.path.join(out_dir, "pruning.json"), rows)
-    plot_pruning(rows, os.path.join(out_dir, "pruning.png"))
+    names = [prefix + name for name in ("pruning.json", "pruning.png", "snr.png")]
+    write_json(os.path.join(out_dir, names[0]), rows)
+    plot_pruning(rows, os.path.join(out_dir, names[1]))
     snr_db, cuts = snr_thresholds_db(mus, sigmas, args.proportions)
-    plot_snr(snr_db, cuts, os.path.join(out_dir, "snr.png"))
+    plot_snr(snr_db, cuts, os.path.join(out_dir, names[2]))
 
     if args.save_pruned is not None:
         pruned = prune_weights(mus, sigmas, args.save_pruned, ranks=snr_ranks(mus, sigmas))
-        sparse_path = os.path.join(out_dir, "pruned-%g.params" % args.save_pruned)
+        sparse_path = os.path.join(out_dir, "%spruned-%g.params" % (prefix, args.save_pruned))
         sparse_bytes = save_pruned(sparse_path, pruned)
         with tempfile.TemporaryDirectory() as tmp:
             dense_path = os.path.join(tmp, "dense.params")
@@ -103,7 +100,7 @@ def prune_and_report(args, state, data, out_dir):
               "(%.1f%%)" % (
             args.save_pruned, sparse_path, sparse_bytes, dense_bytes,
             100.0 * sparse_bytes / dense_bytes))
-    print("wrote pruning.json, pruning.png, snr.png to %s" % out_dir)
+    print("wrote %s to %s" % (", ".join(names), out_dir))
     return 0
 
 

@@ -21,7 +21,8 @@ from gluon_bbb.errors import CheckpointError, ConfigError
 from gluon_bbb.evaluate import evaluate_run, load_ood_images
 from gluon_bbb.plots import plot_accuracy, plot_weights
 from gluon_bbb.rundir import check_output_dir, locked
-from gluon_bbb.train import CONFIG_FILE
+from gluon_bbb.checkpoint import BEST_CHECKPOINT_FILE
+from gluon_bbb.train import CONFIG_FILE, best_validation_epoch
 
 # Config fields set from the flag of the same name (--batch-size -> batch_size).
 CONFIG_FLAGS = {
@@ -111,6 +112,11 @@ def train_and_report(args, config, ctx, out_dir, data, ood_images):
                   report["in_distribution"]["accuracy"], report["test_samples"],
                   report["in_distribution"]["ece"], report["in_distribution"]["mean_entropy"],
                   report["noise"]["mean_entropy"]))
+    best = best_validation_epoch(result.history)
+    if best is not None:
+        print("best validation accuracy %.4f at epoch %d (test accuracy %.4f), kept in %s" % (
+            best["validation_accuracy"], best["epoch"], best["test_accuracy"],
+            BEST_CHECKPOINT_FILE))
     print("final test accuracy %.4f; wrote %s" % (result.history[-1]["test_accuracy"], out_dir))
     return 0
 

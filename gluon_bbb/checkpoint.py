@@ -5,6 +5,10 @@ One file holds everything, keyed ``mu:i``, ``rho:i`` (parameter i, weights (outp
 the order of ``FlatLayout``), ``num_update`` (optimizer steps taken), ``epoch`` (epochs
 completed) and ``layout``, so that ``nd.load`` reads it without this package. Checkpoints without
 ``layout`` hold weights as (inputs, outputs); ``load_checkpoint`` turns them around.
+
+A run directory holds ``checkpoint.params`` (the last epoch) and, when the run holds out a
+validation set, ``best.params``: the same keys without ``opt:``, at the epoch of the highest
+validation accuracy so far (the earliest of equals).
 """
 import json
 import os
@@ -15,6 +19,7 @@ from mxnet import nd
 from .errors import CheckpointError
 
 CHECKPOINT_FILE = "checkpoint.params"
+BEST_CHECKPOINT_FILE = "best.params"
 LAYOUT_OUTPUTS_INPUTS = 1
 
 
@@ -43,6 +48,24 @@ def write_json(path, value):
             json.dump(value, f, indent=2)
             f.write("\n")
     write_atomically(path, write)
+
+
+def resolve_checkpoint(path):
+    """(run directory, parameter file) named by ``path``: a run directory, read at its
+    checkpoint.params, or a parameter file in one (checkpoint.params, best.params)."""
+    if os.path.isdir(path):
+        return path, os.path.join(path, CHECKPOINT_FILE)
+    if os.path.isfile(path):
+        return os.path.dirname(path) or ".", path
+    raise CheckpointError("checkpoint %s does not exist" % path)
+
+
+def report_prefix(params_path):
+    """Prefix of the report files written about ``params_path``: none for a run's
+    checkpoint.params, else the file's stem and a dash (``best-pruning.json`` for best.params),
+    so that reports on the best epoch sit beside those on the last without replacing them."""
+    name = os.path.basename(params_path)
+    return "" if name == CHECKPOINT_FILE else os.path.splitext(name)[0] + "-"
 
 
 def save_checkpoint(path, mus, rhos, optimizer_states, num_update, epoch):

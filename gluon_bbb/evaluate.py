@@ -1,6 +1,8 @@
 """Uncertainty report of a trained run: ``python -m gluon_bbb.evaluate --checkpoint RUN_DIR``.
 
-Writes ``uncertainty.json`` and ``uncertainty.png`` into the run directory (or ``--out``).
+Writes ``uncertainty.json`` and ``uncertainty.png`` into the run directory (or ``--out``);
+``--checkpoint RUN_DIR/best.params`` reports on the best validation epoch instead, into
+``best-uncertainty.json`` and ``best-uncertainty.png``.
 """
 import json
 import os
@@ -8,7 +10,7 @@ import sys
 
 import numpy as np
 
-from .checkpoint import CHECKPOINT_FILE, load_checkpoint, write_json
+from .checkpoint import load_checkpoint, report_prefix, resolve_checkpoint, write_json
 from .cli import ArgumentParser, run_main
 from .context import parse_context
 from .data import IMAGE_SHAPE, PIXEL_SCALE, find_idx_file, load_mnist, read_idx
@@ -90,11 +92,13 @@ def plot_uncertainty(entropies, probs, labels, path):
     fig.savefig(path, dpi=100)
 
 
-def evaluate_run(run_dir, data, ctx, num_samples=10, ood_images=None, out_dir=None):
-    """Write uncertainty.json and uncertainty.png for a run directory; returns the report."""
+def evaluate_run(checkpoint, data, ctx, num_samples=10, ood_images=None, out_dir=None):
+    """Write uncertainty.json and uncertainty.png (prefixed as ``report_prefix`` says) for a
+    run directory or a parameter file in one; returns the report."""
+    run_dir, checkpoint_path = resolve_checkpoint(checkpoint)
     config = load_run_config(run_dir)
-    state = load_checkpoint(os.path.join(run_dir, CHECKPOINT_FILE), ctx)
-    check_shapes(state["mus"], config.layer_shapes(), run_dir)
+    state = load_checkpoint(checkpoint_path, ctx)
+    check_shapes(state["mus"], config.layer_shapes(), checkpoint_path)
     if config.model == "mlp":
         num_samples = 0
     report, entropies, probs = uncertainty_report(
@@ -102,17 +106,19 @@ def evaluate_run(run_dir, data, ctx, num_samples=10, ood_images=None, out_dir=No
         num_samples, ood_images)
     report["model"] = config.model
     out_dir = check_output_dir(out_dir or run_dir)
+    prefix = report_prefix(checkpoint_path)
     with locked(out_dir):
-        write_json(os.path.join(out_dir, "uncertainty.json"), report)
+        write_json(os.path.join(out_dir, prefix + "uncertainty.json"), report)
         plot_uncertainty(entropies, probs, data.test_labels,
-                         os.path.join(out_dir, "uncertainty.png"))
+                         os.path.join(out_dir, prefix + "uncertainty.png"))
     return report
 
 
 def main(argv=None):
     parser = ArgumentParser(prog=PROG,
                             description="Uncertainty report (entropy, ECE, NLL, OOD AUROC).")
-    parser.add_argument("--checkpoint", required=True, help="run directory of train_mnist.py")
+    parser.add_argument("--checkpoint", required=True, help="run directory of train_mnist.py "
+                        "(its last epoch), or its best.params (the best validation epoch)")
     parser.add_argument("--data-dir", help="directory with the MNIST IDX files")
     parser.add_argument("--ood-data-dir", help="directory with another dataset's "
                         "t10k-images-idx3-ubyte[.gz] (e.g. Fashion-MNIST)")
@@ -123,10 +129,9 @@ def main(argv=None):
     args = parser.parse_args(argv)
     if args.test_samples < 1:
         raise ConfigError("test_samples", args.test_samples, "an integer >= 1")
-    if not os.path.isdir(args.checkpoint):
-        raise DataError("--checkpoint %s is not a run directory" % args.checkpoint)
+    run_dir, _ = resolve_checkpoint(args.checkpoint)
     ctx = parse_context(args.ctx)
-    out_dir = check_output_dir(args.out or args.checkpoint)
+    out_dir = check_output_dir(args.out or run_dir)
     ood = load_ood_images(args.ood_data_dir) if args.ood_data_dir else None
     data = load_mnist(args.data_dir)
     with locked(out_dir):

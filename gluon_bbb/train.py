@@ -16,7 +16,8 @@ from dataclasses import dataclass, field
 import numpy as np
 from mxnet import nd
 
-from .checkpoint import CHECKPOINT_FILE, load_checkpoint, save_checkpoint, write_json
+from .checkpoint import (BEST_CHECKPOINT_FILE, CHECKPOINT_FILE, load_checkpoint,
+                         save_checkpoint, write_json)
 from .config import Config
 from .context import context_name
 from .errors import CheckpointError, ConfigError, TrainingDiverged
@@ -75,7 +76,9 @@ def train(config, data, ctx, out_dir=None, resume=False, eval_train=False,
     ``progress`` (default: when stderr is a terminal) draws a progress bar within the epoch.
     Raises TrainingDiverged on a non-finite loss, before writing anything for that epoch.
     ``backend``: ``native``, ``ndarray`` or None (native wherever it serves; see
-    ``step.choose_backend``); both give the same run up to float rounding.
+    ``step.choose_backend``); both give the same run up to float rounding. With
+    ``config.validation`` it also keeps best.params, the parameters at the epoch of the
+    highest validation accuracy.
     """
     if config.seed is None and not resume:
         config = dataclasses.replace(config, seed=int(np.random.SeedSequence().entropy % 2 ** 31))
@@ -169,6 +172,10 @@ def _train(config, data, ctx, out_dir, resume, eval_train, log, progress, check_
             write_json(os.path.join(out_dir, HISTORY_FILE), history)
             if os.environ.get(CRASH_AFTER_HISTORY) == str(epoch + 1):
                 os.kill(os.getpid(), signal.SIGKILL)
+            # before the checkpoint: an epoch trained again after a crash rewrites the same
+            if config.validation and best_validation_epoch(history) is record:
+                save_checkpoint(os.path.join(out_dir, BEST_CHECKPOINT_FILE), step.mus,
+                                step.rhos, [], step.num_update, epoch + 1)
             save_checkpoint(checkpoint_path, step.mus, step.rhos, step.state_arrays(),
                             step.num_update, epoch + 1)
         if progress:
@@ -180,6 +187,13 @@ def _train(config, data, ctx, out_dir, resume, eval_train, log, progress, check_
             "  train accuracy %.4f" % record["train_accuracy"] if eval_train else "",
             epoch_seconds))
     return TrainResult(config=config, mus=step.mus, rhos=step.rhos, history=history)
+
+
+def best_validation_epoch(history):
+    """The history record with the highest validation accuracy, the earliest of equals; None
+    for a run without validation."""
+    records = [record for record in history if "validation_accuracy" in record]
+    return max(records, key=lambda record: record["validation_accuracy"], default=None)
 
 
 def _train_epoch(step, epoch, X_epoch, y_epoch, batch_kl_weights, progress, check_every):

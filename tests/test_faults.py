@@ -148,7 +148,7 @@ def test_nothing_to_train_is_refused(tmp_path, trained_run):
 
 def test_a_crash_between_history_and_checkpoint_loses_no_history_row(tmp_path, mnist):
     out = tmp_path / "crash"
-    proc = run(TRAIN, "--out", str(out), "--epochs", "3", *SMALL,
+    proc = run(TRAIN, "--out", str(out), "--epochs", "3", "--validation", "2000", *SMALL,
                env={"GLUON_BBB_CRASH_AFTER_HISTORY": "2"})
     assert proc.returncode == -signal.SIGKILL
     assert [r["epoch"] for r in json.loads((out / "history.json").read_text())] == [1, 2]
@@ -159,10 +159,13 @@ def test_a_crash_between_history_and_checkpoint_loses_no_history_row(tmp_path, m
     assert [r["epoch"] for r in json.loads((out / "history.json").read_text())] == [1, 2, 3]
     # and the resumed run is the uninterrupted one
     whole = tmp_path / "whole"
-    assert run(TRAIN, "--out", str(whole), "--epochs", "3", *SMALL).returncode == 0
-    ours, theirs = (load_checkpoint(str(d)) for d in (out, whole))
-    for a, b in zip(ours["mus"] + ours["rhos"], theirs["mus"] + theirs["rhos"]):
-        np.testing.assert_array_equal(a.asnumpy(), b.asnumpy())
+    assert run(TRAIN, "--out", str(whole), "--epochs", "3", "--validation", "2000",
+               *SMALL).returncode == 0
+    for name in ("checkpoint.params", "best.params"):
+        ours, theirs = (load_checkpoint(str(d / name)) for d in (out, whole))
+        assert ours["epoch"] == theirs["epoch"]
+        for a, b in zip(ours["mus"] + ours["rhos"], theirs["mus"] + theirs["rhos"]):
+            np.testing.assert_array_equal(a.asnumpy(), b.asnumpy())
 
 
 def test_smaller_messages(tmp_path, trained_run):

@@ -135,6 +135,21 @@ def test_prune_command_on_a_training_run(short_run, tmp_path):
         <= rows[2]["weights_remaining"]
 
 
+def test_prune_command_on_the_best_validation_epoch(overshooting_run, tmp_path):
+    run_dir, history = overshooting_run
+    out = tmp_path / "best"
+    shutil.copytree(run_dir, out)
+    proc = run_prune("--checkpoint", str(out / "best.params"), "--proportions", "0", "0.5")
+    assert proc.returncode == 0, proc.stderr
+    with open(out / "best-pruning.json") as f:
+        rows = json.load(f)
+    best = max(history, key=lambda record: record["validation_accuracy"])
+    assert rows[0]["test_accuracy"] == pytest.approx(best["test_accuracy"], abs=1e-6)
+    assert rows[0]["test_accuracy"] != pytest.approx(history[-1]["test_accuracy"], abs=1e-6)
+    assert (out / "best-snr.png").is_file() and not (out / "pruning.json").exists()
+    assert "wrote best-pruning.json, best-pruning.png, best-snr.png" in proc.stdout
+
+
 def test_prune_command_errors(short_run, tmp_path):
     cases = [
         (["--checkpoint", short_run, "--proportions", "0.5", "1.5"],

@@ -12,7 +12,9 @@ from mxnet import nd
 
 from gluon_bbb import (CheckpointError, Config, TrainingDiverged, kl_weights, load_checkpoint,
                        train)
-from gluon_bbb.model import GaussianPrior, init_variational_params
+from gluon_bbb.model import GaussianPrior, evaluate_accuracy, init_variational_params
+from gluon_bbb.train import best_validation_epoch
+from conftest import OVERSHOOTING
 from tutorial_reference import tutorial_loss
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -62,6 +64,7 @@ def test_short_run_on_real_mnist(tmp_path, mnist, ctx):
     state = load_checkpoint(str(tmp_path))
     assert state["epoch"] == 2 and state["num_update"] == 2 * 24
     np.testing.assert_array_equal(state["mus"][0].asnumpy(), result.mus[0].asnumpy())
+    assert not os.path.exists(tmp_path / "best.params")  # no validation set, no best epoch
 
 
 def test_scale_mixture_prior_trains(mnist, ctx):
@@ -234,6 +237,45 @@ def test_validation_split_holds_out_the_last_images(mnist, ctx):
     assert result.history[0]["validation_accuracy"] > 0.3  # 0.42 measured after 8 steps
     with pytest.raises(ValueError, match="validation must be less than the 60000"):
         train(Config(validation=60000), mnist, ctx)
+
+
+def test_best_validation_epoch_is_the_earliest_of_equals():
+    history = [{"epoch": 1, "validation_accuracy": 0.5}, {"epoch": 2, "validation_accuracy": 0.7},
+               {"epoch": 3, "validation_accuracy": 0.7}, {"epoch": 4, "validation_accuracy": 0.6}]
+    assert best_validation_epoch(history)["epoch"] == 2
+    assert best_validation_epoch([{"epoch": 1, "test_accuracy": 0.9}]) is None
+
+
+def test_best_params_hold_the_best_validation_epoch(overshooting_run, mnist, ctx):
+    run_dir, history = overshooting_run
+    accuracies = [record["validation_accuracy"] for record in history]
+    best_epoch = 1 + accuracies.index(max(accuracies))
+    assert best_epoch < len(history), accuracies  # else this test shows nothing
+    best = load_checkpoint(os.path.join(run_dir, "best.params"), ctx)
+    assert best["epoch"] == best_epoch and best["optimizer_states"] == []
+    assert all(m.context == ctx for m in best["mus"] + best["rhos"])
+    validation = evaluate_accuracy(mnist.train_images[-10000:], mnist.train_labels[-10000:],
+                                   best["mus"])
+    assert validation == pytest.approx(accuracies[best_epoch - 1], abs=1e-6)
+    test = evaluate_accuracy(mnist.test_images, mnist.test_labels, best["mus"])
+    assert test == pytest.approx(history[best_epoch - 1]["test_accuracy"], abs=1e-6)
+    assert test != pytest.approx(history[-1]["test_accuracy"], abs=1e-6)
+
+
+def test_best_params_survive_a_resume(overshooting_run, tmp_path, mnist, ctx):
+    # stopped one epoch after the best and resumed: the same best.params as the whole run
+    run_dir, history = overshooting_run
+    config = Config(**OVERSHOOTING)
+    best_epoch = best_validation_epoch(history)["epoch"]
+    split = str(tmp_path / "split")
+    quiet = lambda line: None
+    train(Config(**dict(config.to_dict(), epochs=best_epoch + 1)), mnist, ctx, out_dir=split,
+          log=quiet)
+    train(config, mnist, ctx, out_dir=split, resume=True, log=quiet)
+    whole, resumed = (nd.load(os.path.join(d, "best.params")) for d in (run_dir, split))
+    assert sorted(whole) == sorted(resumed)
+    for key in whole:
+        np.testing.assert_array_equal(whole[key].asnumpy(), resumed[key].asnumpy())
 
 
 def test_paper_preset_with_overrides(tmp_path):

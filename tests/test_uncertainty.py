@@ -118,8 +118,23 @@ def test_mlp_baseline_and_uncertainty_report(tmp_path, mnist):
         assert (run / "uncertainty.png").read_bytes()[:4] == b"\x89PNG"
 
 
+def test_evaluate_on_the_best_validation_epoch(overshooting_run, tmp_path):
+    run_dir, history = overshooting_run
+    proc = subprocess.run([sys.executable, "-m", "gluon_bbb.evaluate", "--checkpoint",
+                           os.path.join(run_dir, "best.params"), "--test-samples", "2",
+                           "--out", str(tmp_path)], capture_output=True, text=True,
+                          timeout=300, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr
+    with open(tmp_path / "best-uncertainty.json") as f:
+        report = json.load(f)
+    best = max(history, key=lambda record: record["validation_accuracy"])
+    assert report["in_distribution"]["mean_weights_accuracy"] == pytest.approx(
+        best["test_accuracy"], abs=1e-6)
+    assert (tmp_path / "best-uncertainty.png").read_bytes()[:4] == b"\x89PNG"
+
+
 def test_evaluate_errors(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "gluon_bbb.evaluate", "--checkpoint",
                            str(tmp_path / "none")], capture_output=True, text=True, cwd=ROOT)
-    assert proc.returncode != 0 and "is not a run directory" in proc.stderr
+    assert proc.returncode == 2 and "does not exist" in proc.stderr
     assert "Traceback" not in proc.stderr
