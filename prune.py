@@ -73,21 +73,18 @@ def main(argv=None):
 
 
 def prune_and_report(args, state, data, out_dir, prefix=""):
-    """Print the pruning table and write its files, their names starting with ``prefix``, into
-    ``out_dir`` (locked by the caller)."""
+    """Write the pruning table's files, their names starting with ``prefix``, into ``out_dir``
+    (locked by the caller), then print the table. The files come first: a reader that stops
+    early (``| head``) loses none of them."""
     mus, sigmas = state["mus"], transform_rhos(state["rhos"])
     started = time.time()
     rows = pruning_table(mus, sigmas, args.proportions, data.test_images, data.test_labels)
     seconds = time.time() - started
-    print(markdown_table(rows))
-    print("\n%d parameters, %d proportions, %.1f s" % (
-        sum(m.size for m in mus), len(rows), seconds))
     names = [prefix + name for name in ("pruning.json", "pruning.png", "snr.png")]
     write_json(os.path.join(out_dir, names[0]), rows)
     plot_pruning(rows, os.path.join(out_dir, names[1]))
     snr_db, cuts = snr_thresholds_db(mus, sigmas, args.proportions)
     plot_snr(snr_db, cuts, os.path.join(out_dir, names[2]))
-
     if args.save_pruned is not None:
         pruned = prune_weights(mus, sigmas, args.save_pruned, ranks=snr_ranks(mus, sigmas))
         sparse_path = os.path.join(out_dir, "%spruned-%g.params" % (prefix, args.save_pruned))
@@ -96,10 +93,14 @@ def prune_and_report(args, state, data, out_dir, prefix=""):
             dense_path = os.path.join(tmp, "dense.params")
             nd.save(dense_path, {"mu:%d" % i: m for i, m in enumerate(mus)})
             dense_bytes = os.path.getsize(dense_path)
+
+    print(markdown_table(rows))
+    print("\n%d parameters, %d proportions, %.1f s" % (
+        sum(m.size for m in mus), len(rows), seconds))
+    if args.save_pruned is not None:
         print("pruned at %g: %s is %d bytes, the dense mean weights in nd.save format %d bytes "
-              "(%.1f%%)" % (
-            args.save_pruned, sparse_path, sparse_bytes, dense_bytes,
-            100.0 * sparse_bytes / dense_bytes))
+              "(%.1f%%)" % (args.save_pruned, sparse_path, sparse_bytes, dense_bytes,
+                            100.0 * sparse_bytes / dense_bytes))
     print("wrote %s to %s" % (", ".join(names), out_dir))
     return 0
 

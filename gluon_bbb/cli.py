@@ -1,6 +1,7 @@
 """Shared pieces of the command-line tools: one-line errors and a non-zero exit, never a traceback."""
 import argparse
 import os
+import signal
 import sys
 
 from .errors import ConfigError, GluonBBBError
@@ -27,11 +28,12 @@ def run_main(main, argv=None, prog=None):
         message = "%s must be %s, got %r" % (flag_for(exc.field), exc.requirement, exc.value)
     except GluonBBBError as exc:
         message = str(exc)
+    except BrokenPipeError:  # output piped into head or similar: the reader has gone
+        # quiet, as a process killed by SIGPIPE is; /dev/null takes Python's flush at exit
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 128 + signal.SIGPIPE
     except OSError as exc:  # a disk that fills up or a file that vanishes mid-run
         message = "%s%s" % (exc.strerror or exc, ": %s" % exc.filename if exc.filename else "")
-    except BrokenPipeError:  # output piped into head or similar: not an error of ours
-        sys.stderr.close()
-        return 0
     except KeyboardInterrupt:
         sys.stderr.write("\n%s: interrupted; completed epochs are in the checkpoint\n" % prog)
         return 130

@@ -2,6 +2,7 @@
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 
@@ -133,6 +134,22 @@ def test_prune_command_on_a_training_run(short_run, tmp_path):
     assert "pruned at 0.95" in proc.stdout
     assert sum(int((m.asnumpy() != 0).sum()) for m in load_pruned(str(out / "pruned-0.95.params"))) \
         <= rows[2]["weights_remaining"]
+
+
+def test_prune_command_whose_reader_goes_away(short_run, tmp_path):
+    # as `python prune.py ... | head -0`: the pipe is closed before the table is printed
+    out = tmp_path / "piped"
+    reader, writer = os.pipe()
+    os.close(reader)
+    try:
+        proc = subprocess.run([sys.executable, os.path.join(ROOT, "prune.py"), "--checkpoint",
+                               short_run, "--out", str(out), "--save-pruned", "0.5"],
+                              stdout=writer, stderr=subprocess.PIPE, text=True, timeout=300)
+    finally:
+        os.close(writer)
+    assert proc.returncode == 128 + signal.SIGPIPE and proc.stderr == "", proc.stderr
+    assert sorted(os.listdir(out)) == [".lock", "pruned-0.5.params", "pruning.json",
+                                       "pruning.png", "snr.png"]
 
 
 def test_prune_command_on_the_best_validation_epoch(overshooting_run, tmp_path):
