@@ -289,8 +289,8 @@ def test_paper_preset_with_overrides(tmp_path):
     assert config["sigma_p1"] == 1.0 and config["sigma_p2"] == pytest.approx(np.exp(-6))
     assert config["validation"] == 10000 and config["pi"] == 0.25
     assert config["optimizer"] == "adam" and config["learning_rate"] == 3e-4
-    assert config["rho_offset"] == -5.0 and config["lr_decay_every"] == 67
-    assert config["epochs"] == 1  # the flag beats the preset's 100
+    assert config["rho_offset"] == -5.0 and config["lr_decay_every"] == 200
+    assert config["epochs"] == 1  # the flag beats the preset's 291
     with open(out / "history.json") as f:
         assert "validation_accuracy" in json.load(f)[0]
 
