@@ -15,13 +15,13 @@ except ImportError as exc:
     sys.stderr.write("%s: error: %s\n" % (os.path.basename(sys.argv[0]), exc))
     sys.exit(2)
 from gluon_bbb import Config, load_mnist, load_run_config, parse_context, train
-from gluon_bbb.config import PRESETS
+from gluon_bbb.checkpoint import BEST_CHECKPOINT_FILE
 from gluon_bbb.cli import ArgumentParser, flag_for, run_main
+from gluon_bbb.config import PRESETS
 from gluon_bbb.errors import CheckpointError, ConfigError
 from gluon_bbb.evaluate import evaluate_run, load_ood_images
 from gluon_bbb.plots import plot_accuracy, plot_weights
 from gluon_bbb.rundir import check_output_dir, locked
-from gluon_bbb.checkpoint import BEST_CHECKPOINT_FILE
 from gluon_bbb.train import CONFIG_FILE, best_validation_epoch
 
 # Config fields set from the flag of the same name (--batch-size -> batch_size).
