@@ -11,9 +11,18 @@ _os.environ.setdefault("OMP_NUM_THREADS", str(len(_os.sched_getaffinity(0))
 try:
     import mxnet as _mxnet  # noqa: F401
 except OSError as _exc:  # libmxnet.so found, a library it links against not
-    raise ImportError("MXNet's library cannot be loaded: %s. A CUDA build of MXNet (mxnet-cu117) "
-                      "needs the CUDA 11 runtime, cuBLAS, cuDNN 8 and NCCL 2 on the library path; "
-                      "the CPU build (pip install mxnet==1.9.1) needs none" % _exc) from None
+    _message = ("MXNet's library cannot be loaded: %s. A CUDA build of MXNet (mxnet-cu117) needs "
+                "the CUDA 11 runtime, cuBLAS, cuDNN 8 and NCCL 2 on the library path; the CPU "
+                "build (pip install mxnet==1.9.1) needs none" % _exc)
+    # `python -m gluon_bbb.evaluate` imports this package before the tool's own error handling
+    # runs; while Python locates the module, sys.argv[0] is "-m" (the scripts catch the
+    # ImportError themselves).
+    import sys as _sys
+    if _sys.argv[:1] == ["-m"]:
+        _module = _sys.orig_argv[_sys.orig_argv.index("-m") + 1]
+        _sys.stderr.write("python -m %s: error: %s\n" % (_module, _message))
+        raise SystemExit(2)
+    raise ImportError(_message) from None
 from .checkpoint import load_checkpoint, save_checkpoint
 from .config import Config
 from .context import context_name, parse_context

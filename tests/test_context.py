@@ -93,8 +93,12 @@ def test_gpu_probe_runs_one_operation_on_its_context():
     context.check_gpu(mx.cpu(1), "cpu:1")  # passes without error
 
 
-@pytest.mark.parametrize("script", ["train_mnist.py", "prune.py"])
-def test_mxnet_that_cannot_load_its_libraries_is_one_line(tmp_path, script):
+@pytest.mark.parametrize("command, prog", [
+    (["train_mnist.py"], "train_mnist.py"),
+    (["prune.py"], "prune.py"),
+    (["-m", "gluon_bbb.evaluate"], "python -m gluon_bbb.evaluate"),
+])
+def test_mxnet_that_cannot_load_its_libraries_is_one_line(tmp_path, command, prog):
     # a stand-in mxnet package that fails to import as a CUDA build without its CUDA libraries
     # does: libmxnet.so's loader raises OSError
     fake = tmp_path / "mxnet"
@@ -102,11 +106,13 @@ def test_mxnet_that_cannot_load_its_libraries_is_one_line(tmp_path, script):
     (fake / "__init__.py").write_text(
         "raise OSError('libcudart.so.11.0: cannot open shared object file: No such file or "
         "directory')\n")
-    env = dict(os.environ, PYTHONPATH=str(tmp_path))
-    proc = subprocess.run([sys.executable, os.path.join(ROOT, script), "--help"], env=env,
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(tmp_path), ROOT]))
+    if command[0] != "-m":
+        command = [os.path.join(ROOT, command[0])]
+    proc = subprocess.run([sys.executable] + command + ["--help"], env=env, cwd=str(tmp_path),
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2, proc.stderr
     assert proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr
     assert proc.stderr.startswith("%s: error: MXNet's library cannot be loaded: libcudart.so.11.0"
-                                  % script)
+                                  % prog)
     assert "cuDNN 8" in proc.stderr
