@@ -72,7 +72,7 @@ def main(argv=None):
         return prune_and_report(args, state, data, out_dir, report_prefix(checkpoint_path))
 
 
-def prune_and_report(args, state, data, out_dir, prefix=""):
+def prune_and_report(args, state, data, out_dir, prefix):
     """Write the pruning table's files, their names starting with ``prefix``, into ``out_dir``
     (locked by the caller), then print the table. The files come first: a reader that stops
     early (``| head``) loses none of them."""

@@ -1,5 +1,6 @@
 """gluon-bbb: Bayes by Backprop (Blundell et al. 2015) for MNIST in functional MXNet NDArray code."""
 import os as _os
+import sys as _sys
 
 # MXNet reads these once, when it is first imported. Its operator tuning runs most elementwise
 # kernels on one thread; switching it off and using every core made a training step 25%
@@ -17,9 +18,9 @@ except OSError as _exc:  # libmxnet.so found, a library it links against not
     # `python -m gluon_bbb.evaluate` imports this package before the tool's own error handling
     # runs; while Python locates the module, sys.argv[0] is "-m" (the scripts catch the
     # ImportError themselves).
-    import sys as _sys
     if _sys.argv[:1] == ["-m"]:
-        _module = _sys.orig_argv[_sys.orig_argv.index("-m") + 1]
+        _module = (_sys.orig_argv[_sys.orig_argv.index("-m") + 1] if "-m" in _sys.orig_argv
+                   else __name__)
         _sys.stderr.write("python -m %s: error: %s\n" % (_module, _message))
         raise SystemExit(2)
     raise ImportError(_message) from None

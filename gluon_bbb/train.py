@@ -173,7 +173,7 @@ def _train(config, data, ctx, out_dir, resume, eval_train, log, progress, check_
             if os.environ.get(CRASH_AFTER_HISTORY) == str(epoch + 1):
                 os.kill(os.getpid(), signal.SIGKILL)
             # before the checkpoint: an epoch trained again after a crash rewrites the same
-            if config.validation and best_validation_epoch(history) is record:
+            if best_validation_epoch(history) is record:
                 save_checkpoint(os.path.join(out_dir, BEST_CHECKPOINT_FILE), step.mus,
                                 step.rhos, [], step.num_update, epoch + 1)
             save_checkpoint(checkpoint_path, step.mus, step.rhos, step.state_arrays(),
