@@ -6,7 +6,6 @@
 """
 import os
 import sys
-import tempfile
 import time
 
 try:
@@ -14,17 +13,20 @@ try:
 except ImportError as exc:
     sys.stderr.write("%s: error: %s\n" % (os.path.basename(sys.argv[0]), exc))
     sys.exit(2)
-from mxnet import nd
-
-from gluon_bbb import load_checkpoint, load_mnist, load_run_config, parse_context
-from gluon_bbb.checkpoint import report_prefix, resolve_checkpoint, write_json
+from gluon_bbb import load_mnist, parse_context
 from gluon_bbb.cli import ArgumentParser, run_main
+from gluon_bbb.evaluate import data_dir_of
+from gluon_bbb.files import write_json
 from gluon_bbb.model import transform_rhos
 from gluon_bbb.plots import plot_pruning, plot_snr
-from gluon_bbb.prune import (DEFAULT_PROPORTIONS, check_proportion, prune_weights, pruning_table,
-                             save_pruned, snr_ranks, snr_thresholds_db)
-from gluon_bbb.rundir import check_output_dir, locked
-from gluon_bbb.train import check_shapes
+from gluon_bbb.prune import (DEFAULT_PROPORTIONS, check_proportion, dense_size, prune_weights,
+                             pruning_table, save_pruned, snr_ranks, snr_thresholds_db)
+from gluon_bbb.rundir import RunDirectory, report_prefix, resolve_checkpoint
+
+# How each kind of run is ranked: a deterministic MLP has no sigma, so its ranking by
+# |mu| / sigma with sigma fixed is magnitude pruning, and is labelled so.
+CRITERIA = {"bbb": ("snr", "signal-to-noise ratio |mu|/sigma"),
+            "mlp": ("magnitude", "magnitude |w| (a deterministic MLP has no sigma)")}
 
 
 def build_parser():
@@ -32,20 +34,23 @@ def build_parser():
     parser.add_argument("--checkpoint", required=True,
                         help="run directory written by train_mnist.py (pruned at its last "
                         "epoch), or its best.params (the best validation epoch)")
-    parser.add_argument("--data-dir", help="directory with the MNIST IDX files")
+    parser.add_argument("--data-dir", help="directory with the MNIST IDX files (default: the "
+                        "one the run was trained on, else $GLUON_BBB_DATA, else "
+                        "~/.mxnet/datasets/mnist)")
     parser.add_argument("--proportions", type=float, nargs="+", default=list(DEFAULT_PROPORTIONS),
                         metavar="P", help="proportions of parameters to remove, each in [0, 1] "
                         "(default: %s)" % " ".join("%g" % p for p in DEFAULT_PROPORTIONS))
     parser.add_argument("--out", help="where to write pruning.json and the plots "
                         "(default: the run directory)")
-    parser.add_argument("--ctx", default="cpu", help="cpu, gpu or gpu:N (default: cpu)")
+    parser.add_argument("--ctx", default="cpu", help="device to evaluate on: cpu, gpu or "
+                        "gpu:N (default: cpu)")
     parser.add_argument("--save-pruned", type=float, metavar="P",
                         help="also write the mean weights pruned at proportion P, sparse")
     return parser
 
 
-def markdown_table(rows):
-    lines = ["| removed | weights remaining | test accuracy | test error |",
+def markdown_table(rows, criterion):
+    lines = ["| removed by %s | weights remaining | test accuracy | test error |" % criterion,
              "|---:|---:|---:|---:|"]
     for r in rows:
         lines.append("| %g%% | %d | %.2f%% | %.2f%% |" % (
@@ -60,48 +65,52 @@ def main(argv=None):
         check_proportion(p)
     if args.save_pruned is not None:
         check_proportion(args.save_pruned, "save_pruned")
-    run_dir, checkpoint_path = resolve_checkpoint(args.checkpoint)
-    config = load_run_config(run_dir)
+    run, checkpoint_path = resolve_checkpoint(args.checkpoint)
+    config = run.read_config()
     ctx = parse_context(args.ctx)
-    state = load_checkpoint(checkpoint_path, ctx)
-    check_shapes(state["mus"], config.layer_shapes(), checkpoint_path)
-    check_shapes(state["rhos"], config.layer_shapes(), checkpoint_path)
-    out_dir = check_output_dir(args.out or run_dir)
-    data = load_mnist(args.data_dir)
-    with locked(out_dir):
-        return prune_and_report(args, state, data, out_dir, report_prefix(checkpoint_path))
+    state = run.load_parameters(config, ctx, checkpoint_path)
+    data = load_mnist(data_dir_of(run, args.data_dir))
+    out = RunDirectory(args.out).create() if args.out else run
+    with out.locked():
+        return prune_and_report(args, config, state, data, out, checkpoint_path)
 
 
-def prune_and_report(args, state, data, out_dir, prefix):
-    """Write the pruning table's files, their names starting with ``prefix``, into ``out_dir``
-    (locked by the caller), then print the table. The files come first: a reader that stops
-    early (``| head``) loses none of them."""
-    mus, sigmas = state["mus"], transform_rhos(state["rhos"])
+def prune_and_report(args, config, state, data, out, checkpoint_path):
+    """Write the pruning table's files into ``out`` (a locked ``RunDirectory``), their names
+    starting with the checkpoint's ``report_prefix``, then print the table. The files come
+    first: a reader that stops early (``| head``) loses none of them."""
+    criterion, criterion_words = CRITERIA[config.model]
+    mus = state["mus"]
+    # a deterministic run's rhos are their initial constant: rank by |mu| alone
+    sigmas = (transform_rhos(state["rhos"]) if config.model == "bbb"
+              else [mu.ones_like() for mu in mus])
     started = time.time()
     rows = pruning_table(mus, sigmas, args.proportions, data.test_images, data.test_labels)
     seconds = time.time() - started
+    prefix = report_prefix(checkpoint_path)
     names = [prefix + name for name in ("pruning.json", "pruning.png", "snr.png")]
-    write_json(os.path.join(out_dir, names[0]), rows)
-    plot_pruning(rows, os.path.join(out_dir, names[1]))
+    write_json(out.file(names[0]), {
+        "checkpoint": os.path.abspath(checkpoint_path), "epoch": state["epoch"],
+        "model": config.model, "criterion": criterion, "data_dir": data.directory,
+        "rows": rows})
+    plot_pruning(rows, out.file(names[1]), criterion_words)
     snr_db, cuts = snr_thresholds_db(mus, sigmas, args.proportions)
-    plot_snr(snr_db, cuts, os.path.join(out_dir, names[2]))
+    plot_snr(snr_db, cuts, out.file(names[2]), criterion_words)
     if args.save_pruned is not None:
         pruned = prune_weights(mus, sigmas, args.save_pruned, ranks=snr_ranks(mus, sigmas))
-        sparse_path = os.path.join(out_dir, "%spruned-%g.params" % (prefix, args.save_pruned))
+        sparse_path = out.file("%spruned-%g.params" % (prefix, args.save_pruned))
         sparse_bytes = save_pruned(sparse_path, pruned)
-        with tempfile.TemporaryDirectory() as tmp:
-            dense_path = os.path.join(tmp, "dense.params")
-            nd.save(dense_path, {"mu:%d" % i: m for i, m in enumerate(mus)})
-            dense_bytes = os.path.getsize(dense_path)
+        names.append(os.path.basename(sparse_path))
 
-    print(markdown_table(rows))
-    print("\n%d parameters, %d proportions, %.1f s" % (
-        sum(m.size for m in mus), len(rows), seconds))
+    print(markdown_table(rows, criterion))
+    print("\n%s at epoch %d: %d parameters, %d proportions, %.1f s" % (
+        checkpoint_path, state["epoch"], sum(m.size for m in mus), len(rows), seconds))
     if args.save_pruned is not None:
+        dense_bytes = dense_size(mus)
         print("pruned at %g: %s is %d bytes, the dense mean weights in nd.save format %d bytes "
               "(%.1f%%)" % (args.save_pruned, sparse_path, sparse_bytes, dense_bytes,
                             100.0 * sparse_bytes / dense_bytes))
-    print("wrote %s to %s" % (", ".join(names), out_dir))
+    print("wrote %s to %s" % (", ".join(names), out.path))
     return 0
 
 

@@ -14,37 +14,59 @@ try:
 except ImportError as exc:
     sys.stderr.write("%s: error: %s\n" % (os.path.basename(sys.argv[0]), exc))
     sys.exit(2)
-from gluon_bbb import Config, load_mnist, load_run_config, parse_context, train
-from gluon_bbb.checkpoint import BEST_CHECKPOINT_FILE
+from gluon_bbb import Config, load_mnist, parse_context, train
 from gluon_bbb.cli import ArgumentParser, flag_for, run_main
-from gluon_bbb.config import PRESETS
-from gluon_bbb.errors import CheckpointError, ConfigError
-from gluon_bbb.evaluate import evaluate_run, load_ood_images
+from gluon_bbb.config import MAX_SAMPLES, PRESETS
+from gluon_bbb.errors import CheckpointError
+from gluon_bbb.evaluate import (MAX_TEST_SAMPLES, check_test_samples, data_dir_of, evaluate_run,
+                                load_ood_images)
 from gluon_bbb.plots import plot_accuracy, plot_weights
-from gluon_bbb.rundir import check_output_dir, locked
-from gluon_bbb.train import CONFIG_FILE, best_validation_epoch
+from gluon_bbb.rundir import BEST_CHECKPOINT_FILE, RunDirectory
+from gluon_bbb.train import best_validation_epoch, check_training
 
-# Config fields set from the flag of the same name (--batch-size -> batch_size).
+# Config fields set from the flag of the same name (--batch-size -> batch_size): type, help.
 CONFIG_FLAGS = {
-    "epochs": int, "batch_size": int, "num_hidden_layers": int, "num_hidden_units": int,
-    "learning_rate": float, "lr_decay_every": int, "lr_decay_factor": float,
-    "num_samples": int, "sigma_p": float, "pi": float,
-    "sigma_p1": float, "sigma_p2": float, "mu_scale": float, "rho_offset": float,
-    "kl_scale": float,
-    "train_size": int, "validation": int, "seed": int,
+    "epochs": (int, "epochs to train (in all, counting those of a resumed run)"),
+    "batch_size": (int, "images per mini-batch"),
+    "num_hidden_layers": (int, "hidden layers of the MLP (0: a linear softmax model)"),
+    "num_hidden_units": (int, "units per hidden layer"),
+    "learning_rate": (float, "optimizer step size, on the summed mini-batch loss"),
+    "lr_decay_every": (int, "multiply the rate by --lr-decay-factor every N epochs (0: never)"),
+    "lr_decay_factor": (float, "factor of the step decay, in (0, 1]"),
+    "num_samples": (int, "weight samples averaged per step, 1 to %d" % MAX_SAMPLES),
+    "sigma_p": (float, "standard deviation of the Gaussian prior"),
+    "pi": (float, "weight of the scale mixture's first (wide) component, in [0, 1]"),
+    "sigma_p1": (float, "standard deviation of the scale mixture's first component"),
+    "sigma_p2": (float, "standard deviation of the scale mixture's second component"),
+    "mu_scale": (float, "standard deviation of the initial means mu"),
+    "rho_offset": (float, "initial rho (sigma = softplus(rho))"),
+    "kl_scale": (float, "multiplies every mini-batch's KL term (1: the paper's objective)"),
+    "train_size": (int, "train on the first N images (after --validation)"),
+    "validation": (int, "hold out the last N training images, scored every epoch"),
+    "seed": (int, "seed of the initial weights, the shuffles and the noise (default: fresh)"),
 }
-CHOICE_FLAGS = {"optimizer": ("sgd", "adam"), "prior": ("gaussian", "scale-mixture"),
-                "kl_weighting": ("uniform", "blundell"), "estimator": ("sample", "lrt"),
-                "kl": ("mc", "analytic"), "model": ("bbb", "mlp")}
+CHOICE_FLAGS = {
+    "optimizer": (("sgd", "adam"), "update rule"),
+    "prior": (("gaussian", "scale-mixture"), "prior over every weight"),
+    "kl_weighting": (("uniform", "blundell"), "KL weight of each mini-batch: 1/M, or "
+                     "2^(M-i)/(2^M-1) (the paper's section 3.4)"),
+    "estimator": (("sample", "lrt"), "draw weights, or pre-activations (local "
+                  "reparametrization)"),
+    "kl": (("mc", "analytic"), "one-sample Monte Carlo KL, or the closed form (Gaussian "
+           "prior)"),
+    "model": (("bbb", "mlp"), "Bayes by Backprop, or a deterministic MLP baseline"),
+}
 
 
 def build_parser():
     defaults = Config()
     parser = ArgumentParser(description="Bayes by Backprop on MNIST (Blundell et al. 2015).")
     parser.add_argument("--data-dir", help="directory with the four MNIST IDX files "
-                        "(default: $GLUON_BBB_DATA, else ~/.mxnet/datasets/mnist, else download)")
+                        "(default: $GLUON_BBB_DATA, else ~/.mxnet/datasets/mnist, else download; "
+                        "on --resume, the run's)")
     parser.add_argument("--out", help="run directory (default: runs/<timestamp>)")
-    parser.add_argument("--ctx", default="cpu", help="cpu, gpu or gpu:N (default: cpu)")
+    parser.add_argument("--ctx", default="cpu", help="device to train on: cpu, gpu or gpu:N "
+                        "(default: cpu)")
     parser.add_argument("--resume", action="store_true",
                         help="continue the run in --out from its last checkpoint")
     parser.add_argument("--preset", choices=sorted(PRESETS),
@@ -52,72 +74,78 @@ def build_parser():
     parser.add_argument("--eval-train", action="store_true",
                         help="also measure training-set accuracy after every epoch")
     parser.add_argument("--test-samples", type=int, default=10,
-                        help="weight samples for the uncertainty report after training "
-                        "(default 10; 0 skips the report)")
+                        help="weight samples for the uncertainty report after training, 0 to %d "
+                        "(default 10; 0 skips the report)" % MAX_TEST_SAMPLES)
     parser.add_argument("--ood-data-dir", help="another MNIST-format dataset's test images "
                         "for the out-of-distribution part of the report")
     parser.add_argument("--backend", choices=("native", "ndarray"),
                         help="native: the C kernels (CPU, weight sampling); ndarray: MXNet "
                         "operators (any context, any estimator); default: native where it "
                         "serves")
-    for field, kind in CONFIG_FLAGS.items():
+    for field, (kind, text) in CONFIG_FLAGS.items():
         parser.add_argument(flag_for(field), type=kind, metavar=field.upper(),
-                            help="default: %s" % getattr(defaults, field))
-    for field, choices in CHOICE_FLAGS.items():
-        parser.add_argument(flag_for(field), choices=choices,
-                            help="default: %s" % getattr(defaults, field).replace("_", "-"))
+                            help="%s (default: %s)" % (text, getattr(defaults, field)))
+    for field, (choices, text) in CHOICE_FLAGS.items():
+        parser.add_argument(flag_for(field), choices=choices, help="%s (default: %s)" % (
+            text, getattr(defaults, field).replace("_", "-")))
     return parser
 
 
-def config_from_args(args):
-    """The run's Config: the flags given, over the resumed run's config or the defaults."""
-    base = Config(**PRESETS[args.preset]) if args.preset else Config()
-    if args.resume:
-        if not os.path.isfile(os.path.join(args.out, CONFIG_FILE)):
-            raise CheckpointError("cannot resume: %s holds no run (no %s)" % (args.out, CONFIG_FILE))
-        base = load_run_config(args.out)
-    given = {field: getattr(args, field) for field in list(CONFIG_FLAGS) + list(CHOICE_FLAGS)
-             if getattr(args, field) is not None}
+def config_from_args(args, run):
+    """The run's Config: the flags given over the preset, over the defaults, or, resuming,
+    over the run's own config.json. A preset given on resume counts as its flags: the command
+    that started a run continues it with --resume added."""
+    given = dict(PRESETS[args.preset]) if args.preset else {}
+    given.update({field: getattr(args, field) for field in list(CONFIG_FLAGS) + list(CHOICE_FLAGS)
+                  if getattr(args, field) is not None})
+    base = run.read_config() if args.resume else Config()
     return Config(**dict(dataclasses.asdict(base), **given))
 
 
 def main(argv=None):
     args = build_parser().parse_args(argv)
-    if args.resume and not args.out:
-        raise CheckpointError("--resume needs --out RUN_DIR naming the run to continue")
-    config = config_from_args(args)
-    if args.test_samples < 0:
-        raise ConfigError("test_samples", args.test_samples, "an integer >= 0")
+    if args.resume and args.out is None:
+        raise CheckpointError("{resume} needs {out_dir} naming the run to continue")
+    run = RunDirectory(time.strftime(os.path.join("runs", "%Y%m%d-%H%M%S"))
+                       if args.out is None else args.out)
+    config = config_from_args(args, run)
+    check_test_samples(args.test_samples, minimum=0)
     ctx = parse_context(args.ctx)
-    out_dir = check_output_dir(args.out or os.path.join("runs", time.strftime("%Y%m%d-%H%M%S")))
-    data = load_mnist(args.data_dir)
+    data = load_mnist(data_dir_of(run, args.data_dir) if args.resume else args.data_dir)
     ood_images = load_ood_images(args.ood_data_dir) if args.ood_data_dir else None
-    with locked(out_dir):
-        return train_and_report(args, config, ctx, out_dir, data, ood_images)
+    check_training(config, data, args.resume)
+    # every check is passed: only now is the run directory made
+    with run.create().locked():
+        return train_and_report(args, config, ctx, run, data, ood_images)
 
 
-def train_and_report(args, config, ctx, out_dir, data, ood_images):
-    """Train into ``out_dir`` (locked by the caller), then draw the plots and the uncertainty
+def train_and_report(args, config, ctx, run, data, ood_images):
+    """Train into ``run`` (locked by the caller), then draw the plots and the uncertainty
     report there."""
-    print("training on %s, writing to %s" % (ctx, out_dir), flush=True)
-    result = train(config, data, ctx, out_dir=out_dir, resume=args.resume,
+    print("training on %s, writing to %s" % (ctx, run.path), flush=True)
+    result = train(config, data, ctx, out_dir=run, resume=args.resume,
                    eval_train=args.eval_train, log=lambda line: print(line, flush=True),
                    backend=args.backend)
-    plot_accuracy(result.history, os.path.join(out_dir, "accuracy.png"))
-    plot_weights(result.mus, result.sigmas, os.path.join(out_dir, "weights.png"))
+    plot_accuracy(result.history, run.file("accuracy.png"))
+    plot_weights(result.mus, result.sigmas, run.file("weights.png"))
     if args.test_samples > 0:
-        report = evaluate_run(out_dir, data, ctx, args.test_samples, ood_images)
-        print("uncertainty: test accuracy %.4f with %d samples, ECE %.4f, mean entropy %.3f "
-              "bits on MNIST and %.3f on noise" % (
-                  report["in_distribution"]["accuracy"], report["test_samples"],
+        report, _ = evaluate_run(run.path, data, ctx,
+                                 0 if config.model == "mlp" else args.test_samples,
+                                 ood_images, run,
+                                 args.ood_data_dir and os.path.abspath(args.ood_data_dir))
+        print("uncertainty (%s): test accuracy %.4f, ECE %.4f, mean entropy %.3f bits on MNIST "
+              "and %.3f on noise" % (
+                  "%d weight samples" % report["test_samples"] if report["test_samples"]
+                  else "the weights", report["in_distribution"]["accuracy"],
                   report["in_distribution"]["ece"], report["in_distribution"]["mean_entropy"],
                   report["noise"]["mean_entropy"]))
     best = best_validation_epoch(result.history)
     if best is not None:
-        print("best validation accuracy %.4f at epoch %d (test accuracy %.4f), kept in %s" % (
-            best["validation_accuracy"], best["epoch"], best["test_accuracy"],
-            BEST_CHECKPOINT_FILE))
-    print("final test accuracy %.4f; wrote %s" % (result.history[-1]["test_accuracy"], out_dir))
+        print("best validation accuracy %.4f at epoch %d (test accuracy with the mean weights "
+              "%.4f), kept in %s" % (best["validation_accuracy"], best["epoch"],
+                                     best["test_accuracy"], BEST_CHECKPOINT_FILE))
+    print("final test accuracy (mean weights) %.4f; wrote %s" % (
+        result.history[-1]["test_accuracy"], run.path))
     return 0
 
 

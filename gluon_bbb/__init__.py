@@ -19,16 +19,27 @@ except OSError as _exc:  # libmxnet.so found, a library it links against not
     # runs; while Python locates the module, sys.argv[0] is "-m" (the scripts catch the
     # ImportError themselves).
     if _sys.argv[:1] == ["-m"]:
-        _module = (_sys.orig_argv[_sys.orig_argv.index("-m") + 1] if "-m" in _sys.orig_argv
-                   else __name__)
+        # sys.orig_argv (Python 3.10+) names the module; on 3.8 and 3.9 Linux's record does
+        _argv, _module = getattr(_sys, "orig_argv", None), __name__
+        if _argv is None:
+            try:
+                with open("/proc/self/cmdline", "rb") as _f:
+                    _argv = [_a.decode(errors="replace") for _a in _f.read().split(b"\0")]
+            except OSError:
+                _argv = []
+        for _i, _arg in enumerate(_argv):
+            if _arg.startswith("-m"):  # "-m module" or "-mmodule"
+                _module = _arg[2:] or (_argv[_i + 1] if _i + 1 < len(_argv) else _module)
+                break
         _sys.stderr.write("python -m %s: error: %s\n" % (_module, _message))
         raise SystemExit(2)
     raise ImportError(_message) from None
-from .checkpoint import load_checkpoint, save_checkpoint
+from .checkpoint import read_checkpoint, save_checkpoint
 from .config import Config
 from .context import context_name, parse_context
 from .data import MNIST, load_mnist, read_idx, resolve_data_dir
-from .errors import (CheckpointError, ConfigError, ContextError, DataError, GluonBBBError,
+from .errors import (CheckpointError, ConfigError, ContextError, DataError, DataNotFound,
+                     GluonBBBError, Interrupted, OutputError, ResourceError, RunDirectoryBusy,
                      TrainingDiverged)
 from .model import (GaussianPrior, ScaleMixturePrior, combined_loss, combined_loss_gradients,
                     evaluate_accuracy, gaussian_prior, init_variational_params, layer_param_shapes,
@@ -37,8 +48,9 @@ from .model import (GaussianPrior, ScaleMixturePrior, combined_loss, combined_lo
                     transform_rhos)
 from .noise import noise_for
 from .prune import prune_weights, pruning_table, signal_to_noise_ratio
+from .rundir import RunDirectory, load_checkpoint
 from .step import TrainingStep
-from .train import TrainResult, kl_weights, load_run_config, train
+from .train import TrainResult, kl_weights, train
 from .uncertainty import (auroc, expected_calibration_error, negative_log_likelihood, predict,
                           predictive_entropy)
 

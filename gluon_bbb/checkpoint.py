@@ -1,71 +1,24 @@
-"""Checkpoints of a run in ``nd.save`` format, and the atomic, durable writes of a run's files.
+"""The parameter files of a run in ``nd.save`` format: what they hold and how they are read.
 
 One file holds everything, keyed ``mu:i``, ``rho:i`` (parameter i, weights (outputs, inputs)),
 ``opt:i:j`` (the j-th flat state array of the optimizer's parameter i: 0 for mu, 1 for rho, in
 the order of ``FlatLayout``), ``num_update`` (optimizer steps taken), ``epoch`` (epochs
 completed) and ``layout``, so that ``nd.load`` reads it without this package. Checkpoints without
-``layout`` hold weights as (inputs, outputs); ``load_checkpoint`` turns them around.
+``layout`` hold weights as (inputs, outputs); ``read_checkpoint`` turns them around.
 
-A run directory holds ``checkpoint.params`` (the last epoch) and, when the run holds out a
-validation set, ``best.params``: the same keys without ``opt:``, at the epoch of the highest
-validation accuracy so far (the earliest of equals).
+A run directory (``rundir.py``) holds ``checkpoint.params`` (the last epoch) and, when the run
+holds out a validation set, ``best.params``: the same keys without ``opt:``, at the epoch of the
+highest validation accuracy so far (the earliest of equals).
 """
-import json
 import os
 
 import mxnet as mx
 from mxnet import nd
 
 from .errors import CheckpointError
+from .files import write_atomically
 
-CHECKPOINT_FILE = "checkpoint.params"
-BEST_CHECKPOINT_FILE = "best.params"
 LAYOUT_OUTPUTS_INPUTS = 1
-
-
-def write_atomically(path, write):
-    """Call ``write(tmp_path)``, flush it to disk, then rename it onto ``path`` and flush the
-    directory: readers see the old file or the new one, never half, even after a power cut."""
-    tmp_path = path + ".tmp"
-    write(tmp_path)
-    _fsync(tmp_path)
-    os.replace(tmp_path, path)
-    _fsync(os.path.dirname(os.path.abspath(path)))
-
-
-def _fsync(path):
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def write_json(path, value):
-    """Write ``value`` as indented JSON to ``path`` atomically."""
-    def write(tmp):
-        with open(tmp, "w") as f:
-            json.dump(value, f, indent=2)
-            f.write("\n")
-    write_atomically(path, write)
-
-
-def resolve_checkpoint(path):
-    """(run directory, parameter file) named by ``path``: a run directory, read at its
-    checkpoint.params, or a parameter file in one (checkpoint.params, best.params)."""
-    if os.path.isdir(path):
-        return path, os.path.join(path, CHECKPOINT_FILE)
-    if os.path.isfile(path):
-        return os.path.dirname(path) or ".", path
-    raise CheckpointError("checkpoint %s does not exist" % path)
-
-
-def report_prefix(params_path):
-    """Prefix of the report files written about ``params_path``: none for a run's
-    checkpoint.params, else the file's stem and a dash (``best-pruning.json`` for best.params),
-    so that reports on the best epoch sit beside those on the last without replacing them."""
-    name = os.path.basename(params_path)
-    return "" if name == CHECKPOINT_FILE else os.path.splitext(name)[0] + "-"
 
 
 def save_checkpoint(path, mus, rhos, optimizer_states, num_update, epoch):
@@ -83,30 +36,30 @@ def save_checkpoint(path, mus, rhos, optimizer_states, num_update, epoch):
     write_atomically(path, lambda tmp: nd.save(tmp, arrays))
 
 
-def load_checkpoint(path, ctx=None):
-    """Read a checkpoint; returns dict with ``mus``, ``rhos``, ``optimizer_states``
+def read_checkpoint(path, ctx=None):
+    """Read a checkpoint file; returns dict with ``mus``, ``rhos``, ``optimizer_states``
     (list of lists of NDArrays), ``num_update`` and ``epoch``. Arrays land on ``ctx``
     (default cpu). Raises CheckpointError if the file is missing or unreadable.
     """
     ctx = ctx or mx.cpu()
     if os.path.isdir(path):
-        path = os.path.join(path, CHECKPOINT_FILE)
+        raise CheckpointError("%s is a directory, not a checkpoint file", path)
     if not os.path.isfile(path):
-        raise CheckpointError("checkpoint %s does not exist" % path)
+        raise CheckpointError("checkpoint %s does not exist", path)
     try:
         arrays = nd.load(path)
     except mx.base.MXNetError as exc:
         # MXNet's message carries a C++ traceback; its last line says what is wrong
         reason = str(exc).strip().splitlines()[-1].replace("MXNetError: ", "")
-        raise CheckpointError("checkpoint %s is unreadable: %s" % (path, reason[:200])) from None
+        raise CheckpointError("checkpoint %s is unreadable: %s", path, reason[:200]) from None
     if not isinstance(arrays, dict) or "mu:0" not in arrays or "epoch" not in arrays:
-        raise CheckpointError("checkpoint %s does not hold gluon_bbb parameters" % path)
+        raise CheckpointError("checkpoint %s does not hold gluon_bbb parameters", path)
     count = sum(1 for key in arrays if key.startswith("mu:"))
     try:
         mus = [arrays["mu:%d" % i].as_in_context(ctx) for i in range(count)]
         rhos = [arrays["rho:%d" % i].as_in_context(ctx) for i in range(count)]
     except KeyError as exc:
-        raise CheckpointError("checkpoint %s lacks %s" % (path, exc)) from None
+        raise CheckpointError("checkpoint %s lacks %s", path, exc) from None
     opt_keys = [k for k in arrays if k.startswith("opt:")]
     states = [[] for _ in range(1 + max([int(k.split(":")[1]) for k in opt_keys], default=-1))]
     for key in opt_keys:

@@ -12,6 +12,9 @@ KL_WEIGHTINGS = ("uniform", "blundell")
 ESTIMATORS = ("sample", "lrt")
 MODELS = ("bbb", "mlp")
 KL_ESTIMATES = ("mc", "analytic")
+# Each weight sample of a step is a whole forward and backward pass: 1000 samples make a default
+# epoch take hours, and the paper uses 1 to 10.
+MAX_SAMPLES = 1000
 
 
 @dataclass
@@ -61,9 +64,9 @@ class Config:
 
     def __post_init__(self):
         self.prior = str(self.prior).replace("-", "_")
-        for name in ("num_inputs", "num_outputs", "num_hidden_units", "batch_size",
-                     "num_samples"):
+        for name in ("num_inputs", "num_outputs", "num_hidden_units", "batch_size"):
             _require_int(name, getattr(self, name), minimum=1)
+        _require_int("num_samples", self.num_samples, minimum=1, maximum=MAX_SAMPLES)
         _require_int("num_hidden_layers", self.num_hidden_layers, minimum=0)
         _require_int("epochs", self.epochs, minimum=0)
         _require_int("validation", self.validation, minimum=0)
@@ -120,9 +123,11 @@ def _is_real(value):
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
-def _require_int(name, value, minimum):
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise ConfigError(name, value, "an integer >= %d" % minimum)
+def _require_int(name, value, minimum, maximum=None):
+    if (isinstance(value, bool) or not isinstance(value, int) or value < minimum
+            or (maximum is not None and value > maximum)):
+        raise ConfigError(name, value, "an integer >= %d" % minimum if maximum is None
+                          else "an integer in [%d, %d]" % (minimum, maximum))
 
 
 def _require_positive(name, value):

@@ -16,17 +16,17 @@ def parse_context(spec):
     """
     match = _CTX_PATTERN.match(str(spec).strip().lower())
     if not match:
-        raise ContextError("--ctx %r not understood: use cpu, gpu or gpu:N" % (spec,))
+        raise ContextError("{ctx} %r not understood: use cpu, gpu or gpu:N", spec)
     kind, index = match.group(1), int(match.group(2) or 0)
     if kind == "cpu":
         return mx.cpu(index)
     available = mx.context.num_gpus()
     if index >= available:
         raise ContextError(
-            "--ctx %s asked for GPU %d but MXNet sees %d GPU(s)%s; use --ctx cpu"
-            % (spec, index, available,
-               " (this MXNet build or machine has no CUDA GPU; a CUDA build such as "
-               "mxnet-cu117 and a GPU it supports are needed)" if available == 0 else ""))
+            "{ctx} %s asked for GPU %d but MXNet sees %d GPU(s)%s; use {ctx} cpu",
+            spec, index, available,
+            " (this MXNet build or machine has no CUDA GPU; a CUDA build such as "
+            "mxnet-cu117 and a GPU it supports are needed)" if available == 0 else "")
     ctx = mx.gpu(index)
     check_gpu(ctx, spec)
     return ctx
@@ -66,8 +66,8 @@ def check_gpu(ctx, spec=None):
         if cause is None:  # MXNet's first line, "[time] file:line: message", then a stack trace
             lines = [line.strip() for line in text.splitlines() if line.strip()]
             cause = re.sub(r"^\[[\d:]+\] \S+:\d+: ", "", lines[0]) if lines else repr(exc)
-        raise ContextError("--ctx %s: %s cannot run MXNet: %s; use --ctx cpu"
-                           % (spec or context_name(ctx), ctx, cause)) from None
+        raise ContextError("{ctx} %s: %s cannot run MXNet: %s; use {ctx} cpu",
+                           spec or context_name(ctx), ctx, cause) from None
 
 
 def context_name(ctx):

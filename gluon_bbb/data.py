@@ -12,7 +12,7 @@ from collections import namedtuple
 
 import numpy as np
 
-from .errors import DataError
+from .errors import DataError, DataNotFound
 
 PIXEL_SCALE = 126.0
 IMAGE_SHAPE = (28, 28)
@@ -25,8 +25,10 @@ IDX_FILES = {
 DEFAULT_DATA_DIR = os.path.join("~", ".mxnet", "datasets", "mnist")
 _IDX_MAGIC = {1: 0x00000801, 3: 0x00000803}
 
-MNIST = namedtuple("MNIST", "train_images train_labels test_images test_labels")
-MNIST.__doc__ = """Images (N, 784) float32 in [0, 255/126]; labels (N,) int32 in 0..9."""
+MNIST = namedtuple("MNIST", "train_images train_labels test_images test_labels directory",
+                   defaults=(None,))
+MNIST.__doc__ = """Images (N, 784) float32 in [0, 255/126]; labels (N,) int32 in 0..9; the
+directory they were read from (None for arrays made otherwise)."""
 
 
 def read_idx(path, ndim):
@@ -41,21 +43,21 @@ def read_idx(path, ndim):
         if path.endswith(".gz"):
             raw = gzip.decompress(raw)
     except (OSError, EOFError, zlib.error) as exc:
-        raise DataError("%s: cannot read (%s)" % (path, exc)) from None
+        raise DataError("%s: cannot read (%s)", path, exc) from None
     header_size = 4 + 4 * ndim
     if len(raw) < header_size:
-        raise DataError("%s: %d bytes is shorter than an IDX header" % (path, len(raw)))
+        raise DataError("%s: %d bytes is shorter than an IDX header", path, len(raw))
     magic = struct.unpack(">I", raw[:4])[0]
     if magic != _IDX_MAGIC[ndim]:
         raise DataError("%s: bad magic number 0x%08x, expected 0x%08x (not an IDX file of "
-                        "%d-dimensional unsigned bytes)" % (path, magic, _IDX_MAGIC[ndim], ndim))
+                        "%d-dimensional unsigned bytes)", path, magic, _IDX_MAGIC[ndim], ndim)
     dims = struct.unpack(">%dI" % ndim, raw[4:header_size])
     expected = int(np.prod(dims))
     found = len(raw) - header_size
     if found != expected:
         what = "truncated" if found < expected else "has trailing bytes"
-        raise DataError("%s: %s: header declares %s = %d data bytes, file holds %d"
-                        % (path, what, "x".join(map(str, dims)), expected, found))
+        raise DataError("%s: %s: header declares %s = %d data bytes, file holds %d",
+                        path, what, "x".join(map(str, dims)), expected, found)
     return np.frombuffer(raw, dtype=np.uint8, offset=header_size).reshape(dims)
 
 
@@ -78,7 +80,8 @@ def resolve_data_dir(data_dir=None, download=True):
     An explicit ``data_dir`` is used as given (no download). Otherwise the first of
     ``$GLUON_BBB_DATA`` and ``~/.mxnet/datasets/mnist`` that holds the files; if neither
     does and ``download`` is true, MXNet's ``gluon.data.vision.MNIST`` downloads them into
-    the latter. Raises DataError listing the files expected and the directories searched.
+    the latter. Raises DataNotFound listing the files expected, the directories searched and
+    why the download failed, on one line.
     """
     if data_dir is not None:
         searched = [os.path.expanduser(data_dir)]
@@ -95,10 +98,22 @@ def resolve_data_dir(data_dir=None, download=True):
         if problem is None and _has_all_files(default_dir):
             return default_dir
     else:
-        problem = "no download attempted for an explicit --data-dir"
+        problem = "a directory named explicitly is not downloaded into"
     expected = ", ".join(stem + "[.gz]" for stem, _ in IDX_FILES.values())
-    raise DataError("MNIST not found: expected %s in %s (%s)"
-                    % (expected, " or ".join(searched), problem))
+    raise DataNotFound("MNIST not found: expected %s in %s; %s. Put the four files in a "
+                       "directory and name it with {data_dir} or $GLUON_BBB_DATA",
+                       expected, " or ".join(searched), problem)
+
+
+# What the download's exception says, and what it means for the user (the exception's own
+# text is a long urllib3 message naming the host, the URL and the retries).
+_DOWNLOAD_FAILURES = (
+    (("NameResolutionError", "Failed to resolve", "Name or service not known",
+      "Temporary failure in name resolution"), "no network (the download host's name does not "
+                                               "resolve)"),
+    (("ConnectTimeout", "timed out", "Connection refused", "Network is unreachable",
+      "ConnectionError"), "the download host cannot be reached"),
+)
 
 
 def _download_with_gluon(root):
@@ -110,8 +125,13 @@ def _download_with_gluon(root):
             for train in (True, False):
                 mx.gluon.data.vision.MNIST(root=root, train=train)
     except Exception as exc:  # any network or file error: report it, do not crash
-        lines = str(exc).strip().splitlines() or [type(exc).__name__]
-        return "download failed: %s" % lines[0]
+        text = "%s: %s" % (type(exc).__name__, exc)
+        cause = next((meaning for markers, meaning in _DOWNLOAD_FAILURES
+                      if any(marker in text for marker in markers)), None)
+        if cause is None:
+            lines = text.strip().splitlines()
+            cause = lines[0][:160]
+        return "downloading them failed: %s" % cause
     return None
 
 
@@ -127,14 +147,14 @@ def load_mnist(data_dir=None, download=True):
         is_images = key.endswith("images")
         array = read_idx(path, ndim=3 if is_images else 1)
         if array.shape[0] != count:
-            raise DataError("%s: holds %d items, expected %d" % (path, array.shape[0], count))
+            raise DataError("%s: holds %d items, expected %d", path, array.shape[0], count)
         if is_images:
             if array.shape[1:] != IMAGE_SHAPE:
-                raise DataError("%s: images are %s, expected 28x28" % (path, array.shape[1:]))
+                raise DataError("%s: images are %s, expected 28x28", path, array.shape[1:])
             array = array.reshape(count, 784).astype(np.float32) / np.float32(PIXEL_SCALE)
         else:
             if array.max() > 9:
-                raise DataError("%s: label %d outside 0..9" % (path, array.max()))
+                raise DataError("%s: label %d outside 0..9", path, array.max())
             array = array.astype(np.int32)
         arrays[key] = array
-    return MNIST(**arrays)
+    return MNIST(directory=os.path.abspath(directory), **arrays)

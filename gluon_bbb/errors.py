@@ -1,12 +1,52 @@
-"""Exceptions for bad input that the command-line tools turn into one-line messages."""
+"""Exceptions for bad input and for interruptions, which the commands turn into one-line messages.
+
+A message names the fields it is about in braces (``{learning_rate}``), never a command-line
+flag: ``str(error)`` shows the field name, which is what a caller of the Python API passes, and
+``error.describe(name_of)`` shows each field as ``name_of(field)`` says; the commands pass the
+flag of the field (``--learning-rate``). Values are %-formatted into the message after that, so a
+value holding braces or percent signs is shown as it is.
+"""
+
+
+class _FieldNames(dict):
+    def __init__(self, name_of):
+        super().__init__()
+        self.name_of = name_of
+
+    def __missing__(self, field):
+        return self.name_of(field)
+
+
+def _literal(text):
+    """``text`` as it should read in a message template: no braces or percent signs taken as
+    fields or values."""
+    return str(text).replace("{", "{{").replace("}", "}}").replace("%", "%%")
 
 
 class GluonBBBError(Exception):
-    """Base class: an error caused by the user's input, not by a bug."""
+    """Base class: an error caused by the user's input or environment, not by a bug.
+
+    ``template`` names fields as ``{field}`` and takes ``values`` with ``%``.
+    """
+
+    def __init__(self, template, *values):
+        super().__init__(template, *values)
+        self.template, self.values = template, values
+
+    def describe(self, name_of=str):
+        """The message with each field shown as ``name_of(field)``."""
+        return self.template.format_map(_FieldNames(name_of)) % self.values
+
+    def __str__(self):
+        return self.describe()
 
 
 class DataError(GluonBBBError):
     """MNIST files are missing, truncated or corrupt."""
+
+
+class DataNotFound(DataError):
+    """No directory searched holds the dataset; the message lists the directories."""
 
 
 class ContextError(GluonBBBError):
@@ -14,26 +54,51 @@ class ContextError(GluonBBBError):
 
 
 class CheckpointError(GluonBBBError):
-    """A checkpoint is missing, unreadable or does not match the model."""
+    """A checkpoint or another file of a run directory is missing, unreadable or does not match
+    the model, or the run cannot be resumed as asked."""
 
 
 class OutputError(GluonBBBError):
-    """An output location is not a directory or cannot be written."""
+    """An output location is not a directory or cannot be written (a full disk included)."""
 
 
 class RunDirectoryBusy(GluonBBBError):
     """Another process holds the run directory's lock."""
 
 
-class TrainingDiverged(GluonBBBError):
-    """The loss became non-finite; carries the epoch and batch where it happened."""
+class ResourceError(GluonBBBError):
+    """The run would need more memory than the machine has."""
 
-    def __init__(self, epoch, batch, value):
+
+class TrainingDiverged(GluonBBBError):
+    """The loss became non-finite; carries the epoch and batch where it happened, and says what
+    is known of the cause: whether any update had been made, at which learning rate, and the
+    run's first loss where it is known (a start so extreme that its first gradient overflows
+    is not the learning rate's fault)."""
+
+    EXTREME_FIRST_LOSS = 1e10  # a first mini-batch loss is 1e2 to 1e5 for MNIST networks
+
+    def __init__(self, epoch, batch, value, updates=None, learning_rate=None, first_loss=None):
         self.epoch, self.batch, self.value = epoch, batch, value
-        super().__init__(
-            "loss became non-finite (%s) at epoch %d, batch %d; stopping. "
-            "The last checkpoint (if any) is from an earlier epoch and is intact; "
-            "try a smaller --learning-rate." % (value, epoch, batch))
+        where = "loss became non-finite (%s) at epoch %d, batch %d; stopping. " % (
+            value, epoch, batch)
+        kept = "The last checkpoint (if any) is from an earlier epoch and is intact. "
+        start = ("the initial weights ({mu_scale}, {rho_offset}), the prior ({sigma_p}, "
+                 "{sigma_p1}, {sigma_p2}) or the network's depth ({num_hidden_layers})")
+        if updates == 0:
+            cause = ("It is non-finite before any update, so the cause is the starting point, "
+                     "not the learning rate: " + start + " make the first loss overflow.")
+        elif first_loss is not None and abs(first_loss) > self.EXTREME_FIRST_LOSS:
+            cause = ("The first loss was already %.3g, so the cause is the starting point, not "
+                     "the learning rate: %s give a loss, and a gradient, that overflow after %d "
+                     "update%s." % (first_loss, start, updates, "" if updates == 1 else "s"))
+        elif updates is not None:
+            cause = ("It was finite for %d updates at {learning_rate} %g: the steps are too "
+                     "large; a smaller {learning_rate} or a tighter prior may help."
+                     % (updates, learning_rate))
+        else:
+            cause = ""
+        super().__init__(_literal(where) + _literal(kept) + cause)
 
 
 class ConfigError(GluonBBBError, ValueError):
@@ -41,4 +106,15 @@ class ConfigError(GluonBBBError, ValueError):
 
     def __init__(self, field, value, requirement):
         self.field, self.value, self.requirement = field, value, requirement
-        super().__init__("%s must be %s, got %r" % (field, requirement, value))
+        # the requirement may name other fields ({train_size}); its percent signs are literal
+        super().__init__("{%s} must be %s, got %%r" % (field, requirement.replace("%", "%%")),
+                         value)
+
+
+class Interrupted(KeyboardInterrupt):
+    """SIGINT or SIGTERM stopped the work: ``signal_name`` says which, ``saved`` what of the
+    work is kept (a sentence or None), ``resumable`` whether a resume can continue it."""
+
+    def __init__(self, signal_name="SIGINT", saved=None, resumable=False):
+        super().__init__(signal_name, saved, resumable)
+        self.signal_name, self.saved, self.resumable = signal_name, saved, resumable

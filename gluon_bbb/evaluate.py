@@ -2,7 +2,8 @@
 
 Writes ``uncertainty.json`` and ``uncertainty.png`` into the run directory (or ``--out``);
 ``--checkpoint RUN_DIR/best.params`` reports on the best validation epoch instead, into
-``best-uncertainty.json`` and ``best-uncertainty.png``.
+``best-uncertainty.json`` and ``best-uncertainty.png``. MNIST is read from ``--data-dir``, else
+from the directory the run was trained on, else as ``load_mnist`` finds it.
 """
 import json
 import os
@@ -10,18 +11,19 @@ import sys
 
 import numpy as np
 
-from .checkpoint import load_checkpoint, report_prefix, resolve_checkpoint, write_json
 from .cli import ArgumentParser, run_main
 from .context import parse_context
 from .data import IMAGE_SHAPE, PIXEL_SCALE, find_idx_file, load_mnist, read_idx
 from .errors import ConfigError, DataError
-from .rundir import check_output_dir, locked
+from .files import save_figure, write_json
 from .model import evaluate_accuracy, transform_rhos
-from .train import check_shapes, load_run_config
+from .rundir import RunDirectory, report_prefix, resolve_checkpoint
 from .uncertainty import (auroc, expected_calibration_error, negative_log_likelihood,
                           noise_images, predict, predictive_entropy, reliability)
 
 OOD_IMAGES = "t10k-images-idx3-ubyte"
+# as many weight samples as the predictive may average: each is a pass over the test set
+MAX_TEST_SAMPLES = 1000
 
 
 def load_ood_images(directory):
@@ -29,11 +31,11 @@ def load_ood_images(directory):
     DataError unless they are 28x28, as the network takes them."""
     path = find_idx_file(directory, OOD_IMAGES)
     if path is None:
-        raise DataError("no %s[.gz] in --ood-data-dir %s" % (OOD_IMAGES, directory))
+        raise DataError("no %s[.gz] in {ood_data_dir} %s", OOD_IMAGES, directory)
     images = read_idx(path, ndim=3)
     if images.shape[1:] != IMAGE_SHAPE:
-        raise DataError("%s: images are %dx%d, the network takes %dx%d" % (
-            path, images.shape[1], images.shape[2], *IMAGE_SHAPE))
+        raise DataError("%s: images are %dx%d, the network takes %dx%d",
+                        path, images.shape[1], images.shape[2], *IMAGE_SHAPE)
     return images.reshape(images.shape[0], -1).astype(np.float32) / np.float32(PIXEL_SCALE)
 
 
@@ -89,54 +91,93 @@ def plot_uncertainty(entropies, probs, labels, path):
     # below the axes: inside them it would cover bars
     ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=3, fontsize=8)
     fig.tight_layout()
-    fig.savefig(path, dpi=100)
+    save_figure(fig, path)
 
 
-def evaluate_run(checkpoint, data, ctx, num_samples=10, ood_images=None, out_dir=None):
+def evaluate_run(checkpoint, data, ctx, num_samples=10, ood_images=None, out=None,
+                 ood_data_dir=None):
     """Write uncertainty.json and uncertainty.png (prefixed as ``report_prefix`` says) for a
-    run directory or a parameter file in one; returns the report."""
-    run_dir, checkpoint_path = resolve_checkpoint(checkpoint)
-    config = load_run_config(run_dir)
-    state = load_checkpoint(checkpoint_path, ctx)
-    check_shapes(state["mus"], config.layer_shapes(), checkpoint_path)
-    if config.model == "mlp":
-        num_samples = 0
+    run directory or a parameter file in one, into ``out`` (a path or a ``RunDirectory``,
+    locked here unless its caller holds it; default: the run directory). A deterministic MLP
+    run (``model`` ``mlp``) has no weight distribution: it is evaluated with its weights and
+    ``num_samples`` must be 0. Returns ``(report, paths written)``."""
+    run, checkpoint_path = resolve_checkpoint(checkpoint)
+    config = run.read_config()
+    state = run.load_parameters(config, ctx, checkpoint_path)
+    if config.model == "mlp" and num_samples:
+        raise ConfigError("test_samples", num_samples, "0 for a deterministic network "
+                          "(model mlp has no weight distribution to sample)")
     report, entropies, probs = uncertainty_report(
         state["mus"], transform_rhos(state["rhos"]), data.test_images, data.test_labels,
         num_samples, ood_images)
-    report["model"] = config.model
-    out_dir = check_output_dir(out_dir or run_dir)
+    report.update(model=config.model, checkpoint=os.path.abspath(checkpoint_path),
+                  epoch=state["epoch"], data_dir=data.directory, ood_data_dir=ood_data_dir)
+    if out is None:
+        out = run
+    elif not isinstance(out, RunDirectory):
+        out = RunDirectory(out).create()
     prefix = report_prefix(checkpoint_path)
-    with locked(out_dir):
-        write_json(os.path.join(out_dir, prefix + "uncertainty.json"), report)
-        plot_uncertainty(entropies, probs, data.test_labels,
-                         os.path.join(out_dir, prefix + "uncertainty.png"))
-    return report
+    paths = [out.file(prefix + name) for name in ("uncertainty.json", "uncertainty.png")]
+    with out.locked():
+        write_json(paths[0], report)
+        plot_uncertainty(entropies, probs, data.test_labels, paths[1])
+    return report, paths
 
 
-def main(argv=None):
+def build_parser():
     parser = ArgumentParser(prog=PROG,
                             description="Uncertainty report (entropy, ECE, NLL, OOD AUROC).")
     parser.add_argument("--checkpoint", required=True, help="run directory of train_mnist.py "
                         "(its last epoch), or its best.params (the best validation epoch)")
-    parser.add_argument("--data-dir", help="directory with the MNIST IDX files")
+    parser.add_argument("--data-dir", help="directory with the MNIST IDX files (default: the "
+                        "one the run was trained on, else $GLUON_BBB_DATA, else "
+                        "~/.mxnet/datasets/mnist)")
     parser.add_argument("--ood-data-dir", help="directory with another dataset's "
-                        "t10k-images-idx3-ubyte[.gz] (e.g. Fashion-MNIST)")
-    parser.add_argument("--test-samples", type=int, default=10,
-                        help="weight samples of the Monte Carlo predictive (default 10)")
+                        "t10k-images-idx3-ubyte[.gz] (e.g. Fashion-MNIST) for the "
+                        "out-of-distribution part of the report")
+    parser.add_argument("--test-samples", type=int,
+                        help="weight samples of the Monte Carlo predictive, 1 to %d (default "
+                        "10; a --model mlp run takes 0, its weights)" % MAX_TEST_SAMPLES)
     parser.add_argument("--out", help="output directory (default: the run directory)")
-    parser.add_argument("--ctx", default="cpu", help="cpu, gpu or gpu:N")
-    args = parser.parse_args(argv)
-    if args.test_samples < 1:
-        raise ConfigError("test_samples", args.test_samples, "an integer >= 1")
-    run_dir, _ = resolve_checkpoint(args.checkpoint)
+    parser.add_argument("--ctx", default="cpu", help="device to evaluate on: cpu, gpu or "
+                        "gpu:N (default: cpu)")
+    return parser
+
+
+def check_test_samples(num_samples, minimum=1):
+    """ConfigError unless ``num_samples`` is an integer in [minimum, MAX_TEST_SAMPLES]."""
+    if not minimum <= num_samples <= MAX_TEST_SAMPLES:
+        raise ConfigError("test_samples", num_samples, "an integer in [%d, %d]"
+                          % (minimum, MAX_TEST_SAMPLES))
+
+
+def data_dir_of(run, data_dir=None):
+    """The MNIST directory to evaluate ``run`` on: ``data_dir`` if given, else the one the run
+    recorded while it still holds the files, else None (``load_mnist``'s search)."""
+    if data_dir is not None:
+        return data_dir
+    recorded = run.recorded("data_dir")
+    return recorded if recorded and os.path.isdir(recorded) else None
+
+
+def main(argv=None):
+    args = build_parser().parse_args(argv)
+    run, _ = resolve_checkpoint(args.checkpoint)
+    model = run.read_config().model
+    if args.test_samples is None:
+        args.test_samples = 0 if model == "mlp" else 10
+    elif model != "mlp":
+        check_test_samples(args.test_samples)
     ctx = parse_context(args.ctx)
-    out_dir = check_output_dir(args.out or run_dir)
     ood = load_ood_images(args.ood_data_dir) if args.ood_data_dir else None
-    data = load_mnist(args.data_dir)
-    with locked(out_dir):
-        report = evaluate_run(args.checkpoint, data, ctx, args.test_samples, ood, out_dir)
+    data = load_mnist(data_dir_of(run, args.data_dir))
+    out = RunDirectory(args.out).create() if args.out else run
+    with out.locked():
+        report, paths = evaluate_run(args.checkpoint, data, ctx, args.test_samples, ood, out,
+                                     args.ood_data_dir and os.path.abspath(args.ood_data_dir))
     print(json.dumps(report, indent=2))
+    # stdout stays the report's JSON, for a reader such as jq
+    sys.stderr.write("wrote %s\n" % ", ".join(paths))
     return 0
 
 

@@ -1,25 +1,30 @@
-"""PNG figures of a run. Uses matplotlib's object API, so a notebook's backend is untouched."""
+"""PNG figures of a run, written atomically. Uses matplotlib's object API, so a notebook's
+backend is untouched."""
 import numpy as np
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
+
+from .files import save_figure
 
 
 def _save(fig, path):
     FigureCanvasAgg(fig)
     fig.tight_layout()
-    fig.savefig(path, dpi=100)
+    save_figure(fig, path)
 
 
 def plot_accuracy(history, path):
-    """Test (and train, where recorded) accuracy per epoch, from ``history`` records."""
+    """Test accuracy per epoch, and validation and train accuracy for the epochs whose
+    records hold them (a resumed run may measure train accuracy for some epochs only)."""
     fig = Figure(figsize=(6, 4))
     ax = fig.add_subplot(1, 1, 1)
-    epochs = [r["epoch"] for r in history]
-    ax.plot(epochs, [r["test_accuracy"] for r in history], "o-", label="test (mean weights)")
-    if history and "train_accuracy" in history[0]:
-        ax.plot(epochs, [r["train_accuracy"] for r in history], "s--", label="train")
-    if history and "validation_accuracy" in history[0]:
-        ax.plot(epochs, [r["validation_accuracy"] for r in history], "^:", label="validation")
+    for key, style, label in (("test_accuracy", "o-", "test (mean weights)"),
+                              ("train_accuracy", "s--", "train"),
+                              ("validation_accuracy", "^:", "validation")):
+        records = [r for r in history if key in r]
+        if records:
+            ax.plot([r["epoch"] for r in records], [r[key] for r in records], style,
+                    label=label)
     ax.set_xlabel("epoch")
     ax.set_ylabel("accuracy")
     ax.grid(alpha=0.3)
@@ -48,20 +53,20 @@ def plot_weights(mus, sigmas, path):
     _save(fig, path)
 
 
-def plot_pruning(rows, path):
-    """Test error (%) against the proportion of parameters removed."""
+def plot_pruning(rows, path, criterion="signal-to-noise ratio |mu|/sigma"):
+    """Test error (%) against the proportion of parameters removed by ``criterion``."""
     fig = Figure(figsize=(6, 4))
     ax = fig.add_subplot(1, 1, 1)
     ax.plot([r["proportion"] * 100 for r in rows], [r["test_error"] * 100 for r in rows], "o-")
-    ax.set_xlabel("parameters removed by SNR (%)")
+    ax.set_xlabel("parameters removed (%%), lowest %s first" % criterion)
     ax.set_ylabel("test error (%)")
     ax.set_yscale("log")
     ax.grid(alpha=0.3, which="both")
     _save(fig, path)
 
 
-def plot_snr(snr_db, cuts, path):
-    """Histogram of the signal-to-noise ratio in dB, each proportion's cut-off marked."""
+def plot_snr(snr_db, cuts, path, criterion="signal-to-noise ratio |mu|/sigma"):
+    """Histogram of the ranking criterion in dB, each proportion's cut-off marked."""
     fig = Figure(figsize=(7, 4))
     ax = fig.add_subplot(1, 1, 1)
     finite = snr_db[np.isfinite(snr_db)]
@@ -72,6 +77,6 @@ def plot_snr(snr_db, cuts, path):
         # neighbouring cut-offs can lie close together: their labels take turns in height
         ax.text(cut, top * (0.97 - 0.12 * (k % 3)), " %g%%" % (proportion * 100), va="top",
                 fontsize=8, color="tab:red")
-    ax.set_xlabel("signal-to-noise ratio |mu|/sigma (dB)")
+    ax.set_xlabel("%s (dB)" % criterion)
     ax.set_ylabel("parameters")
     _save(fig, path)

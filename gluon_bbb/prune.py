@@ -11,6 +11,7 @@ import numpy as np
 from mxnet import nd
 
 from .errors import ConfigError
+from .files import write_atomically
 from .model import evaluate_accuracy
 
 DEFAULT_PROPORTIONS = (0.0, 0.1, 0.25, 0.5, 0.75, 0.95, 0.98, 0.99, 1.0)
@@ -102,8 +103,16 @@ def save_pruned(path, pruned_mus):
         arrays["indices:%d" % i] = nd.array(nonzero, dtype="int32")
         arrays["values:%d" % i] = nd.array(flat[nonzero], dtype="float32")
         arrays["shape:%d" % i] = nd.array(mu.shape, dtype="int64")
-    nd.save(path, arrays)
+    write_atomically(path, lambda tmp: nd.save(tmp, arrays))
     return os.path.getsize(path)
+
+
+def dense_size(mus):
+    """Bytes of ``mus`` in ``nd.save`` format under the keys ``mu:i``, without writing them: a
+    32-byte file header, and per array 32 bytes of header, 8 per dimension, its float32 data and
+    its key (checked against nd.save in the tests)."""
+    return 32 + sum(32 + 8 * mu.ndim + 4 * mu.size + len("mu:%d" % i)
+                    for i, mu in enumerate(mus))
 
 
 def load_pruned(path, ctx=None):

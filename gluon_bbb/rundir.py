@@ -1,69 +1,267 @@
-"""The run directory: the checks before anything is written into one, and the lock that keeps
-two processes from writing into the same one.
+"""The run directory: what it holds, how each file is read, checked and written, the lock on it,
+and what a resumed run may change. Training, ``prune.py`` and ``evaluate`` reach a run's files
+only through ``RunDirectory``.
 
-A training run, a resume, a prune or an evaluation holds an exclusive ``flock`` on the
-directory's ``.lock`` file while it works; a second process on the same directory stops at once
-with ``RunDirectoryBusy``, naming the holder's process id. The operating system releases the
-lock when its process ends, however it ends, so a killed run leaves no stale lock.
+A run directory holds ``config.json`` (the ``Config`` and how the run was made: its context and
+data directory), ``history.json`` (one record per epoch), ``checkpoint.params`` (the last epoch)
+and, with a validation set, ``best.params`` (the best validation epoch), beside the reports
+written about them. Every file is written atomically and durably (``files.py``).
+
+While a process works in a directory it holds an exclusive ``flock`` on the directory's
+``.lock`` file, taken once by the ``RunDirectory`` object that process works through; a second
+process stops at once with ``RunDirectoryBusy``, naming the holder's process id. The operating
+system releases the lock when its process ends, however it ends, so a killed run leaves no stale
+lock.
+
+Resuming (``resume_config``) continues the run as its config.json says. What may differ from it:
+``epochs`` (more than those trained), the learning-rate decay (where the epochs already trained
+keep their rates) and an unset seed (the run's); any other hyper-parameter that differs is
+refused, naming the field. The run must hold config.json, history.json with a record for every
+trained epoch, and checkpoint.params.
 """
 import contextlib
+import dataclasses
 import errno
 import fcntl
+import json
 import os
 import tempfile
 
-from .errors import OutputError, RunDirectoryBusy
+from .checkpoint import read_checkpoint, save_checkpoint
+from .config import Config
+from .errors import CheckpointError, ConfigError, OutputError, RunDirectoryBusy
+from .files import write_json
 
+CONFIG_FILE = "config.json"
+HISTORY_FILE = "history.json"
+CHECKPOINT_FILE = "checkpoint.params"
+BEST_CHECKPOINT_FILE = "best.params"
 LOCK_FILE = ".lock"
-_held = {}  # real path of a directory this process has locked -> [file, depth]
+# config.json's entries beside the Config's fields: how the run was made, not what it learns
+RUN_RECORD = ("ctx", "data_dir")
+# Fields that may differ between a run and its resumption (training longer is allowed).
+RESUMABLE_CHANGES = ("epochs",)
+# may change on resume if the epochs already trained keep their learning rates
+SCHEDULE_FIELDS = ("lr_decay_every", "lr_decay_factor")
 
 
-def check_output_dir(path, flag="--out"):
+def check_output_dir(path, field="out_dir"):
     """Make ``path`` (and its parents) if needed and check that files can be written in it;
-    raise OutputError on one line otherwise. Returns ``path``."""
+    OutputError on one line otherwise. Returns ``path``."""
+    if not isinstance(path, str) or not path.strip():
+        raise ConfigError(field, path, "a directory path")
     if os.path.exists(path) and not os.path.isdir(path):
-        raise OutputError("%s %s is not a directory" % (flag, path))
+        raise OutputError("{%s} %%s is not a directory" % field, path)
     try:
         os.makedirs(path, exist_ok=True)
         # write permission bits say nothing for root or on read-only mounts: try it
         with tempfile.TemporaryFile(dir=path):
             pass
     except OSError as exc:
-        raise OutputError("%s %s cannot be written: %s" % (
-            flag, path, exc.strerror or exc)) from None
+        raise OutputError("{%s} %%s cannot be written: %%s" % field, path,
+                          exc.strerror or exc) from None
     return path
 
 
-@contextlib.contextmanager
-def locked(path):
-    """Hold the exclusive lock on the run directory ``path`` (which must exist) for the
-    ``with`` block. Re-entrant within one process."""
-    key = os.path.realpath(path)
-    if key in _held:
-        _held[key][1] += 1
+class RunDirectory:
+    """The files of one run directory ``path``: ``with run.locked():`` around the work."""
+
+    def __init__(self, path):
+        if not isinstance(path, str) or not path.strip():
+            raise ConfigError("out_dir", path, "a directory path")
+        self.path = path
+        self._lock_file = None
+
+    def file(self, name):
+        return os.path.join(self.path, name)
+
+    def create(self, field="out_dir"):
+        """Make the directory if needed and check that it can be written; returns self."""
+        check_output_dir(self.path, field)
+        return self
+
+    @contextlib.contextmanager
+    def locked(self):
+        """Hold the directory's lock for the ``with`` block; inside a block of the same object
+        it is held already and is not taken again."""
+        if self._lock_file is not None:
+            yield self
+            return
+        lock_file = open(self.file(LOCK_FILE), "a+")
         try:
-            yield
-        finally:
-            _held[key][1] -= 1
-        return
-    lock_file = open(os.path.join(path, LOCK_FILE), "a+")
-    try:
-        fcntl.flock(lock_file, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError as exc:
-        if exc.errno not in (errno.EAGAIN, errno.EACCES):
-            raise
+            fcntl.flock(lock_file, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as exc:
+            if exc.errno not in (errno.EAGAIN, errno.EACCES):
+                raise
+            lock_file.seek(0)
+            holder = lock_file.read().strip() or "unknown"
+            lock_file.close()
+            raise RunDirectoryBusy("%s is in use by another process (pid %s); wait for it to "
+                                   "end or choose another directory", self.path, holder) from None
         lock_file.seek(0)
-        holder = lock_file.read().strip() or "unknown"
-        lock_file.close()
-        raise RunDirectoryBusy("%s is in use by another process (pid %s); wait for it to end "
-                               "or choose another directory" % (path, holder)) from None
-    lock_file.seek(0)
-    lock_file.truncate()
-    lock_file.write("%d\n" % os.getpid())
-    lock_file.flush()
-    _held[key] = [lock_file, 1]
-    try:
-        yield
-    finally:
-        del _held[key]
-        lock_file.close()  # releases the lock
+        lock_file.truncate()
+        lock_file.write("%d\n" % os.getpid())
+        lock_file.flush()
+        self._lock_file = lock_file
+        try:
+            yield self
+        finally:
+            self._lock_file = None
+            lock_file.close()  # releases the lock
+
+    def holds_run(self):
+        """True once a checkpoint has been written here."""
+        return os.path.lexists(self.file(CHECKPOINT_FILE))
+
+    # config.json
+
+    def read_record(self):
+        """config.json as a dict, checked to be a JSON object."""
+        path = self.file(CONFIG_FILE)
+        if not os.path.lexists(path):
+            raise CheckpointError("%s holds no run: %s does not exist", self.path, path)
+        try:
+            with open(path) as f:
+                values = json.load(f)
+        except (OSError, ValueError) as exc:
+            raise CheckpointError("cannot read %s: %s", path, exc) from None
+        if not isinstance(values, dict):
+            raise CheckpointError("%s is not a JSON object of a run's settings (it holds %s)",
+                                  path, type(values).__name__)
+        return values
+
+    def read_config(self):
+        """The ``Config`` the run was trained with; a bad entry is named with its file."""
+        values = {k: v for k, v in self.read_record().items() if k not in RUN_RECORD}
+        path = self.file(CONFIG_FILE)
+        names = {f.name for f in dataclasses.fields(Config)}
+        unknown = sorted(set(values) - names)
+        if unknown:
+            raise CheckpointError("%s: unknown field(s) %s", path, ", ".join(unknown))
+        try:
+            return Config(**values)
+        except ConfigError as exc:
+            raise CheckpointError("%s: %s", path, exc.describe(lambda f: "field " + f)) from None
+
+    def recorded(self, key):
+        """An entry of ``RUN_RECORD`` (the context, the data directory) or None."""
+        return self.read_record().get(key)
+
+    def write_config(self, config, **record):
+        write_json(self.file(CONFIG_FILE), dict(config.to_dict(), **record))
+
+    # history.json
+
+    def read_history(self, epochs):
+        """The records of the first ``epochs`` epochs; CheckpointError where the file is missing,
+        unreadable, not a list of epoch records or shorter than that."""
+        path = self.file(HISTORY_FILE)
+        if not os.path.lexists(path):
+            raise CheckpointError("%s does not exist, but the checkpoint has %d epochs: the "
+                                  "run's history is lost", path, epochs)
+        try:
+            with open(path) as f:
+                history = json.load(f)
+        except (OSError, ValueError) as exc:
+            raise CheckpointError("cannot read %s: %s", path, exc) from None
+        if not (isinstance(history, list) and all(
+                isinstance(r, dict) and r.get("epoch") == i + 1 for i, r in enumerate(history))):
+            raise CheckpointError("%s is not a list of epoch records 1, 2, ...", path)
+        if len(history) < epochs:
+            raise CheckpointError("%s holds %d epochs, the checkpoint %d: the run's history is "
+                                  "incomplete", path, len(history), epochs)
+        # a crash between the history and the checkpoint writes leaves one record more
+        return history[:epochs]
+
+    def write_history(self, history):
+        write_json(self.file(HISTORY_FILE), history)
+
+    # parameters
+
+    def save_parameters(self, step, epoch, best=False):
+        """Write ``step``'s parameters after ``epoch`` epochs: checkpoint.params with the
+        optimizer state, or best.params without it."""
+        save_checkpoint(self.file(BEST_CHECKPOINT_FILE if best else CHECKPOINT_FILE), step.mus,
+                        step.rhos, [] if best else step.state_arrays(), step.num_update, epoch)
+
+    def load_parameters(self, config, ctx=None, path=None):
+        """A parameter file of this run (default checkpoint.params), checked against the shapes
+        of ``config``'s network."""
+        path = path or self.file(CHECKPOINT_FILE)
+        state = read_checkpoint(path, ctx)
+        check_shapes(state["mus"], config.layer_shapes(), path)
+        check_shapes(state["rhos"], config.layer_shapes(), path)
+        return state
+
+    # resuming
+
+    def resume(self, requested, ctx):
+        """``(config, state, history)`` to continue this run with ``requested`` (a Config whose
+        fields must match the run's, but for the resume rules in the module docstring)."""
+        saved = self.read_config()
+        config = resume_config(saved, requested, self.path)
+        path = self.file(CHECKPOINT_FILE)
+        if not os.path.lexists(path):
+            raise CheckpointError("cannot resume %s: it holds no checkpoint (%s)", self.path,
+                                  CHECKPOINT_FILE)
+        state = self.load_parameters(saved, ctx)
+        changed = [e + 1 for e in range(state["epoch"])
+                   if config.learning_rate_at(e) != saved.learning_rate_at(e)]
+        if changed:
+            raise CheckpointError("cannot resume %s: the new learning-rate schedule ({%s}, {%s}) "
+                                  "changes the rate of epochs already trained (epoch %%d)"
+                                  % ("%s", *SCHEDULE_FIELDS), self.path, changed[0])
+        if config.epochs <= state["epoch"]:
+            raise CheckpointError("%s has trained %d epochs already; {epochs} must be more than "
+                                  "%d to train on", self.path, state["epoch"], state["epoch"])
+        return config, state, self.read_history(state["epoch"])
+
+
+def resume_config(saved, requested, where="the run"):
+    """The config a resumed run trains with: ``saved`` with ``requested``'s epochs and schedule;
+    CheckpointError naming the first other field where ``requested`` differs (an unset seed
+    means the run's)."""
+    for name, value in requested.to_dict().items():
+        if name in RESUMABLE_CHANGES + SCHEDULE_FIELDS or (name == "seed" and value is None):
+            continue
+        if getattr(saved, name) != value:
+            raise CheckpointError("cannot resume %%s: it was trained with {%s} %%r, not %%r"
+                                  % name, where, getattr(saved, name), value)
+    return dataclasses.replace(saved, epochs=requested.epochs,
+                               **{name: getattr(requested, name) for name in SCHEDULE_FIELDS})
+
+
+def check_shapes(arrays, shapes, source):
+    """Raise CheckpointError unless ``arrays`` have exactly ``shapes``."""
+    found = [tuple(a.shape) for a in arrays]
+    if found != [tuple(s) for s in shapes]:
+        raise CheckpointError("%s holds parameters of shapes %s, the model needs %s",
+                              source, found, [tuple(s) for s in shapes])
+
+
+def resolve_checkpoint(path):
+    """``(RunDirectory, parameter file)`` named by ``path``: a run directory, read at its
+    checkpoint.params, or a parameter file in one (checkpoint.params, best.params)."""
+    if os.path.isdir(path):
+        run = RunDirectory(path)
+        params = path if path.rstrip(os.sep).endswith(".params") else run.file(CHECKPOINT_FILE)
+        if os.path.isdir(params):
+            raise CheckpointError("%s is a directory, not a checkpoint file", params)
+        return run, params
+    if os.path.isfile(path):
+        return RunDirectory(os.path.dirname(path) or "."), path
+    raise CheckpointError("checkpoint %s does not exist", path)
+
+
+def load_checkpoint(path, ctx=None):
+    """The parameters, optimizer state and epoch of a checkpoint: a run directory's
+    checkpoint.params, or a parameter file (``checkpoint.read_checkpoint``)."""
+    return read_checkpoint(resolve_checkpoint(path)[1], ctx)
+
+
+def report_prefix(params_path):
+    """Prefix of the report files written about ``params_path``: none for a run's
+    checkpoint.params, else the file's stem and a dash (``best-pruning.json`` for best.params),
+    so that reports on the best epoch sit beside those on the last without replacing them."""
+    name = os.path.basename(params_path)
+    return "" if name == CHECKPOINT_FILE else os.path.splitext(name)[0] + "-"

@@ -12,11 +12,14 @@ optimizer and its state, and one backend chosen for the whole run:
 Both compute the loss of ``model.combined_loss`` and its gradient, and on a CPU both draw the
 same Philox noise, so they give the same run up to float rounding.
 """
+import math
+import os
+
 import mxnet as mx
 from mxnet import nd
 
 from . import native
-from .errors import CheckpointError, ConfigError
+from .errors import CheckpointError, ConfigError, ResourceError
 from .model import (FlatLayout, NetworkGraph, combined_loss_gradients, init_variational_params,
                     prior_for, sample_epsilons)
 from .noise import noise_for
@@ -34,7 +37,7 @@ def choose_backend(config, ctx, backend=None):
     if ctx.device_type != "cpu":
         why_not = "the native kernels run on CPU contexts only"
     elif config.estimator != "sample":
-        why_not = "the native kernels do not implement --estimator %s" % config.estimator
+        why_not = "the native kernels do not implement estimator %s" % config.estimator
     elif not native.available():
         why_not = native.unavailable_reason()
     if backend == "native" and why_not:
@@ -42,6 +45,50 @@ def choose_backend(config, ctx, backend=None):
     if backend == "ndarray":
         return backend, "asked for"
     return ("ndarray", why_not) if why_not else ("native", None)
+
+
+def training_memory_bytes(config):
+    """About how many bytes a run's step holds at its peak: per parameter, float32 mu and rho,
+    the five workspace vectors (or the ndarray backend's temporaries), two Adam moments for each
+    of mu and rho, and the copies made while they are initialised (float64 for the largest
+    array); per example of a batch, the activations of every layer. MXNet's own runtime (about
+    300 MiB) comes on top."""
+    shapes = config.layer_shapes()
+    size = sum(math.prod(shape) for shape in shapes)
+    floats_per_entry = 2 + 5 + (4 if config.optimizer == "adam" else 0) + 4
+    largest = max(math.prod(shape) for shape in shapes)
+    activations = config.batch_size * (config.num_hidden_units * config.num_hidden_layers
+                                       + config.num_outputs) * 4
+    return 4 * size * floats_per_entry + 8 * largest + 4 * activations
+
+
+def available_memory_bytes():
+    """Memory the system can give a new process (Linux's MemAvailable), or None if unknown."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_AVPHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+def check_memory(config, available=None):
+    """ResourceError, before anything is allocated, where ``config``'s network needs more
+    memory than is ``available`` (default: ``available_memory_bytes()``)."""
+    available = available_memory_bytes() if available is None else available
+    needed = training_memory_bytes(config)
+    if available is not None and needed > available:
+        size = sum(math.prod(shape) for shape in config.layer_shapes())
+        raise ResourceError("a network of %s parameters ({num_hidden_layers} %d, "
+                            "{num_hidden_units} %d) needs about %.1f GiB of memory to train, "
+                            "%.1f GiB are available", "{:,}".format(size),
+                            config.num_hidden_layers, config.num_hidden_units,
+                            needed / 2 ** 30, available / 2 ** 30)
 
 
 class TrainingStep:
@@ -140,9 +187,8 @@ class TrainingStep:
             arrays = saved[i] if i < len(saved) else []
             if [a.shape for a in arrays] != [t.shape for t in targets]:
                 raise CheckpointError("checkpoint optimizer state for parameter %d has shapes "
-                                      "%s, this run's optimizer needs %s" % (
-                                          i, [a.shape for a in arrays],
-                                          [t.shape for t in targets]))
+                                      "%s, this run's optimizer needs %s", i,
+                                      [a.shape for a in arrays], [t.shape for t in targets])
             for target, array in zip(targets, arrays):
                 target[:] = array.as_in_context(self.ctx)
 

@@ -4,12 +4,13 @@ import re
 import subprocess
 import sys
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from commands import ROOT, user_env
 
 
 def test_bench_train_runs_and_prints_ratios():
     proc = subprocess.run([sys.executable, os.path.join(ROOT, "bench", "bench_train.py"),
-                           "--steps", "2"], capture_output=True, text=True, timeout=300)
+                           "--steps", "2"], capture_output=True, text=True, timeout=300,
+                          env=user_env())
     assert proc.returncode == 0, proc.stderr
     lines = proc.stdout.strip().splitlines()
     assert re.match(r"a/b = \d+\.\d\d$", lines[-3])
@@ -30,6 +31,7 @@ def test_bench_train_runs_and_prints_ratios():
 def test_bench_train_refuses_bad_step_counts():
     for args in (["--steps", "0"], ["--steps", "3", "--rounds", "4"], ["--steps", "500"]):
         proc = subprocess.run([sys.executable, os.path.join(ROOT, "bench", "bench_train.py")]
-                              + args, capture_output=True, text=True, timeout=120)
+                              + args, capture_output=True, text=True, timeout=120,
+                              env=user_env())
         assert proc.returncode == 2 and "must be between" in proc.stderr, proc.stderr
         assert "Traceback" not in proc.stderr

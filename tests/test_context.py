@@ -8,12 +8,12 @@ import pytest
 from mxnet import autograd
 
 from gluon_bbb import ContextError, context, context_name, parse_context
-from gluon_bbb.cli import run_main
+from gluon_bbb.cli import flag_for, run_main
 from gluon_bbb.model import init_variational_params, layer_param_shapes
 from tutorial_reference import tutorial_loss
 
 NUM_GPUS = mx.context.num_gpus()
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from commands import ROOT, user_env
 
 
 def test_parse_cpu():
@@ -67,14 +67,17 @@ def failing_probe(message):
     ("[12:00:01] src/storage/gpu_device_storage.h:39: Check failed: e == cudaSuccess: "
      "out of memory\nStack trace:", "the GPU has no memory left"),
     ("[12:00:01] src/engine/x.cc:12: CUDA driver version is insufficient\nStack trace:\n  [bt]",
-     "gpu\\(0\\) cannot run MXNet: CUDA driver version is insufficient; use --ctx cpu$"),
+     "gpu\\(0\\) cannot run MXNet: CUDA driver version is insufficient; use ctx cpu$"),
 ])
 def test_gpu_that_fails_its_probe_is_refused_in_one_line(monkeypatch, message, cause):
     monkeypatch.setattr(mx.context, "num_gpus", lambda: 1)
     monkeypatch.setattr(context, "gpu_probe", failing_probe(message))
     with pytest.raises(ContextError, match=cause) as info:
         parse_context("gpu")
-    assert "\n" not in str(info.value) and str(info.value).startswith("--ctx gpu: gpu(0)")
+    # the library names the field, the command line its flag
+    assert "\n" not in str(info.value) and str(info.value).startswith("ctx gpu: gpu(0)")
+    assert info.value.describe(flag_for).startswith("--ctx gpu: gpu(0)")
+    assert info.value.describe(flag_for).endswith("; use --ctx cpu")
 
 
 def test_gpu_probe_failure_through_the_command_line_entry(monkeypatch, capsys):
@@ -93,12 +96,15 @@ def test_gpu_probe_runs_one_operation_on_its_context():
     context.check_gpu(mx.cpu(1), "cpu:1")  # passes without error
 
 
-@pytest.mark.parametrize("command, prog", [
-    (["train_mnist.py"], "train_mnist.py"),
-    (["prune.py"], "prune.py"),
-    (["-m", "gluon_bbb.evaluate"], "python -m gluon_bbb.evaluate"),
+@pytest.mark.parametrize("command, prog, python39", [
+    (["train_mnist.py"], "train_mnist.py", False),
+    (["prune.py"], "prune.py", False),
+    (["-m", "gluon_bbb.evaluate"], "python -m gluon_bbb.evaluate", False),
+    (["-mgluon_bbb.evaluate"], "python -m gluon_bbb.evaluate", False),
+    # Python 3.8 and 3.9 have no sys.orig_argv
+    (["-m", "gluon_bbb.evaluate"], "python -m gluon_bbb.evaluate", True),
 ])
-def test_mxnet_that_cannot_load_its_libraries_is_one_line(tmp_path, command, prog):
+def test_mxnet_that_cannot_load_its_libraries_is_one_line(tmp_path, command, prog, python39):
     # a stand-in mxnet package that fails to import as a CUDA build without its CUDA libraries
     # does: libmxnet.so's loader raises OSError
     fake = tmp_path / "mxnet"
@@ -106,8 +112,10 @@ def test_mxnet_that_cannot_load_its_libraries_is_one_line(tmp_path, command, pro
     (fake / "__init__.py").write_text(
         "raise OSError('libcudart.so.11.0: cannot open shared object file: No such file or "
         "directory')\n")
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(tmp_path), ROOT]))
-    if command[0] != "-m":
+    if python39:
+        (tmp_path / "sitecustomize.py").write_text("import sys\ndel sys.orig_argv\n")
+    env = user_env(PYTHONPATH=os.pathsep.join([str(tmp_path), ROOT]))
+    if not command[0].startswith("-m"):
         command = [os.path.join(ROOT, command[0])]
     proc = subprocess.run([sys.executable] + command + ["--help"], env=env, cwd=str(tmp_path),
                           capture_output=True, text=True, timeout=60)

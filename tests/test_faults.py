@@ -14,16 +14,9 @@ import time
 import numpy as np
 import pytest
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-TRAIN = [sys.executable, os.path.join(ROOT, "train_mnist.py")]
-PRUNE = [sys.executable, os.path.join(ROOT, "prune.py")]
-EVALUATE = [sys.executable, "-m", "gluon_bbb.evaluate"]
+from commands import EVALUATE, PRUNE, ROOT, TRAIN, assert_one_line_error, run, user_env
+
 SMALL = ["--train-size", "512", "--num-hidden-units", "20", "--test-samples", "2", "--seed", "1"]
-
-
-def run(cmd, *args, env=None):
-    return subprocess.run(cmd + list(args), capture_output=True, text=True, timeout=300,
-                          cwd=ROOT, env=dict(os.environ, **(env or {})))
 
 
 def hashes(directory, lock=False):
@@ -32,13 +25,6 @@ def hashes(directory, lock=False):
     return {name: hashlib.sha256((directory / name).read_bytes()).hexdigest()
             for name in sorted(os.listdir(directory))
             if (directory / name).is_file() and (lock or name != ".lock")}
-
-
-def assert_one_line_error(proc, expected):
-    assert proc.returncode == 2, (proc.returncode, proc.stderr)
-    lines = proc.stderr.strip().splitlines()
-    assert len(lines) == 1 and "Traceback" not in proc.stderr, proc.stderr
-    assert expected in lines[0], lines[0]
 
 
 @pytest.fixture(scope="module")
@@ -53,7 +39,7 @@ def test_a_second_process_on_a_locked_run_directory_is_refused(tmp_path):
     out = tmp_path / "busy"
     first = subprocess.Popen(TRAIN + ["--out", str(out), "--epochs", "100000", *SMALL],
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                             cwd=ROOT)
+                             cwd=ROOT, env=user_env())
     try:
         deadline = time.time() + 120
         while not (out / "checkpoint.params").exists() and time.time() < deadline:
@@ -141,16 +127,34 @@ def test_nothing_to_train_is_refused(tmp_path, trained_run):
     before = hashes(trained_run)
     for epochs in ("1", "0"):
         proc = run(TRAIN, "--out", str(trained_run), "--resume", "--epochs", epochs)
-        assert_one_line_error(proc, "%s has trained 1 epochs already; pass --epochs N with N > 1"
+        assert_one_line_error(proc, "%s has trained 1 epochs already; --epochs must be more "
+                                    "than 1 to train on"
                               % trained_run)
     assert hashes(trained_run) == before
 
 
+# Runs train_mnist.py with the run directory's parameter writer patched to kill the process, as
+# a power cut would, when it is about to write the checkpoint of epoch CRASH_AT (history.json
+# and best.params of that epoch are written by then).
+CRASHING_TRAIN = """
+import os, runpy, signal, sys
+from gluon_bbb.rundir import RunDirectory
+write = RunDirectory.save_parameters
+def save_parameters(self, step, epoch, best=False):
+    if epoch == int(os.environ["CRASH_AT"]) and not best:
+        os.kill(os.getpid(), signal.SIGKILL)
+    return write(self, step, epoch, best)
+RunDirectory.save_parameters = save_parameters
+sys.argv = [%r] + sys.argv[1:]
+runpy.run_path(sys.argv[0], run_name="__main__")
+""" % TRAIN[1]
+
+
 def test_a_crash_between_history_and_checkpoint_loses_no_history_row(tmp_path, mnist):
     out = tmp_path / "crash"
-    proc = run(TRAIN, "--out", str(out), "--epochs", "3", "--validation", "2000", *SMALL,
-               env={"GLUON_BBB_CRASH_AFTER_HISTORY": "2"})
-    assert proc.returncode == -signal.SIGKILL
+    proc = run([sys.executable, "-c", CRASHING_TRAIN], "--out", str(out), "--epochs", "3",
+               "--validation", "2000", *SMALL, env={"CRASH_AT": "2"})
+    assert proc.returncode == -signal.SIGKILL, proc.stderr
     assert [r["epoch"] for r in json.loads((out / "history.json").read_text())] == [1, 2]
     from gluon_bbb import load_checkpoint
     assert load_checkpoint(str(out))["epoch"] == 1  # the crash came before epoch 2's checkpoint

@@ -13,6 +13,7 @@ from mxnet import nd
 
 from gluon_bbb import Config, native, train
 from gluon_bbb.noise import CHUNK, philox_key, philox_normals_reference
+from commands import user_env
 
 LOG_SQRT_2PI = 0.5 * math.log(2 * math.pi)
 # every test here needs the built library: skipped without it, failed in CI (conftest.py)
@@ -49,7 +50,7 @@ def test_normals_do_not_depend_on_thread_count():
             "print(n.normals(100003, z.philox_key([1, 2, 3]), 9).round(4).tobytes().hex()[:4000])")
     outputs = set()
     for threads in ("1", "2", "3"):
-        env = dict(os.environ, OMP_NUM_THREADS=threads)
+        env = user_env(OMP_NUM_THREADS=threads)
         proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                               env=env, timeout=120)
         assert proc.returncode == 0, proc.stderr

@@ -15,7 +15,7 @@ from gluon_bbb import Config, evaluate_accuracy, train
 from gluon_bbb.prune import (load_pruned, prune_weights, pruning_table, save_pruned,
                              signal_to_noise_ratio)
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from commands import ROOT, user_env
 
 
 def np_prune(mus, sigmas, proportion):
@@ -111,7 +111,7 @@ def short_run(tmp_path_factory, mnist):
 
 def run_prune(*args):
     return subprocess.run([sys.executable, os.path.join(ROOT, "prune.py")] + list(args),
-                          capture_output=True, text=True, timeout=300)
+                          capture_output=True, text=True, timeout=300, env=user_env())
 
 
 def test_prune_command_on_a_training_run(short_run, tmp_path):
@@ -122,7 +122,10 @@ def test_prune_command_on_a_training_run(short_run, tmp_path):
     table = [line for line in proc.stdout.splitlines() if line.startswith("| ")]
     assert len(table) == 4 and table[1].startswith("| 0% |") and table[3].startswith("| 95% |")
     with open(out / "pruning.json") as f:
-        rows = json.load(f)
+        report = json.load(f)
+    rows = report["rows"]
+    assert report["epoch"] == 1 and report["criterion"] == "snr"
+    assert report["checkpoint"] == os.path.join(short_run, "checkpoint.params")
     assert [r["proportion"] for r in rows] == [0.0, 0.5, 0.95]
     total = 784 * 100 + 100 + 100 * 100 + 100 + 100 * 10 + 10
     assert rows[0]["weights_remaining"] == total
@@ -144,7 +147,8 @@ def test_prune_command_whose_reader_goes_away(short_run, tmp_path):
     try:
         proc = subprocess.run([sys.executable, os.path.join(ROOT, "prune.py"), "--checkpoint",
                                short_run, "--out", str(out), "--save-pruned", "0.5"],
-                              stdout=writer, stderr=subprocess.PIPE, text=True, timeout=300)
+                              stdout=writer, stderr=subprocess.PIPE, text=True, timeout=300,
+                              env=user_env())
     finally:
         os.close(writer)
     assert proc.returncode == 128 + signal.SIGPIPE and proc.stderr == "", proc.stderr
@@ -159,7 +163,7 @@ def test_prune_command_on_the_best_validation_epoch(overshooting_run, tmp_path):
     proc = run_prune("--checkpoint", str(out / "best.params"), "--proportions", "0", "0.5")
     assert proc.returncode == 0, proc.stderr
     with open(out / "best-pruning.json") as f:
-        rows = json.load(f)
+        rows = json.load(f)["rows"]
     best = max(history, key=lambda record: record["validation_accuracy"])
     assert rows[0]["test_accuracy"] == pytest.approx(best["test_accuracy"], abs=1e-6)
     assert rows[0]["test_accuracy"] != pytest.approx(history[-1]["test_accuracy"], abs=1e-6)

@@ -15,6 +15,7 @@ from gluon_bbb import (CheckpointError, Config, TrainingDiverged, kl_weights, lo
 from gluon_bbb.model import GaussianPrior, evaluate_accuracy, init_variational_params
 from gluon_bbb.train import best_validation_epoch
 from conftest import OVERSHOOTING
+from commands import user_env
 from tutorial_reference import tutorial_loss
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -23,7 +24,7 @@ SCRIPT = os.path.join(ROOT, "train_mnist.py")
 
 def run_script(*args, cwd=None):
     return subprocess.run([sys.executable, SCRIPT] + list(args), capture_output=True,
-                          text=True, cwd=cwd, timeout=300)
+                          text=True, cwd=cwd, timeout=300, env=user_env())
 
 
 def params_of(path):
@@ -190,7 +191,7 @@ def test_command_line_run_writes_every_output(tmp_path):
     (["--prior", "laplace"], "argument --prior: invalid choice: 'laplace'"),
     (["--epochs", "ten"], "argument --epochs: invalid int value: 'ten'"),
     (["--data-dir", "/nonexistent/mnist"], "MNIST not found: expected train-images-idx3-ubyte"),
-    (["--resume"], "--resume needs --out RUN_DIR"),
+    (["--resume"], "--resume needs --out naming the run to continue"),
 ])
 def test_command_line_errors(tmp_path, args, expected):
     if "--ctx" in args and args[1] == "gpu" and mx.context.num_gpus() > 0:
@@ -207,7 +208,7 @@ def test_command_line_refuses_to_clobber_or_resume_nothing(tmp_path):
     empty = tmp_path / "empty"
     empty.mkdir()
     proc = run_script("--out", str(empty), "--resume")
-    assert proc.returncode != 0 and "cannot resume" in proc.stderr
+    assert proc.returncode == 2 and "%s holds no run" % empty in proc.stderr
     run = tmp_path / "run"
     assert run_script("--out", str(run), "--train-size", "500", "--epochs", "1",
                       "--num-hidden-units", "20").returncode == 0
@@ -215,7 +216,7 @@ def test_command_line_refuses_to_clobber_or_resume_nothing(tmp_path):
     proc = run_script("--out", str(run), "--train-size", "500", "--epochs", "1")
     assert proc.returncode != 0 and "already holds a run" in proc.stderr
     proc = run_script("--out", str(run), "--resume", "--num-hidden-units", "30")
-    assert proc.returncode != 0 and "num_hidden_units=20, not 30" in proc.stderr
+    assert proc.returncode != 0 and "it was trained with --num-hidden-units 20, not 30" in proc.stderr
     assert (run / "checkpoint.params").read_bytes() == before
 
 

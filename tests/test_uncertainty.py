@@ -16,7 +16,7 @@ from gluon_bbb.model import init_variational_params
 from gluon_bbb.uncertainty import (auroc, expected_calibration_error, negative_log_likelihood,
                                    predict, predictive_entropy, reliability)
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from commands import ROOT, user_env
 
 
 def test_entropy_of_uniform_and_certain():
@@ -97,21 +97,35 @@ def test_mlp_baseline_and_uncertainty_report(tmp_path, mnist):
     proc = subprocess.run([sys.executable, os.path.join(ROOT, "train_mnist.py"), "--out",
                            str(bbb), "--train-size", "2000", "--epochs", "1", "--seed", "0",
                            "--num-hidden-units", "100", "--test-samples", "3"],
-                          capture_output=True, text=True, timeout=300)
+                          capture_output=True, text=True, timeout=300, env=user_env())
     assert proc.returncode == 0, proc.stderr
-    assert "uncertainty:" in proc.stdout
+    assert "uncertainty (3 weight samples): test accuracy" in proc.stdout
     ood_dir = tmp_path / "ood"
     ood_dir.mkdir()
     write_idx_images(str(ood_dir / "t10k-images-idx3-ubyte.gz"),
                      np.random.default_rng(0).integers(0, 256, size=(50, 28, 28)))
-    for run, samples in ((tmp_path / "mlp", 0), (bbb, 3)):
+    # a deterministic network has no weights to sample: asking for samples is refused
+    proc = subprocess.run([sys.executable, "-m", "gluon_bbb.evaluate", "--checkpoint",
+                           str(tmp_path / "mlp"), "--test-samples", "3"], capture_output=True,
+                          text=True, timeout=300, cwd=ROOT, env=user_env())
+    assert proc.returncode == 2 and proc.stderr == (
+        "python -m gluon_bbb.evaluate: error: --test-samples must be 0 for a deterministic "
+        "network (model mlp has no weight distribution to sample), got 3\n")
+    for run, samples in ((tmp_path / "mlp", []), (bbb, ["--test-samples", "3"])):
         proc = subprocess.run([sys.executable, "-m", "gluon_bbb.evaluate", "--checkpoint",
-                               str(run), "--test-samples", "3", "--ood-data-dir", str(ood_dir)],
-                              capture_output=True, text=True, timeout=300, cwd=ROOT)
+                               str(run), "--ood-data-dir", str(ood_dir)] + samples,
+                              capture_output=True, text=True, timeout=300, cwd=ROOT,
+                              env=user_env())
         assert proc.returncode == 0, proc.stderr
+        # stdout is the report's JSON alone; what was written is said on stderr
+        assert json.loads(proc.stdout)["model"] == ("mlp" if not samples else "bbb")
+        assert proc.stderr == "wrote %s, %s\n" % (run / "uncertainty.json",
+                                                  run / "uncertainty.png")
         with open(run / "uncertainty.json") as f:
             report = json.load(f)
-        assert report["test_samples"] == samples
+        assert report["test_samples"] == (3 if samples else 0)
+        assert report["ood_data_dir"] == str(ood_dir) and report["epoch"] == 1
+        assert report["checkpoint"] == str(run / "checkpoint.params")
         assert set(report["in_distribution"]) >= {"accuracy", "nll", "ece", "mean_entropy"}
         assert 0 <= report["ood"]["auroc"] <= 1 and report["noise"]["mean_entropy"] > 0
         assert 0.4 < report["in_distribution"]["accuracy"] <= 1  # 0.58 and 0.73 measured
@@ -123,7 +137,7 @@ def test_evaluate_on_the_best_validation_epoch(overshooting_run, tmp_path):
     proc = subprocess.run([sys.executable, "-m", "gluon_bbb.evaluate", "--checkpoint",
                            os.path.join(run_dir, "best.params"), "--test-samples", "2",
                            "--out", str(tmp_path)], capture_output=True, text=True,
-                          timeout=300, cwd=ROOT)
+                          timeout=300, cwd=ROOT, env=user_env())
     assert proc.returncode == 0, proc.stderr
     with open(tmp_path / "best-uncertainty.json") as f:
         report = json.load(f)
@@ -135,6 +149,7 @@ def test_evaluate_on_the_best_validation_epoch(overshooting_run, tmp_path):
 
 def test_evaluate_errors(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "gluon_bbb.evaluate", "--checkpoint",
-                           str(tmp_path / "none")], capture_output=True, text=True, cwd=ROOT)
+                           str(tmp_path / "none")], capture_output=True, text=True, cwd=ROOT,
+                          env=user_env())
     assert proc.returncode == 2 and "does not exist" in proc.stderr
     assert "Traceback" not in proc.stderr

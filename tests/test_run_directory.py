@@ -1,0 +1,400 @@
+"""The faults a user meets around a run directory, driven through the three commands in a user's
+plain environment: a full disk, resuming with another command line, tampered run files, SIGTERM,
+no data and no network, checks before any work, the advice on a non-finite loss, pipes, and what
+the commands print and record."""
+import importlib
+import importlib.util
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from commands import (EVALUATE, PRUNE, ROOT, TRAIN, assert_one_line_error, run, user_env)
+
+SMALL = ["--train-size", "512", "--num-hidden-units", "20", "--test-samples", "2", "--seed", "1"]
+
+
+def files_of(directory):
+    return sorted(os.listdir(directory))
+
+
+def temporaries(directory):
+    return [name for name in files_of(directory) if name.endswith(".tmp")]
+
+
+def read_json(path):
+    with open(path) as f:
+        return json.load(f)
+
+
+@pytest.fixture(scope="module")
+def one_epoch(tmp_path_factory):
+    """A finished 1-epoch run (copy it before changing it)."""
+    out = tmp_path_factory.mktemp("runs") / "one"
+    proc = run(TRAIN, "--out", out, "--epochs", "1", *SMALL)
+    assert proc.returncode == 0, proc.stderr
+    return out
+
+
+def copy_of(run_dir, tmp_path, name="copy"):
+    target = tmp_path / name
+    shutil.copytree(run_dir, target)
+    return target
+
+
+# 1. A full disk: a real one, a small tmpfs mounted in a private mount namespace.
+
+def on_small_disk(tmp_path, size_kb, steps):
+    """Run ``steps`` (shell lines, with $DISK the mounted tmpfs of ``size_kb`` KiB) in a mount
+    namespace of their own; copy the disk's files to tmp_path/disk afterwards. Returns
+    {step index: CompletedProcess-like (returncode, stdout, stderr)}. Skips where this machine
+    lets no test mount a filesystem (it needs root or user namespaces)."""
+    if shutil.which("unshare") is None:
+        pytest.skip("no unshare command to make a small filesystem with")
+    disk, results = tmp_path / "mnt", tmp_path / "results"
+    disk.mkdir()
+    results.mkdir()
+    script = ["set -u", "mount -t tmpfs -o size=%dk tmpfs %s || exit 97" % (size_kb, disk),
+              "export DISK=%s" % disk, "cd %s" % ROOT]
+    for i, step in enumerate(steps):
+        script.append("(%s) >%s/%d.out 2>%s/%d.err; echo $? >%s/%d.rc"
+                      % (step, results, i, results, i, results, i))
+    script.append("rm -f $DISK/filler; cp -a $DISK %s/disk" % tmp_path)
+    proc = subprocess.run(["unshare", "-m", "bash", "-c", "\n".join(script)],
+                          capture_output=True, text=True, timeout=600, env=user_env())
+    if proc.returncode == 97 or "unshare failed" in proc.stderr:
+        pytest.skip("cannot mount a small filesystem here: %s" % proc.stderr.strip()[:200])
+    assert proc.returncode == 0, proc.stderr
+    return {i: subprocess.CompletedProcess(
+        steps[i], int((results / ("%d.rc" % i)).read_text()),
+        (results / ("%d.out" % i)).read_text(), (results / ("%d.err" % i)).read_text())
+        for i in range(len(steps))}
+
+
+def fill_leaving(kb):
+    """Shell: fill $DISK, then give back ``kb`` KiB."""
+    return ("head -c 100000000 /dev/zero >$DISK/filler 2>/dev/null; "
+            "truncate -s -%dK $DISK/filler" % kb)
+
+
+def command(cmd, *args):
+    return " ".join(cmd + [str(a) for a in args])
+
+
+def test_a_full_disk_during_training_is_one_line_and_leaves_no_temporary(tmp_path):
+    # a 20-unit network's checkpoint is 127 kB: the second epoch's cannot be written
+    out = "$DISK/run"
+    results = on_small_disk(tmp_path, 1024, [
+        command(TRAIN, "--out", out, "--epochs", "1", *SMALL),
+        fill_leaving(24),
+        command(TRAIN, "--out", out, "--resume", "--epochs", "2"),
+        "rm $DISK/filler",
+        command(TRAIN, "--out", out, "--resume", "--epochs", "2"),
+    ])
+    assert results[0].returncode == 0, results[0].stderr
+    assert_one_line_error(results[2], "train_mnist.py: error: cannot write %s/mnt/run/"
+                          "checkpoint.params: no space left on device" % tmp_path)
+    # once there is room again, the run resumes from its intact first epoch
+    assert results[4].returncode == 0, results[4].stderr
+    run_dir = tmp_path / "disk" / "run"
+    assert temporaries(run_dir) == []
+    assert [r["epoch"] for r in read_json(run_dir / "history.json")] == [1, 2]
+
+
+def test_a_full_disk_while_pruning_is_one_line_and_keeps_earlier_files(tmp_path, one_epoch):
+    # pruning.json (about 1 kB) fits, pruning.png (about 25 kB) does not
+    out = "$DISK/pruned"
+    results = on_small_disk(tmp_path, 1024, [
+        "cp -a %s $DISK/run" % one_epoch,
+        fill_leaving(16),
+        command(PRUNE, "--checkpoint", "$DISK/run", "--out", out, "--save-pruned", "0.5"),
+        command(PRUNE, "--checkpoint", "$DISK/run", "--save-pruned", "0.5"),
+    ])
+    assert_one_line_error(results[2], "prune.py: error: cannot write %s/mnt/pruned/pruning.png: "
+                          "no space left on device" % tmp_path)
+    pruned = tmp_path / "disk" / "pruned"
+    assert files_of(pruned) == [".lock", "pruning.json"]
+    assert read_json(pruned / "pruning.json")["rows"][0]["proportion"] == 0.0
+    assert_one_line_error(results[3], "no space left on device")
+    run_dir = tmp_path / "disk" / "run"
+    assert temporaries(run_dir) == [] and "pruned-0.5.params" not in files_of(run_dir)
+    for name in ("config.json", "history.json", "checkpoint.params"):
+        assert (run_dir / name).read_bytes() == (one_epoch / name).read_bytes()
+
+
+# 2. Resuming with a shorter or another command line.
+
+def test_resume_without_eval_train_draws_the_plots_and_the_report(tmp_path):
+    out = tmp_path / "run"
+    assert run(TRAIN, "--out", out, "--epochs", "1", "--eval-train", *SMALL).returncode == 0
+    proc = run(TRAIN, "--out", out, "--resume", "--epochs", "2")
+    assert proc.returncode == 0, proc.stderr
+    history = read_json(out / "history.json")
+    assert "train_accuracy" in history[0] and "train_accuracy" not in history[1]
+    assert (out / "accuracy.png").stat().st_mtime >= (out / "checkpoint.params").stat().st_mtime
+    assert read_json(out / "uncertainty.json")["epoch"] == 2
+
+
+def test_resume_with_a_preset_is_checked_like_its_flags(tmp_path, one_epoch):
+    run_dir = copy_of(one_epoch, tmp_path)
+    before = (run_dir / "checkpoint.params").read_bytes()
+    proc = run(TRAIN, "--out", run_dir, "--resume", "--epochs", "2", "--preset", "paper-2x400")
+    assert_one_line_error(proc, "cannot resume %s: it was trained with --num-hidden-units 20, "
+                                "not 400" % run_dir)
+    assert (run_dir / "checkpoint.params").read_bytes() == before
+    # the command that started a preset run continues it with --resume added
+    preset_run = ["--preset", "paper-2x400", "--num-hidden-units", "20", "--train-size", "512",
+                  "--validation", "1000", "--test-samples", "0", "--seed", "1"]
+    out = tmp_path / "preset"
+    assert run(TRAIN, "--out", out, "--epochs", "1", *preset_run).returncode == 0
+    proc = run(TRAIN, "--out", out, "--epochs", "2", "--resume", *preset_run)
+    assert proc.returncode == 0, proc.stderr
+    assert read_json(out / "config.json")["optimizer"] == "adam"
+
+
+def test_resume_without_the_history_is_refused(tmp_path, one_epoch):
+    run_dir = copy_of(one_epoch, tmp_path)
+    (run_dir / "history.json").unlink()
+    proc = run(TRAIN, "--out", run_dir, "--resume", "--epochs", "2")
+    assert_one_line_error(proc, "%s does not exist, but the checkpoint has 1 epochs: the run's "
+                                "history is lost" % (run_dir / "history.json"))
+    assert not (run_dir / "history.json").exists()
+
+
+# 3. Tampered run files.
+
+@pytest.mark.parametrize("content, expected", [
+    ("null", "config.json is not a JSON object of a run's settings (it holds NoneType)"),
+    ("[]", "config.json is not a JSON object of a run's settings (it holds list)"),
+    ('{"num_hidden_units": -5}', "config.json: field num_hidden_units must be an integer >= 1, "
+                                 "got -5"),
+    ('{"colour": "blue"}', "config.json: unknown field(s) colour"),
+    ("{", "cannot read"),
+])
+def test_a_tampered_config_is_named_with_its_file_and_field(tmp_path, one_epoch, content,
+                                                            expected):
+    run_dir = copy_of(one_epoch, tmp_path)
+    (run_dir / "config.json").write_text(content)
+    for cmd, args in ((TRAIN, ["--out", run_dir, "--resume", "--epochs", "2"]),
+                      (PRUNE, ["--checkpoint", run_dir]),
+                      (EVALUATE, ["--checkpoint", run_dir])):
+        proc = run(cmd, *args)
+        assert_one_line_error(proc, expected)
+        assert "--num-hidden-units" not in proc.stderr and "--config" not in proc.stderr
+
+
+@pytest.mark.parametrize("content, expected", [
+    ('[{"epoch": 1, "loss"', "cannot read"),
+    ('{"epoch": 1}', "is not a list of epoch records 1, 2, ..."),
+    ("[]", "holds 0 epochs, the checkpoint 1: the run's history is incomplete"),
+])
+def test_a_tampered_history_is_refused_on_resume(tmp_path, one_epoch, content, expected):
+    run_dir = copy_of(one_epoch, tmp_path)
+    (run_dir / "history.json").write_text(content)
+    assert_one_line_error(run(TRAIN, "--out", run_dir, "--resume", "--epochs", "2"), expected)
+
+
+def test_a_checkpoint_that_is_a_directory_is_named_once(tmp_path, one_epoch):
+    run_dir = copy_of(one_epoch, tmp_path)
+    (run_dir / "checkpoint.params").unlink()
+    (run_dir / "checkpoint.params").mkdir()
+    expected = "%s is a directory, not a checkpoint file" % (run_dir / "checkpoint.params")
+    for cmd, args in ((PRUNE, ["--checkpoint", run_dir]),
+                      (PRUNE, ["--checkpoint", run_dir / "checkpoint.params"]),
+                      (EVALUATE, ["--checkpoint", run_dir]),
+                      (TRAIN, ["--out", run_dir, "--resume", "--epochs", "2"])):
+        assert_one_line_error(run(cmd, *args), expected)
+
+
+# 4. SIGTERM and SIGINT.
+
+def start_training(out, *args):
+    return subprocess.Popen(TRAIN + ["--out", str(out)] + [str(a) for a in args],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT,
+                            env=user_env())
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+def test_a_signal_after_an_epoch_keeps_it_and_resume_goes_on(tmp_path, signum):
+    out = tmp_path / "run"
+    proc = start_training(out, "--epochs", "100000", *SMALL)
+    try:
+        deadline = time.time() + 120
+        while not (out / "checkpoint.params").exists() and time.time() < deadline:
+            time.sleep(0.1)
+        proc.send_signal(signum)
+        _, stderr = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    name = "SIGTERM" if signum == signal.SIGTERM else "SIGINT"
+    assert proc.returncode == 128 + signum, stderr
+    lines = stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(
+        "train_mnist.py: %s by %s; " % ("terminated" if name == "SIGTERM" else "interrupted",
+                                        name)), stderr
+    saved = len(read_json(out / "history.json"))
+    assert lines[0].endswith("%d completed epoch%s saved in %s; --resume continues the run" % (
+        saved, " is" if saved == 1 else "s are", out)), lines[0]
+    assert temporaries(out) == []
+    proc = run(TRAIN, "--out", out, "--resume", "--epochs", saved + 1)
+    assert proc.returncode == 0, proc.stderr
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+def test_a_signal_before_the_first_epoch_claims_nothing_saved(tmp_path, signum):
+    out = tmp_path / "run"
+    # 50 weight samples a step: the first epoch takes seconds
+    proc = start_training(out, "--epochs", "1", "--train-size", "5000", "--num-samples", "50",
+                          "--num-hidden-units", "400", "--seed", "1")
+    try:
+        assert proc.stdout.readline().startswith("training on")
+        assert proc.stdout.readline().startswith("backend:")
+        proc.send_signal(signum)
+        _, stderr = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    assert proc.returncode == 128 + signum, stderr
+    assert stderr.strip().endswith("no epoch was completed, so nothing is saved"), stderr
+    assert "--resume" not in stderr and not (out / "checkpoint.params").exists()
+
+
+# 5. No data and no network.
+
+def offline_env(home):
+    """A user with no MNIST anywhere and a download host whose name never resolves."""
+    env = user_env(HOME=str(home), MXNET_GLUON_REPO="https://mnist-host.invalid/")
+    env.pop("GLUON_BBB_DATA", None)
+    return env
+
+
+def test_no_data_and_no_network_is_one_line_and_makes_no_run_directory(tmp_path):
+    out = tmp_path / "run"
+    proc = subprocess.run(TRAIN + ["--out", str(out)], capture_output=True, text=True, cwd=ROOT,
+                          timeout=300, env=offline_env(tmp_path))
+    assert_one_line_error(proc, "train_mnist.py: error: MNIST not found: expected "
+                                "train-images-idx3-ubyte[.gz]")
+    assert "downloading them failed: no network (the download host's name does not resolve)" \
+        in proc.stderr
+    assert proc.stderr.strip().endswith("name it with --data-dir or $GLUON_BBB_DATA")
+    assert "HTTPSConnection" not in proc.stderr and len(proc.stderr) < 600
+    assert not out.exists() and proc.stdout == ""
+
+
+def test_prune_and_evaluate_read_the_data_directory_the_run_was_trained_on(tmp_path):
+    out = tmp_path / "run"
+    env = offline_env(tmp_path)
+    data_dir = os.environ["GLUON_BBB_DATA"]
+    proc = subprocess.run(TRAIN + ["--out", str(out), "--data-dir", data_dir, "--epochs", "1"]
+                          + SMALL, capture_output=True, text=True, cwd=ROOT, timeout=300, env=env)
+    assert proc.returncode == 0, proc.stderr
+    assert read_json(out / "config.json")["data_dir"] == os.path.abspath(data_dir)
+    for cmd in (PRUNE, EVALUATE):
+        proc = subprocess.run(cmd + ["--checkpoint", str(out)], capture_output=True, text=True,
+                              cwd=ROOT, timeout=300, env=env)
+        assert proc.returncode == 0, proc.stderr
+    assert read_json(out / "pruning.json")["data_dir"] == os.path.abspath(data_dir)
+
+
+# 6. Checks before any work.
+
+@pytest.mark.parametrize("args, expected", [
+    (["--num-hidden-units", "200000"], "train_mnist.py: error: a network of 40,159,200,010 "
+                                       "parameters (--num-hidden-layers 2, --num-hidden-units "
+                                       "200000) needs about "),
+    (["--num-samples", "1000000"], "--num-samples must be an integer in [1, 1000], got 1000000"),
+    (["--validation", "60000"], "--validation must be less than the 60000 training images, "
+                                "got 60000"),
+    (["--batch-size", "1000", "--train-size", "500"],
+     "--batch-size must be at most the 500 training images (after --train-size and "
+     "--validation), got 1000"),
+    (["--test-samples", "5000"], "--test-samples must be an integer in [0, 1000], got 5000"),
+])
+def test_checks_come_before_the_run_directory_is_made(tmp_path, args, expected):
+    out = tmp_path / "run"
+    proc = run(TRAIN, "--out", out, *args)
+    assert_one_line_error(proc, expected)
+    assert proc.stdout == "" and not out.exists()
+
+
+def test_an_empty_out_is_refused(tmp_path, one_epoch):
+    assert_one_line_error(run(TRAIN, "--out", ""), "--out must be a directory path, got ''")
+    assert_one_line_error(run(PRUNE, "--checkpoint", one_epoch, "--out", " "),
+                          "--out must be a directory path, got ' '")
+
+
+# 7. What a non-finite loss is put down to.
+
+@pytest.mark.parametrize("args", [["--sigma-p", "1e-300"], ["--mu-scale", "1e30"],
+                                  ["--num-hidden-layers", "50", "--mu-scale", "1"]])
+def test_a_loss_non_finite_from_the_start_is_not_blamed_on_the_rate(tmp_path, args):
+    proc = run(TRAIN, "--out", tmp_path / "run", "--epochs", "1", "--learning-rate", "1e-9",
+               "--train-size", "512", "--num-hidden-units", "20", "--seed", "1", *args)
+    assert_one_line_error(proc, "loss became non-finite (nan) at epoch 1, batch ")
+    assert "so the cause is the starting point, not the learning rate" in proc.stderr
+    assert "--mu-scale" in proc.stderr and "smaller --learning-rate" not in proc.stderr
+
+
+def test_a_loss_that_diverges_later_names_the_rate(tmp_path):
+    proc = run(TRAIN, "--out", tmp_path / "run", "--epochs", "1", "--learning-rate", "100",
+               "--train-size", "1000", "--seed", "1")
+    assert_one_line_error(proc, "loss became non-finite")
+    assert "updates at --learning-rate 100: the steps are too large" in proc.stderr
+
+
+# 8. Pipes.
+
+def test_prune_into_head_0_is_quiet_in_a_users_shell(one_epoch, tmp_path):
+    out = tmp_path / "piped"
+    proc = subprocess.run("%s | head -0; echo ${PIPESTATUS[0]}" % command(
+        PRUNE, "--checkpoint", one_epoch, "--out", out), shell=True, executable="/bin/bash",
+        capture_output=True, text=True, cwd=ROOT, timeout=300, env=user_env())
+    assert proc.stderr == "" and proc.stdout.strip() == str(128 + signal.SIGPIPE)
+    assert files_of(out) == [".lock", "pruning.json", "pruning.png", "snr.png"]
+
+
+# 9. What the commands print and record.
+
+def command_parser(name):
+    """The ``build_parser()`` of a command-line script or a module of the package."""
+    if name.endswith(".py"):
+        spec = importlib.util.spec_from_file_location(name[:-3], os.path.join(ROOT, name))
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+    else:
+        module = importlib.import_module(name)
+    return module.build_parser()
+
+
+@pytest.mark.parametrize("name", ["train_mnist.py", "prune.py", "gluon_bbb.evaluate"])
+def test_every_flag_has_a_description(name):
+    parser = command_parser(name)
+    flags = [action for action in parser._actions if action.option_strings != ["-h", "--help"]]
+    assert len(flags) >= 6
+    for action in flags:
+        words = re.sub(r"\(?default:[^)]*\)?", "", action.help or "").split()
+        assert len(words) >= 2, (action.option_strings, action.help)
+
+
+def test_pruning_a_deterministic_run_says_magnitude(tmp_path):
+    out = tmp_path / "mlp"
+    assert run(TRAIN, "--out", out, "--epochs", "1", "--model", "mlp", "--test-samples", "0",
+               *SMALL[:4]).returncode == 0
+    proc = run(PRUNE, "--checkpoint", out, "--proportions", "0", "0.5")
+    assert proc.returncode == 0, proc.stderr
+    assert "| removed by magnitude |" in proc.stdout
+    report = read_json(out / "pruning.json")
+    assert report["criterion"] == "magnitude" and report["model"] == "mlp"
+
+
+def test_training_labels_its_two_test_accuracies(one_epoch, tmp_path):
+    proc = run(TRAIN, "--out", tmp_path / "run", "--epochs", "1", *SMALL)
+    assert proc.returncode == 0, proc.stderr
+    assert "test accuracy (mean weights)" in proc.stdout
+    assert "uncertainty (2 weight samples): test accuracy" in proc.stdout
+    assert "final test accuracy (mean weights)" in proc.stdout
