@@ -85,7 +85,8 @@ def prune_and_report(args, config, state, data, out, checkpoint_path):
     sigmas = (transform_rhos(state["rhos"]) if config.model == "bbb"
               else [mu.ones_like() for mu in mus])
     started = time.time()
-    rows = pruning_table(mus, sigmas, args.proportions, data.test_images, data.test_labels)
+    rows = pruning_table(mus, sigmas, args.proportions, data.test_images, data.test_labels,
+                         config.build_network())
     seconds = time.time() - started
     prefix = report_prefix(checkpoint_path)
     names = [prefix + name for name in ("pruning.json", "pruning.png", "snr.png")]

@@ -20,6 +20,7 @@ from gluon_bbb.config import MAX_SAMPLES, PRESETS
 from gluon_bbb.errors import CheckpointError
 from gluon_bbb.evaluate import (MAX_TEST_SAMPLES, check_test_samples, data_dir_of, evaluate_run,
                                 load_ood_images)
+from gluon_bbb.network import SPEC_HELP
 from gluon_bbb.plots import plot_accuracy, plot_weights
 from gluon_bbb.rundir import BEST_CHECKPOINT_FILE, RunDirectory
 from gluon_bbb.train import best_validation_epoch, check_training
@@ -44,6 +45,7 @@ CONFIG_FLAGS = {
     "train_size": (int, "train on the first N images (after --validation)"),
     "validation": (int, "hold out the last N training images, scored every epoch"),
     "seed": (int, "seed of the initial weights, the shuffles and the noise (default: fresh)"),
+    "network": (str, "the network: %s" % SPEC_HELP),
 }
 CHOICE_FLAGS = {
     "optimizer": (("sgd", "adam"), "update rule"),
@@ -70,7 +72,8 @@ def build_parser():
     parser.add_argument("--resume", action="store_true",
                         help="continue the run in --out from its last checkpoint")
     parser.add_argument("--preset", choices=sorted(PRESETS),
-                        help="start from the paper's architecture and prior (flags override)")
+                        help="start from the paper's MLP and prior, or the Bayesian LeNet's "
+                        "settings (flags override)")
     parser.add_argument("--eval-train", action="store_true",
                         help="also measure training-set accuracy after every epoch")
     parser.add_argument("--test-samples", type=int, default=10,

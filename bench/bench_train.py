@@ -15,7 +15,9 @@ KL and with the local reparametrization trick (ndarray backend), and the local
 reparametrization's network graph alone (its floor). Then, in child processes, (d) the
 same algorithm in PyTorch where it is installed (it is not a dependency of gluon-bbb:
 ``pip install torch`` to compare), with weight sampling and with the local reparametrization,
-and the peak resident memory of a 2x1200 training run.
+and the peak resident memory of a 2x1200 training run. Last, the Bayesian LeNet
+(``--network lenet``: conv 5x5x20, pool, conv 5x5x50, pool, dense 500, dense 10) on both
+backends against the same network in PyTorch, one weight sample per step.
 
 The variants take turns: each round runs steps/rounds steps of every variant in order, child
 processes included (they stay up between rounds and are handed their share of steps), so that
@@ -142,14 +144,12 @@ def bench_pytorch(data, config, steps, estimator="sample"):
     y = torch.tensor(data.train_labels, dtype=torch.long)
     b, log_sqrt_2pi = config.batch_size, 0.5 * np.log(2 * np.pi)
     sigma_p = config.sigma_p
+    network = config.build_network()
 
     def sampled_weights_loss(h, labels):
         sigmas = [F.softplus(rho) for rho in rhos]
         weights = [mu + sigma * torch.randn_like(mu) for mu, sigma in zip(mus, sigmas)]
-        for j in range(0, len(weights), 2):  # weights (outputs, inputs), as ours
-            h = F.linear(h, weights[j], weights[j + 1])
-            if j < len(weights) - 2:
-                h = torch.relu(h)
+        h = torch_forward(network, h, weights)
         nll = F.cross_entropy(h, labels, reduction="sum")
         log_q = sum((-torch.log(s) - (w - m) ** 2 / (2 * s ** 2) - log_sqrt_2pi).sum()
                     for w, m, s in zip(weights, mus, sigmas))
@@ -183,6 +183,29 @@ def bench_pytorch(data, config, steps, estimator="sample"):
                 p -= config.learning_rate * p.grad
 
     return stepwise(step)
+
+
+def torch_forward(network, h, weights):
+    """The logits of ``network`` (a ``gluon_bbb.network.Network``) in PyTorch, weights in the
+    same layouts (dense (outputs, inputs), convolution (channels, inputs, k, k))."""
+    import torch
+    import torch.nn.functional as F
+    from gluon_bbb.network import Conv2D, Dense, MaxPool2D, ReLU
+    h = h.reshape((-1,) + network.input_shape)
+    index = 0
+    for layer in network.layers:
+        if isinstance(layer, Dense):
+            h = F.linear(h.flatten(1), weights[index], weights[index + 1])
+        elif isinstance(layer, Conv2D):
+            h = F.conv2d(h, weights[index], weights[index + 1])
+        elif isinstance(layer, MaxPool2D):
+            h = F.max_pool2d(h, layer.size)
+        elif isinstance(layer, ReLU):
+            h = torch.relu(h)
+        else:
+            h = h.flatten(1)
+        index += 2 if layer.has_weights else 0
+    return h
 
 
 def bench_lrt_graph(data, config, ctx, steps):
@@ -262,11 +285,11 @@ class ChildProcess:
         return lines[-1] if lines else "the child exited with status %d" % self.process.returncode
 
 
-def pytorch_variant(estimator):
+def pytorch_variant(estimator, **config):
     """A ``CHILD_VARIANTS`` entry for (d): PyTorch imported in the child only."""
     def prepare(data, steps):
         import torch
-        return bench_pytorch(data, Config(), steps, estimator), torch.__version__
+        return bench_pytorch(data, Config(**config), steps, estimator), torch.__version__
     return prepare
 
 
@@ -276,6 +299,7 @@ CHILD_VARIANTS = {
         bench_tutorial(data, Config(), mx.cpu(), steps), None),
     "pytorch-sample": pytorch_variant("sample"),
     "pytorch-lrt": pytorch_variant("lrt"),
+    "pytorch-lenet": pytorch_variant("sample", network="lenet"),
 }
 
 
@@ -377,12 +401,15 @@ def main():
                 ("kl", bench_ours, {"kl": "analytic"}),
                 ("lrt", bench_ours, {"estimator": "lrt", "kl": "analytic"}),
                 ("lrt-mc", bench_ours, {"estimator": "lrt"}),
-                ("lrt-graph", bench_lrt_graph, {}))
+                ("lrt-graph", bench_lrt_graph, {}),
+                ("lenet", bench_ours, {"network": "lenet"}),
+                ("lenet-ops", bench_ours, {"network": "lenet", "backend": "ndarray"}))
     timers = {name: InProcess(fn(data, config, ctx, total, **options))
               for name, fn, options in variants}
     not_measured = {}
     for name, child, env in (("c0", "tutorial-defaults", {"MXNET_USE_OPERATOR_TUNING": "1"}),
-                             ("d", "pytorch-sample", None), ("d-lrt", "pytorch-lrt", None)):
+                             ("d", "pytorch-sample", None), ("d-lrt", "pytorch-lrt", None),
+                             ("d-lenet", "pytorch-lenet", None)):
         timer, reason = ChildProcess.start(child, args.data_dir, total, env)
         if timer is None:
             not_measured[name] = reason
@@ -418,6 +445,13 @@ def main():
               % per_epoch["d-lrt"])
     else:
         print("(d) PyTorch: not measured (%s)" % not_measured.get("d", not_measured.get("d-lrt")))
+    print("LeNet, native backend:                      %6.2f s/epoch" % per_epoch["lenet"])
+    print("LeNet, ndarray backend:                     %6.2f s/epoch" % per_epoch["lenet-ops"])
+    if "d-lenet" in per_epoch:
+        print("LeNet in plain PyTorch:                     %6.2f s/epoch" % per_epoch["d-lenet"])
+        print("LeNet native/PyTorch = %.2f, ndarray/PyTorch = %.2f"
+              % (per_epoch["lenet"] / per_epoch["d-lenet"],
+                 per_epoch["lenet-ops"] / per_epoch["d-lenet"]))
     peak = peak_memory_of_a_child(args.data_dir)
     print("peak RSS of a 2x1200 training process:      %6.0f MiB" % peak)
     if "d" in per_epoch and "d-lrt" in per_epoch:

@@ -5,6 +5,7 @@ from dataclasses import dataclass
 from typing import Optional
 
 from .errors import ConfigError
+from .network import mlp, parse_network
 
 PRIORS = ("gaussian", "scale_mixture")
 OPTIMIZERS = ("sgd", "adam")
@@ -34,6 +35,8 @@ class Config:
     (the tutorial), ``analytic`` uses the closed form (Gaussian prior only).
     ``kl_scale`` multiplies the KL term of every mini-batch (1: the paper's objective; below 1
     a tempered one, which trades the posterior's fit to the prior for fit to the data).
+    ``network``: ``mlp`` (``num_hidden_layers`` ReLU layers of ``num_hidden_units``), ``lenet``,
+    or a description of layers (``network.parse_network``).
     """
     num_inputs: int = 784
     num_outputs: int = 10
@@ -61,6 +64,7 @@ class Config:
     train_size: Optional[int] = None
     validation: int = 0
     seed: Optional[int] = None
+    network: str = "mlp"
 
     def __post_init__(self):
         self.prior = str(self.prior).replace("-", "_")
@@ -93,6 +97,10 @@ class Config:
         if self.kl == "analytic" and self.prior != "gaussian":
             raise ConfigError("kl", self.kl, "mc with the scale-mixture prior (its KL has no "
                               "closed form)")
+        network = self.build_network()  # ConfigError where the description is not one
+        if self.estimator == "lrt" and not network.dense_only:
+            raise ConfigError("estimator", self.estimator, "sample for a network with "
+                              "convolutions (lrt draws the pre-activations of dense layers)")
 
     def learning_rate_at(self, epoch):
         """The learning rate of epoch ``epoch`` (0-based) under the step decay schedule."""
@@ -100,11 +108,17 @@ class Config:
             return self.learning_rate
         return self.learning_rate * self.lr_decay_factor ** (epoch // self.lr_decay_every)
 
+    def build_network(self):
+        """The ``network.Network`` this config describes."""
+        if self.network == "mlp":
+            return mlp(self.num_inputs, self.num_hidden_units, self.num_hidden_layers,
+                       self.num_outputs)
+        return parse_network(self.network, self.num_inputs, self.num_outputs)
+
     def layer_shapes(self):
-        """Parameter shapes ``[W1 (out, in), b1 (out,), ...]`` of this config's MLP."""
-        from .model import layer_param_shapes
-        return layer_param_shapes(self.num_inputs, self.num_hidden_units,
-                                  self.num_hidden_layers, self.num_outputs)
+        """Parameter shapes ``[W1, b1, ...]`` of this config's network (for the MLP
+        ``[W1 (out, in), b1 (out,), ...]``)."""
+        return self.build_network().param_shapes()
 
     def to_dict(self):
         return dataclasses.asdict(self)
@@ -150,7 +164,13 @@ def _require_choice(name, value, choices):
 _PAPER = dict(prior="scale_mixture", pi=0.25, sigma_p1=1.0, sigma_p2=math.exp(-6),
               validation=10000, optimizer="adam", learning_rate=3e-4, rho_offset=-5.0,
               lr_decay_every=200, lr_decay_factor=0.1, epochs=291)
+# The Bayesian LeNet: Adam at 1e-3 from sigma = softplus(-5), the Gaussian prior, 20 epochs, the
+# rate divided by 10 after epoch 15, 10,000 validation images (measured in docs/NETWORKS.md).
+_LENET = dict(network="lenet", prior="gaussian", sigma_p=1.0, optimizer="adam",
+              learning_rate=1e-3, rho_offset=-5.0, lr_decay_every=15, lr_decay_factor=0.1,
+              epochs=20, validation=10000)
 PRESETS = {
     "paper-2x1200": dict(_PAPER, num_hidden_units=1200),
     "paper-2x400": dict(_PAPER, num_hidden_units=400),
+    "lenet": _LENET,
 }

@@ -40,25 +40,28 @@ def load_ood_images(directory):
 
 
 def uncertainty_report(mus, sigmas, test_images, test_labels, num_samples, ood_images=None,
-                       seed=0):
-    """The ``uncertainty.json`` dict and the entropies behind it. ``num_samples=0`` evaluates
-    the mean weights only (the deterministic MLP baseline)."""
-    probs = predict(test_images, mus, sigmas, num_samples, seed=seed).asnumpy()
+                       seed=0, network=None):
+    """The ``uncertainty.json`` dict and the entropies behind it, for ``network`` (default:
+    the MLP the parameters shape). ``num_samples=0`` evaluates the mean weights only (the
+    deterministic MLP baseline)."""
+    probs = predict(test_images, mus, sigmas, num_samples, seed=seed, network=network).asnumpy()
     entropy_in = predictive_entropy(probs)
     report = {"test_samples": num_samples, "entropy_unit": "bits", "in_distribution": {
         "accuracy": float(np.mean(probs.argmax(axis=1) == test_labels)),
-        "mean_weights_accuracy": evaluate_accuracy(test_images, test_labels, mus),
+        "mean_weights_accuracy": evaluate_accuracy(test_images, test_labels, mus,
+                                                   network=network),
         "nll": negative_log_likelihood(probs, test_labels),
         "ece": expected_calibration_error(probs, test_labels),
         "mean_entropy": float(entropy_in.mean())}}
     entropy_noise = predictive_entropy(predict(noise_images(1000, test_images.shape[1]), mus,
-                                               sigmas, num_samples, seed=seed + 1))
+                                               sigmas, num_samples, seed=seed + 1,
+                                               network=network))
     report["noise"] = {"mean_entropy": float(entropy_noise.mean()),
                        "auroc": auroc(entropy_in, entropy_noise)}
     entropies = {"MNIST test": entropy_in, "noise": entropy_noise}
     if ood_images is not None:
         entropy_ood = predictive_entropy(predict(ood_images, mus, sigmas, num_samples,
-                                                 seed=seed + 2))
+                                                 seed=seed + 2, network=network))
         report["ood"] = {"mean_entropy": float(entropy_ood.mean()),
                          "auroc": auroc(entropy_in, entropy_ood)}
         entropies["OOD"] = entropy_ood
@@ -109,7 +112,7 @@ def evaluate_run(checkpoint, data, ctx, num_samples=10, ood_images=None, out=Non
                           "(model mlp has no weight distribution to sample)")
     report, entropies, probs = uncertainty_report(
         state["mus"], transform_rhos(state["rhos"]), data.test_images, data.test_labels,
-        num_samples, ood_images)
+        num_samples, ood_images, network=config.build_network())
     report.update(model=config.model, checkpoint=os.path.abspath(checkpoint_path),
                   epoch=state["epoch"], data_dir=data.directory, ood_data_dir=ood_data_dir)
     if out is None:

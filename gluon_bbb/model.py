@@ -9,7 +9,9 @@ The tutorial's functions: ``sample_epsilons``, ``transform_rhos`` (softplus),
 
 Parameters are plain lists ``[W1, b1, W2, b2, ...]`` with ``W`` of shape (outputs, inputs), the
 layout of MXNet's ``FullyConnected`` and Gluon's ``Dense``, and ``b`` of shape (outputs,). Every
-function works on the context of its inputs; nothing reads a global.
+function works on the context of its inputs; nothing reads a global. The MLP is the tutorial's
+network; ``net`` and the functions built on it take any network described in ``network.py``
+(a convolutional one too) through their ``network`` argument.
 
 ``combined_loss_gradients`` is the training step's NDArray backend: the same loss on flat
 parameter vectors, averaged over weight samples, with its gradient written out next to it
@@ -22,6 +24,8 @@ import math
 import numpy as np
 from mxnet import autograd, nd, sym
 
+from .network import Network, mlp, mlp_of, rows_of
+
 LOG_SQRT_2PI = 0.5 * math.log(2.0 * math.pi)
 # rho is floored here in softplus and sigmoid, as in the C kernels (_fused.c): sigma bottoms
 # out at softplus(-80) = 1.8e-35, so log sigma and 1/sigma stay finite for any rho
@@ -31,13 +35,10 @@ SOFTPLUS_FLOOR = -80.0
 def layer_param_shapes(num_inputs=784, num_hidden=400, num_layers=2, num_outputs=10):
     """Shapes ``[W1 (hidden, in), b1 (hidden,), ..., W_out (out, hidden), b_out (out,)]``.
 
-    ``num_layers`` is the number of hidden layers (0 gives a linear softmax model).
+    ``num_layers`` is the number of hidden layers (0 gives a linear softmax model): the shapes
+    of ``network.mlp``.
     """
-    sizes = [num_inputs] + [num_hidden] * num_layers + [num_outputs]
-    shapes = []
-    for fan_in, fan_out in zip(sizes[:-1], sizes[1:]):
-        shapes += [(fan_out, fan_in), (fan_out,)]
-    return shapes
+    return mlp(num_inputs, num_hidden, num_layers, num_outputs).param_shapes()
 
 
 def init_variational_params(shapes, ctx, mu_scale=0.1, rho_offset=-3.0, seed=None):
@@ -63,29 +64,30 @@ def sample_epsilons(param_shapes, ctx, noise=None):
     return [nd.random.normal(shape=shape, ctx=ctx, dtype="float32") for shape in param_shapes]
 
 
-def softplus(x):
+def softplus(x, F=nd):
     """log(1 + exp(x)) elementwise, with x floored at ``SOFTPLUS_FLOOR`` as in the C kernels:
-    relu(x) - log1p(-sigmoid(-|x|)), exact in both tails, no overflow for large x.
+    relu(x) - log1p(-sigmoid(-|x|)), exact in both tails, no overflow for large x. ``F=sym``
+    builds the same in a graph (the Gluon blocks' forward).
 
     -|x| is written x - 2 relu(x) so that autograd's gradient is sigmoid(x) everywhere, 0.5 at
     x = 0 included. exp(-|x|) comes from ``sigmoid``, whose CPU kernel is vectorised, where
     ``nd.exp`` is not. MXNet's float32 ``softrelu`` is not used: it returns -1.9e-6 at x = -20.
     """
-    x = nd.maximum(x, SOFTPLUS_FLOOR)
-    positive_part = nd.relu(x)
-    return positive_part - nd.log1p(-sigmoid(x - 2.0 * positive_part))
+    x = F.maximum(x, SOFTPLUS_FLOOR)
+    positive_part = F.relu(x)
+    return positive_part - F.log1p(-sigmoid(x - 2.0 * positive_part, F))
 
 
-def sigmoid(x):
+def sigmoid(x, F=nd):
     """1 / (1 + exp(-x)) elementwise, the derivative of ``softplus``. ``Activation`` runs
     oneDNN's vectorised kernel on the CPU: 0.3 ms for 478k floats here against 2.5 ms for
     ``nd.sigmoid``, within 2.5e-7 relative of float64 (float64 inputs take MXNet's own)."""
-    return nd.Activation(x, act_type="sigmoid")
+    return F.Activation(x, act_type="sigmoid")
 
 
-def transform_rhos(rhos):
+def transform_rhos(rhos, F=nd):
     """Standard deviations ``sigma = softplus(rho)`` (always > 0) for each rho array."""
-    return [softplus(rho) for rho in rhos]
+    return [softplus(rho, F) for rho in rhos]
 
 
 def transform_gaussian_samples(mus, sigmas, epsilons):
@@ -93,20 +95,14 @@ def transform_gaussian_samples(mus, sigmas, epsilons):
     return [mu + sigma * eps for mu, sigma, eps in zip(mus, sigmas, epsilons)]
 
 
-def net(X, layer_params, F=nd):
-    """Logits of the MLP: ReLU hidden layers, linear output; X (batch, inputs).
+def net(X, layer_params, F=nd, network=None):
+    """Logits of the network: by default the MLP the parameters shape (ReLU hidden layers,
+    linear output), else ``network`` (a ``network.Network``); X (batch, inputs).
 
     With ``F=mx.sym`` and symbols for X and the parameters it builds the same network as a
     graph (``NetworkGraph`` trains with it).
     """
-    num_layers = len(layer_params) // 2
-    h = X
-    for i in range(num_layers):
-        W, b = layer_params[2 * i], layer_params[2 * i + 1]
-        h = F.FullyConnected(h, W, b, num_hidden=_rows(W))
-        if i < num_layers - 1:
-            h = F.relu(h)
-    return h
+    return (network or mlp_of(layer_params))(X, layer_params, F)
 
 
 def lrt_net(X, mus, sigmas, noise, F=nd):
@@ -117,7 +113,7 @@ def lrt_net(X, mus, sigmas, noise, F=nd):
     num_layers = len(mus) // 2
     h = X
     for i in range(num_layers):
-        width = _rows(mus[2 * i])
+        width = rows_of(mus[2 * i])
         mean = F.FullyConnected(h, mus[2 * i], mus[2 * i + 1], num_hidden=width)
         variance = F.FullyConnected(F.square(h), F.square(sigmas[2 * i]),
                                     F.square(sigmas[2 * i + 1]), num_hidden=width)
@@ -125,13 +121,6 @@ def lrt_net(X, mus, sigmas, noise, F=nd):
         if i < num_layers - 1:
             h = F.relu(h)
     return h
-
-
-def _rows(weight):
-    """Rows (outputs) of a weight NDArray, or of a symbol whose shape is known."""
-    if isinstance(weight, nd.NDArray):
-        return weight.shape[0]
-    return weight.infer_shape()[1][0][0]
 
 
 def log_softmax_likelihood(yhat_linear, y_one_hot, F=nd):
@@ -334,12 +323,15 @@ class NetworkGraph:
     """-sum log P(y | X, w) of ``net`` (and of ``lrt_net``) as ``CachedOp`` graphs built from
     those functions, run with autograd on the per-layer views of flat vectors.
 
-    One graph with static memory and MXNet's ``FullyConnected`` (oneDNN on the CPU) runs the
-    network's forward and backward pass 1.5 times faster than the same layers imperatively.
+    ``network``: a ``network.Network``, or the parameter shapes of an MLP. One graph with static
+    memory and MXNet's ``FullyConnected`` (oneDNN on the CPU) runs the network's forward and
+    backward pass 1.5 times faster than the same layers imperatively.
     """
 
-    def __init__(self, shapes):
-        self.layout = FlatLayout(shapes)
+    def __init__(self, network):
+        self.network = network if isinstance(network, Network) else mlp_of(
+            [tuple(shape) for shape in network])
+        self.layout = FlatLayout(self.network.param_shapes())
         self._nll_op = self._lrt_op = None
         self._views = collections.OrderedDict()
 
@@ -356,7 +348,7 @@ class NetworkGraph:
         ``w``, written into ``grad_w`` (a new array if not given)."""
         if self._nll_op is None:
             self._nll_op = self._graph(lambda X, y, params: -sym.sum(
-                log_softmax_likelihood(net(X, params, F=sym), y, F=sym)))
+                log_softmax_likelihood(self.network(X, params, F=sym), y, F=sym)))
         grad_w = nd.zeros_like(w) if grad_w is None else grad_w
         weights = self._named(w, "p")
         nll = self._run(self._nll_op, dict(X=X, y=y_one_hot, **weights), weights,
@@ -419,8 +411,9 @@ class NetworkGraph:
         return loss.detach()
 
 
-def evaluate_accuracy(data, labels, layer_params, batch_size=1000):
-    """Fraction of ``data`` (N, num_inputs) whose argmax logit equals ``labels`` (N,).
+def evaluate_accuracy(data, labels, layer_params, batch_size=1000, network=None):
+    """Fraction of ``data`` (N, num_inputs) whose argmax logit equals ``labels`` (N,), for
+    ``net`` with ``layer_params`` (and ``network``, default the MLP they shape).
 
     Runs on the context of ``layer_params``; data and labels may be NumPy arrays or
     NDArrays on any context. Returns a Python float in [0, 1].
@@ -433,7 +426,7 @@ def evaluate_accuracy(data, labels, layer_params, batch_size=1000):
     for start in range(0, num_examples, batch_size):
         X = as_nd(data[start:start + batch_size], ctx)
         y = as_nd(labels[start:start + batch_size], ctx)
-        predictions = nd.argmax(net(X, layer_params), axis=1)
+        predictions = nd.argmax(net(X, layer_params, network=network), axis=1)
         correct += nd.sum(predictions == y.astype("float32"))
     return float(correct.asscalar()) / num_examples
 

@@ -61,9 +61,10 @@ def prune_weights(mus, sigmas, proportion, ranks=None):
     return _masked(mus, ranks >= num_pruned(proportion, ranks.size))
 
 
-def pruning_table(mus, sigmas, proportions, test_images, test_labels):
+def pruning_table(mus, sigmas, proportions, test_images, test_labels, network=None):
     """One row per proportion: ``proportion``, ``weights_remaining`` (parameters left, biases
-    included), ``test_accuracy`` and ``test_error`` (fractions) of the pruned mean weights."""
+    included), ``test_accuracy`` and ``test_error`` (fractions) of the pruned mean weights of
+    ``network`` (default: the MLP the parameters shape)."""
     for p in proportions:
         check_proportion(p)
     ranks = snr_ranks(mus, sigmas)
@@ -73,7 +74,7 @@ def pruning_table(mus, sigmas, proportions, test_images, test_labels):
     rows = []
     for p in proportions:
         removed = num_pruned(p, ranks.size)
-        accuracy = evaluate_accuracy(X, y, _masked(mus, ranks >= removed))
+        accuracy = evaluate_accuracy(X, y, _masked(mus, ranks >= removed), network=network)
         rows.append({"proportion": p, "weights_remaining": int(ranks.size - removed),
                      "test_accuracy": accuracy, "test_error": 1.0 - accuracy})
     return rows

@@ -53,12 +53,13 @@ def training_memory_bytes(config):
     of mu and rho, and the copies made while they are initialised (float64 for the largest
     array); per example of a batch, the activations of every layer. MXNet's own runtime (about
     300 MiB) comes on top."""
-    shapes = config.layer_shapes()
+    network = config.build_network()
+    shapes = network.param_shapes()
     size = sum(math.prod(shape) for shape in shapes)
     floats_per_entry = 2 + 5 + (4 if config.optimizer == "adam" else 0) + 4
     largest = max(math.prod(shape) for shape in shapes)
-    activations = config.batch_size * (config.num_hidden_units * config.num_hidden_layers
-                                       + config.num_outputs) * 4
+    # forward outputs and their gradients, and the graph's temporaries
+    activations = config.batch_size * network.activation_size * 4
     return 4 * size * floats_per_entry + 8 * largest + 4 * activations
 
 
@@ -84,11 +85,12 @@ def check_memory(config, available=None):
     needed = training_memory_bytes(config)
     if available is not None and needed > available:
         size = sum(math.prod(shape) for shape in config.layer_shapes())
-        raise ResourceError("a network of %s parameters ({num_hidden_layers} %d, "
-                            "{num_hidden_units} %d) needs about %.1f GiB of memory to train, "
-                            "%.1f GiB are available", "{:,}".format(size),
-                            config.num_hidden_layers, config.num_hidden_units,
-                            needed / 2 ** 30, available / 2 ** 30)
+        shaped_by = ("{num_hidden_layers} %d, {num_hidden_units} %d" % (
+            config.num_hidden_layers, config.num_hidden_units) if config.network == "mlp"
+            else "{network} %s" % config.network.replace("%", "%%"))
+        raise ResourceError("a network of %s parameters (" + shaped_by + ") needs about %.1f "
+                            "GiB of memory to train, %.1f GiB are available",
+                            "{:,}".format(size), needed / 2 ** 30, available / 2 ** 30)
 
 
 class TrainingStep:
@@ -105,7 +107,8 @@ class TrainingStep:
                  num_update=0):
         self.config, self.ctx, self.noise_kind = config, ctx, noise
         self.backend, self.why_not_native = choose_backend(config, ctx, backend)
-        self.graph = NetworkGraph(config.layer_shapes())
+        self.network = config.build_network()
+        self.graph = NetworkGraph(self.network)
         self.layout = self.graph.layout
         self.prior = prior_for(config)
         if mus is None:

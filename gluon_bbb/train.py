@@ -165,15 +165,16 @@ def _train(config, data, ctx, run, resume, eval_train, log, progress, check_ever
         loss_sum = _train_epoch(step, epoch, X_epoch, y_epoch, batch_kl_weights, progress,
                                 check_every, log)
         epoch_seconds = time.time() - started
-        mus = step.mus
+        mus, network = step.mus, step.network
         record = {"epoch": epoch + 1, "loss": loss_sum / num_batches,
-                  "test_accuracy": evaluate_accuracy(X_test, y_test, mus),
+                  "test_accuracy": evaluate_accuracy(X_test, y_test, mus, network=network),
                   "epoch_seconds": epoch_seconds,
                   "learning_rate": config.learning_rate_at(epoch)}
         if config.validation:
-            record["validation_accuracy"] = evaluate_accuracy(val_images, val_labels, mus)
+            record["validation_accuracy"] = evaluate_accuracy(val_images, val_labels, mus,
+                                                              network=network)
         if eval_train:
-            record["train_accuracy"] = evaluate_accuracy(X_all, y_all, mus)
+            record["train_accuracy"] = evaluate_accuracy(X_all, y_all, mus, network=network)
         history.append(record)
         if run is not None:
             # history first: a crash between the two writes leaves a history row past the

@@ -12,8 +12,9 @@ from .model import net, sample_epsilons, transform_gaussian_samples
 from .noise import noise_for
 
 
-def predict(X, mus, sigmas, num_samples, batch_size=1000, seed=None):
-    """Mean over ``num_samples`` weight draws w ~ N(mu, sigma^2) of softmax(net(X, w)).
+def predict(X, mus, sigmas, num_samples, batch_size=1000, seed=None, network=None):
+    """Mean over ``num_samples`` weight draws w ~ N(mu, sigma^2) of softmax(net(X, w)), for
+    ``network`` (default: the MLP the parameters shape).
 
     X: (N, inputs), NumPy or NDArray; returns (N, classes) NDArray on the params' context.
     ``num_samples=0`` gives the deterministic prediction with the mean weights. The weight
@@ -22,19 +23,19 @@ def predict(X, mus, sigmas, num_samples, batch_size=1000, seed=None):
     ctx = mus[0].context
     X = X.as_in_context(ctx) if isinstance(X, nd.NDArray) else nd.array(X, ctx=ctx)
     if num_samples == 0:
-        return _batched_softmax(X, mus, batch_size)
+        return _batched_softmax(X, mus, batch_size, network)
     noise = noise_for(ctx, seed)
     shapes = [mu.shape for mu in mus]
     total = None
     for _ in range(num_samples):
         weights = transform_gaussian_samples(mus, sigmas, sample_epsilons(shapes, ctx, noise))
-        probs = _batched_softmax(X, weights, batch_size)
+        probs = _batched_softmax(X, weights, batch_size, network)
         total = probs if total is None else total + probs
     return total / num_samples
 
 
-def _batched_softmax(X, params, batch_size):
-    return nd.concat(*[nd.softmax(net(X[i:i + batch_size], params), axis=1)
+def _batched_softmax(X, params, batch_size, network=None):
+    return nd.concat(*[nd.softmax(net(X[i:i + batch_size], params, network=network), axis=1)
                        for i in range(0, X.shape[0], batch_size)], dim=0)
 
 

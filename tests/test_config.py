@@ -1,6 +1,8 @@
+import numpy as np
 import pytest
 
 from gluon_bbb import Config, ConfigError
+from gluon_bbb.config import PRESETS
 
 
 def test_defaults_are_the_tutorials():
@@ -56,3 +58,15 @@ def test_step_decay_schedule():
     rates = [c.learning_rate_at(epoch) for epoch in range(7)]
     assert rates == pytest.approx([0.01] * 3 + [0.005] * 3 + [0.0025])
     assert Config(lr_decay_every=1, lr_decay_factor=1.0).learning_rate_at(9) == 0.001
+
+
+def test_lenet_preset_is_the_bayesian_lenet():
+    config = Config(**PRESETS["lenet"])
+    network = config.build_network()
+    assert str(network) == ("conv:20:5,relu,pool:2,conv:50:5,relu,pool:2,dense:500,relu,"
+                            "dense:10")
+    assert network.input_shape == (1, 28, 28) and network.output_shapes[5] == (50, 4, 4)
+    assert sum(int(np.prod(shape)) for shape in config.layer_shapes()) == 431080
+    assert (config.epochs, config.lr_decay_every, config.validation) == (20, 15, 10000)
+    # a description given as layers is the same network
+    assert str(Config(network=str(network)).build_network()) == str(network)

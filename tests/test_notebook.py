@@ -48,3 +48,10 @@ def test_notebook_runs_top_to_bottom(tmp_path, monkeypatch):
     assert unpruned > 95.5 and half > unpruned - 1.0
     digits, noise = map(float, re.search(r"digits ([\d.]+), noise ([\d.]+)", text).groups())
     assert noise > 2 * digits
+    # a small Gluon CNN made Bayesian by to_bayesian, 2 epochs on 20,000 images with
+    # gluon.Trainer: 96.41% measured, mean entropy 0.199 bits on digits and 1.674 on noise
+    cnn = float(re.search(r"CNN test accuracy with 10 weight samples: ([\d.]+)%", text).group(1))
+    assert cnn > 95.0
+    digits, noise = map(float, re.search(r"CNN mean entropy \(bits\): digits ([\d.]+), "
+                                         r"noise ([\d.]+)", text).groups())
+    assert noise > 2 * digits

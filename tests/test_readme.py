@@ -5,10 +5,14 @@ import re
 README = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "README.md")
 
 
-def test_readme_python_block_runs(mnist, capsys):
+def python_blocks():
     with open(README) as f:
-        blocks = re.findall(r"```python\n(.*?)```", f.read(), flags=re.S)
-    assert len(blocks) == 1
+        return re.findall(r"```python\n(.*?)```", f.read(), flags=re.S)
+
+
+def test_readme_python_api_block_runs(mnist, capsys):
+    blocks = python_blocks()
+    assert len(blocks) == 2
     namespace = {}
     exec(compile(blocks[0], "README.md", "exec"), namespace)  # load_mnist() reads $GLUON_BBB_DATA
     lines = capsys.readouterr().out.splitlines()
@@ -18,3 +22,11 @@ def test_readme_python_block_runs(mnist, capsys):
     # 2 epochs on 5,000 images: 87.18% measured (seed 0)
     assert len(result.history) == 2 and result.history[-1]["test_accuracy"] > 0.8
     assert all(m.grad is not None for m in namespace["mus"])
+
+
+def test_readme_gluon_block_runs():
+    namespace = {}
+    exec(compile(python_blocks()[1], "README.md", "exec"), namespace)
+    assert [type(layer).__name__ for layer in namespace["net"]] == [
+        "BayesianConv2D", "MaxPool2D", "BayesianDense"]
+    assert namespace["loss"].shape == (1,) and float(namespace["loss"].asscalar()) > 0

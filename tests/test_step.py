@@ -233,3 +233,58 @@ def test_choose_backend():
             choose_backend(config, ctx, "native")
     with pytest.raises(ConfigError, match="backend must be one of native, ndarray"):
         choose_backend(sample, mx.cpu(), "cuda")
+
+
+# A small convolutional network on 8x8 images: both backends train any described network.
+CONV = dict(num_inputs=64, num_outputs=4, network="conv:3:3,relu,pool:2,conv:2:2,relu,dense:5,"
+            "relu,dense:4")
+
+
+@pytest.mark.parametrize("prior", ["gaussian", "scale_mixture"])
+def test_ndarray_backend_equals_autograd_for_a_convolutional_network(ctx, prior):
+    config = Config(prior=prior, sigma_p1=1.0, sigma_p2=0.05, **CONV)
+    assert [tuple(s) for s in config.layer_shapes()] == [(3, 1, 3, 3), (3,), (2, 3, 2, 2), (2,),
+                                                          (5, 2 * 2 * 2), (5,), (4, 5), (4,)]
+    layout, mu, rho, X, y, rng = small_problem(ctx, config)
+    epsilons = [nd.array(rng.normal(size=layout.size), ctx=ctx, dtype="float64")]
+    network = config.build_network()
+    got = combined_loss_gradients(X, y, mu, rho, epsilons, prior_for(config), 0.3,
+                                  NetworkGraph(network))
+    reference = tutorial_gradients(X, y, layout.views(mu.copy()), layout.views(rho.copy()),
+                                   prior_for(config), 0.3, [layout.views(e) for e in epsilons],
+                                   network=network)
+    assert_matches(got, reference, layout, rtol=1e-9)
+
+
+def test_native_backend_equals_autograd_for_lenet(ctx, native_kernels, mnist):
+    config = Config(network="lenet", prior="scale_mixture", pi=0.25, sigma_p1=1.0,
+                    sigma_p2=math.exp(-6.0))
+    network = config.build_network()
+    layout = FlatLayout(config.layer_shapes())
+    assert layout.size == 20 * 25 + 20 + 50 * 20 * 25 + 50 + 500 * 800 + 500 + 10 * 500 + 10
+    mus, rhos = init_variational_params(layout.shapes, ctx, rho_offset=-4.0, seed=0)
+    mu, rho = layout.flatten(mus), layout.flatten(rhos)
+    X = nd.array(mnist.train_images[:16], ctx=ctx)
+    y = nd.one_hot(nd.array(mnist.train_labels[:16], ctx=ctx), 10)
+    noise = PhiloxNoise(ctx, seed=3)
+    got = native_kernels.combined_loss_gradients(
+        X, y, mu, rho, noise, 1, prior_for(config), 0.002, NetworkGraph(network),
+        native_kernels.Workspace(layout.size, ctx))
+    f64 = lambda a: a.astype("float64")
+    epsilons = [layout.views(nd.array(philox_normals_reference(layout.size, noise.key, 0),
+                                      ctx=ctx, dtype="float64"))]
+    reference = tutorial_gradients(f64(X), f64(y), layout.views(f64(mu)), layout.views(f64(rho)),
+                                   prior_for(config), 0.002, epsilons, network=network)
+    assert_matches(got, reference, layout, rtol=2e-4)
+
+
+def test_lrt_is_refused_for_a_network_with_convolutions():
+    with pytest.raises(ConfigError, match="estimator must be sample for a network with "
+                                          "convolutions"):
+        Config(network="lenet", estimator="lrt")
+    for bad, detail in (("conv:3:3,relu,dense:7", "ending in dense:10"),
+                        ("conv:3", "unknown layer or wrong numbers"),
+                        ("spline:4", "unknown layer or wrong numbers"),
+                        ("conv:3:40,dense:10", "does not fit 28x28 inputs")):
+        with pytest.raises(ConfigError, match="network must be .*%s" % detail):
+            Config(network=bad)

@@ -325,3 +325,40 @@ def test_checkpoints_with_weights_as_inputs_outputs_still_load(tmp_path, mnist, 
     resumed = train(config, mnist, ctx, out_dir=str(tmp_path / "old"), resume=True, log=quiet)
     for a, b in zip(whole.mus + whole.rhos, resumed.mus + resumed.rhos):
         np.testing.assert_array_equal(a.asnumpy(), b.asnumpy())
+
+
+def test_lenet_from_the_command_line_through_prune_and_evaluate(tmp_path):
+    out = tmp_path / "lenet"
+    common = ["--train-size", "2000", "--validation", "1000", "--optimizer", "adam",
+              "--learning-rate", "1e-3", "--rho-offset", "-5", "--test-samples", "2"]
+    proc = run_script("--out", str(out), "--network", "lenet", "--epochs", "1", "--seed", "0",
+                      *common)
+    assert proc.returncode == 0, proc.stderr
+    with open(out / "config.json") as f:
+        assert json.load(f)["network"] == "lenet"
+    proc = run_script("--out", str(out), "--resume", "--epochs", "2")
+    assert proc.returncode == 0, proc.stderr
+    with open(out / "history.json") as f:
+        history = json.load(f)
+    # 2 epochs on 2,000 images: 0.93 measured
+    assert [r["epoch"] for r in history] == [1, 2] and history[-1]["test_accuracy"] >= 0.85
+    # prune.py and evaluate read the network from the run: no flag names it
+    for checkpoint in (out, out / "best.params"):
+        proc = subprocess.run([sys.executable, os.path.join(ROOT, "prune.py"), "--checkpoint",
+                               str(checkpoint), "--proportions", "0", "0.5"],
+                              capture_output=True, text=True, timeout=300, env=user_env())
+        assert proc.returncode == 0, proc.stderr
+    with open(out / "pruning.json") as f:
+        rows = json.load(f)["rows"]
+    assert rows[0]["test_accuracy"] == pytest.approx(history[-1]["test_accuracy"], abs=1e-6)
+    assert rows[0]["weights_remaining"] == 431080
+    proc = subprocess.run([sys.executable, "-m", "gluon_bbb.evaluate", "--checkpoint", str(out),
+                           "--test-samples", "2"], capture_output=True, text=True, timeout=300,
+                          cwd=ROOT, env=user_env())
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["in_distribution"]["mean_weights_accuracy"] == pytest.approx(
+        history[-1]["test_accuracy"], abs=1e-6)
+    proc = run_script("--out", str(tmp_path / "lrt"), "--network", "lenet", "--estimator", "lrt")
+    assert proc.returncode == 2 and proc.stderr == (
+        "train_mnist.py: error: --estimator must be sample for a network with convolutions (lrt "
+        "draws the pre-activations of dense layers), got 'lrt'\n")

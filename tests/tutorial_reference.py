@@ -6,28 +6,31 @@ from gluon_bbb import (combined_loss, log_softmax_likelihood, lrt_net, net, samp
                        transform_gaussian_samples, transform_rhos)
 
 
-def tutorial_loss(X, y_one_hot, mus, rhos, log_prior, kl_weight, num_samples=1, epsilons=None):
+def tutorial_loss(X, y_one_hot, mus, rhos, log_prior, kl_weight, num_samples=1, epsilons=None,
+                  network=None):
     """``combined_loss`` of one mini-batch on per-layer arrays, averaged over ``num_samples``
     weight samples (``epsilons``: one list of per-layer draws per sample; default: drawn with
-    ``sample_epsilons``), exactly as the tutorial writes it. Call inside ``autograd.record()``."""
+    ``sample_epsilons``), exactly as the tutorial writes it, for ``network`` (default: the MLP
+    the arrays shape). Call inside ``autograd.record()``."""
     sigmas = transform_rhos(rhos)
     shapes = [mu.shape for mu in mus]
     epsilons = epsilons or [sample_epsilons(shapes, X.context) for _ in range(num_samples)]
     total = None
     for eps in epsilons:
         weights = transform_gaussian_samples(mus, sigmas, eps)
-        loss = combined_loss(net(X, weights), y_one_hot, weights, mus, sigmas, log_prior,
-                             log_softmax_likelihood, 1, kl_weight=kl_weight)
+        loss = combined_loss(net(X, weights, network=network), y_one_hot, weights, mus, sigmas,
+                             log_prior, log_softmax_likelihood, 1, kl_weight=kl_weight)
         total = loss if total is None else total + loss
     return total / len(epsilons)
 
 
-def tutorial_gradients(X, y_one_hot, mus, rhos, log_prior, kl_weight, epsilons):
+def tutorial_gradients(X, y_one_hot, mus, rhos, log_prior, kl_weight, epsilons, network=None):
     """(loss, [d/dmu], [d/drho]) of ``tutorial_loss`` by autograd."""
     for param in mus + rhos:
         param.attach_grad()
     with autograd.record():
-        loss = tutorial_loss(X, y_one_hot, mus, rhos, log_prior, kl_weight, epsilons=epsilons)
+        loss = tutorial_loss(X, y_one_hot, mus, rhos, log_prior, kl_weight, epsilons=epsilons,
+                             network=network)
     loss.backward()
     return loss, [m.grad for m in mus], [r.grad for r in rhos]
 

@@ -1,0 +1,250 @@
+"""Gluon blocks for Bayes by Backprop: ``BayesianDense`` and ``BayesianConv2D``, the KL term of
+a block tree, ``to_bayesian`` (a user's ``nn.Dense``/``nn.Conv2D`` network made Bayesian in one
+call), and the predictive and SNR pruning of such a network.
+
+Each layer holds mu and rho of its weight and bias as Gluon ``Parameter``s (trained by a
+``gluon.Trainer``, saved by ``save_parameters``) and draws its weights with the tutorial's
+functions, w = mu + softplus(rho) * eps, on the context of its parameters. eps is a parameter
+too, one that is not trained (``grad_req="null"``): drawn before every forward pass, it is the
+same in a hybridized graph and in ``kl_term``, which gives log q(w) - log P(w) of the weights
+the last forward drew. A training loop is then ``loss = kl_term(net, prior) / M + nll``.
+
+A layer draws new eps whenever it is called; a network made by ``to_bayesian`` (or passed to
+``sample_on_call``) draws them for all its layers whenever the network is called, which is what
+a hybridized network needs, as its layers are then not called one by one.
+"""
+import mxnet as mx
+from mxnet import autograd, nd
+from mxnet.gluon import HybridBlock, nn
+
+from .model import (GaussianPrior, log_gaussian, sample_epsilons, total,
+                    transform_gaussian_samples, transform_rhos)
+from .prune import prune_weights
+
+
+class BayesianLayer(HybridBlock):
+    """What the Bayesian layers share: mu, rho and eps of a weight and a bias, drawn as the
+    tutorial draws them; subclasses say which operator applies them (``_apply``)."""
+
+    def __init__(self, weight_shape, bias_shape, activation=None, mu_scale=0.1,
+                 rho_offset=-3.0, **kwargs):
+        super().__init__(**kwargs)
+        self._fresh = False
+        self._sample = True
+        with self.name_scope():
+            for name, shape in (("weight", weight_shape), ("bias", bias_shape)):
+                setattr(self, name + "_mu", self.params.get(
+                    name + "_mu", shape=shape, init=mx.init.Normal(mu_scale)))
+                setattr(self, name + "_rho", self.params.get(
+                    name + "_rho", shape=shape, init=mx.init.Constant(rho_offset)))
+                setattr(self, name + "_eps", self.params.get(
+                    name + "_eps", shape=shape, init=mx.init.Zero(), grad_req="null",
+                    differentiable=False))
+            self.act = nn.Activation(activation) if activation else None
+
+    def resample(self):
+        """Draw new eps (zeros while ``use_mean_weights`` is on) for the next forward pass."""
+        with autograd.pause():  # eps is data of the graph, not a node of it
+            for eps in (self.weight_eps, self.bias_eps):
+                for array in eps.list_data():
+                    array[:] = (sample_epsilons([array.shape], array.context)[0]
+                                if self._sample else 0.0)
+        self._fresh = True
+
+    def forward(self, x, *args):
+        if not self._fresh:
+            self.resample()
+        self._fresh = False
+        return super().forward(x, *args)
+
+    def hybrid_forward(self, F, x, weight_mu, weight_rho, weight_eps, bias_mu, bias_rho,
+                       bias_eps):
+        sigmas = transform_rhos([weight_rho, bias_rho], F)
+        weight, bias = transform_gaussian_samples([weight_mu, bias_mu], sigmas,
+                                                  [weight_eps, bias_eps])
+        out = self._apply(F, x, weight, bias)
+        return self.act(out) if self.act is not None else out
+
+    def variational_arrays(self):
+        """(mus, rhos, epsilons) of the weight and the bias, NDArrays on the first context."""
+        return ([self.weight_mu.data(), self.bias_mu.data()],
+                [self.weight_rho.data(), self.bias_rho.data()],
+                [self.weight_eps.data(), self.bias_eps.data()])
+
+
+class BayesianDense(BayesianLayer):
+    """``nn.Dense`` with a Gaussian posterior over its weight (units, in_units) and bias
+    (units,): MXNet's ``FullyConnected`` layout. ``in_units`` must be given."""
+
+    def __init__(self, units, in_units, activation=None, flatten=True, **kwargs):
+        self._units, self._flatten = units, flatten
+        super().__init__((units, in_units), (units,), activation, **kwargs)
+
+    def _apply(self, F, x, weight, bias):
+        return F.FullyConnected(x, weight, bias, num_hidden=self._units, flatten=self._flatten)
+
+
+class BayesianConv2D(BayesianLayer):
+    """``nn.Conv2D`` (NCHW) with a Gaussian posterior over its weight (channels, in_channels,
+    kh, kw) and bias (channels,): MXNet's ``Convolution`` layout. ``in_channels`` must be
+    given."""
+
+    def __init__(self, channels, kernel_size, in_channels, strides=(1, 1), padding=(0, 0),
+                 dilation=(1, 1), activation=None, **kwargs):
+        kernel = _pair(kernel_size)
+        self._conv = dict(kernel=kernel, stride=_pair(strides), pad=_pair(padding),
+                          dilate=_pair(dilation), num_filter=channels)
+        super().__init__((channels, in_channels) + kernel, (channels,), activation, **kwargs)
+
+    def _apply(self, F, x, weight, bias):
+        return F.Convolution(x, weight, bias, **self._conv)
+
+
+def _pair(value):
+    return tuple(value) if isinstance(value, (tuple, list)) else (value, value)
+
+
+def bayesian_layers(net):
+    """The ``BayesianLayer``s of a block tree, in the order their parameters are collected."""
+    found = [net] if isinstance(net, BayesianLayer) else []
+    for child in net._children.values():
+        found += bayesian_layers(child)
+    return found
+
+
+def resample(net):
+    """Draw new eps for every Bayesian layer of ``net``."""
+    for layer in bayesian_layers(net):
+        layer.resample()
+
+
+def sample_on_call(net):
+    """Make ``net`` draw new eps for all its Bayesian layers whenever it is called (what a
+    hybridized network needs); returns ``net``."""
+    if not getattr(net, "_gluon_bbb_samples_on_call", False):
+        forward = net.forward
+
+        def forward_with_new_weights(*args):
+            resample(net)
+            return forward(*args)
+        # in place of a forward pre-hook, which MXNet warns about at every hybridize()
+        net.forward = forward_with_new_weights
+        net._gluon_bbb_samples_on_call = True
+    return net
+
+
+def kl_term(net, log_prior=None):
+    """sum log q(w | mu, sigma) - sum log P(w) over the weights the last forward pass of
+    ``net`` drew, shape (1,); recorded by autograd like the network's output. ``log_prior``
+    maps one weight array to its summed log density (default: ``GaussianPrior(1.0)``)."""
+    log_prior = log_prior or GaussianPrior(1.0)
+    terms = []
+    for layer in bayesian_layers(net):
+        mus, rhos, epsilons = layer.variational_arrays()
+        sigmas = transform_rhos(rhos)
+        for w, mu, sigma in zip(transform_gaussian_samples(mus, sigmas, epsilons), mus, sigmas):
+            terms.append(total(log_gaussian(w, mu, sigma)) - log_prior(w))
+    return nd.add_n(*terms)
+
+
+def variational_parameters(net):
+    """(mus, sigmas): the per-array means and standard deviations of ``net``'s Bayesian layers,
+    weight then bias of each, as the functional code takes them (``prune``, ``uncertainty``)."""
+    mus, sigmas = [], []
+    for layer in bayesian_layers(net):
+        layer_mus, rhos, _ = layer.variational_arrays()
+        mus += layer_mus
+        sigmas += transform_rhos(rhos)
+    return mus, sigmas
+
+
+class use_mean_weights:
+    """``with use_mean_weights(net):`` forward passes use w = mu (eps = 0)."""
+
+    def __init__(self, net):
+        self.layers = bayesian_layers(net)
+
+    def __enter__(self):
+        for layer in self.layers:
+            layer._sample = False
+        return self
+
+    def __exit__(self, *exc):
+        for layer in self.layers:
+            layer._sample = True
+
+
+def predict_probabilities(net, X, num_samples=10):
+    """Mean over ``num_samples`` forward passes (each with new weights) of softmax(net(X));
+    ``num_samples=0`` uses the mean weights. X on the network's context; returns (N, classes)."""
+    with autograd.predict_mode():
+        if num_samples == 0:
+            with use_mean_weights(net):
+                return nd.softmax(sample_on_call(net)(X), axis=1)
+        sample_on_call(net)
+        return nd.add_n(*[nd.softmax(net(X), axis=1) for _ in range(num_samples)]) / num_samples
+
+
+def prune_by_snr(net, proportion):
+    """Set the means of the lowest-|mu|/sigma ``proportion`` of ``net``'s Bayesian parameters to
+    0, in place, as ``prune.prune_weights`` does for the functional parameters."""
+    mus, sigmas = variational_parameters(net)
+    for mu, pruned in zip(mus, prune_weights(mus, sigmas, proportion)):
+        mu[:] = pruned
+
+
+def to_bayesian(net, mu_scale=0.1, rho_offset=-3.0):
+    """Replace every ``nn.Dense`` and ``nn.Conv2D`` of the block tree ``net`` by a
+    ``BayesianDense`` or ``BayesianConv2D`` of the same shape, in place, and make ``net``
+    draw its weights whenever it is called (``sample_on_call``); returns ``net``.
+
+    Where the deterministic layer's weights are initialized, its Bayesian twin comes initialized
+    on the same contexts, mu at those weights and rho at ``rho_offset``; the others are
+    initialized by ``net.initialize()`` as usual (mu from N(0, mu_scale^2)). A layer's input size
+    must be known (``in_units``, ``in_channels``, or weights initialized by a forward pass)."""
+    for key, child in list(net._children.items()):
+        replacement = _bayesian_twin(child, mu_scale, rho_offset)
+        if replacement is None:
+            to_bayesian(child, mu_scale, rho_offset)
+            continue
+        if getattr(net, key, None) is child:
+            setattr(net, key, replacement)
+        else:
+            net._children[key] = replacement
+    if isinstance(net, HybridBlock):
+        net._clear_cached_op()
+    return sample_on_call(net)
+
+
+def _bayesian_twin(layer, mu_scale, rho_offset):
+    """The Bayesian layer standing in for ``layer``, its means set from ``layer``'s weights
+    where they are initialized; None for any other block."""
+    kwargs = dict(mu_scale=mu_scale, rho_offset=rho_offset)
+    activation = layer.act._act_type if getattr(layer, "act", None) is not None else None
+    if isinstance(layer, nn.Dense):
+        in_units = layer.weight.shape[1]
+        if not in_units:
+            raise ValueError("%s has no input size yet: give in_units, or run one forward pass "
+                             "before making it Bayesian" % layer.name)
+        twin = BayesianDense(layer._units, in_units, activation, layer._flatten, **kwargs)
+    elif isinstance(layer, nn.Conv2D):
+        conv = layer._kwargs
+        if conv["layout"] != "NCHW" or conv["num_group"] != 1 or layer.bias is None:
+            raise ValueError("%s: only NCHW convolutions with a bias and one group can be made "
+                             "Bayesian" % layer.name)
+        in_channels = layer.weight.shape[1]
+        if not in_channels:
+            raise ValueError("%s has no input size yet: give in_channels, or run one forward "
+                             "pass before making it Bayesian" % layer.name)
+        twin = BayesianConv2D(conv["num_filter"], conv["kernel"], in_channels, conv["stride"],
+                              conv["pad"], conv["dilate"], activation, **kwargs)
+    else:
+        return None
+    if layer.bias is None:
+        raise ValueError("%s has no bias: a Bayesian layer has one" % layer.name)
+    if layer.weight._data is not None:  # initialized: the means start where it is
+        ctx = layer.weight.list_ctx()
+        twin.initialize(ctx=ctx)
+        twin.weight_mu.set_data(layer.weight.data())
+        twin.bias_mu.set_data(layer.bias.data())
+    return twin

@@ -1,0 +1,244 @@
+"""Network descriptions: an ordered list of layers, from which the parameter shapes and the
+forward pass (``net``) follow. A new layer type is one class here.
+
+Parameters are a flat list in layer order, each layer with weights adding ``[W, b]`` in the
+layouts of MXNet's operators: ``Dense`` W (units, inputs) as ``FullyConnected``, ``Conv2D``
+W (channels, input channels, kernel, kernel) as ``Convolution``; b (units,) or (channels,).
+
+A description is also a string, as a run's config.json records it and ``--network`` takes it:
+``mlp`` (the tutorial's MLP, shaped by the config's hidden layers and units), ``lenet``, or
+layers separated by commas, e.g. ``conv:20:5,relu,pool:2,dense:500,relu,dense:10``
+(``conv:CHANNELS:KERNEL``, ``pool:SIZE``, ``dense:UNITS``, ``relu``, ``flatten``).
+"""
+import math
+
+from mxnet import nd
+
+from .errors import ConfigError
+
+
+class Dense:
+    """A fully connected layer; takes (batch, ...) and flattens what is past the batch axis."""
+    has_weights = True
+
+    def __init__(self, units):
+        self.units = units
+
+    def param_shapes(self, input_shape):
+        return [(self.units, math.prod(input_shape)), (self.units,)], (self.units,)
+
+    def __call__(self, F, h, params):
+        W, b = params
+        return F.FullyConnected(h, W, b, num_hidden=self.units)
+
+    def __str__(self):
+        return "dense:%d" % self.units
+
+
+class Conv2D:
+    """A 2-D convolution, stride 1, no padding; takes (batch, channels, height, width)."""
+    has_weights = True
+
+    def __init__(self, channels, kernel):
+        self.channels, self.kernel = channels, kernel
+
+    def param_shapes(self, input_shape):
+        if len(input_shape) != 3:
+            raise ValueError("conv:%d:%d takes images (channels, height, width), not %s"
+                             % (self.channels, self.kernel, input_shape))
+        channels, height, width = input_shape
+        if min(height, width) < self.kernel:
+            raise ValueError("conv:%d:%d does not fit %dx%d inputs" % (
+                self.channels, self.kernel, height, width))
+        side = (height - self.kernel + 1, width - self.kernel + 1)
+        return ([(self.channels, channels, self.kernel, self.kernel), (self.channels,)],
+                (self.channels,) + side)
+
+    def __call__(self, F, h, params):
+        W, b = params
+        return F.Convolution(h, W, b, kernel=(self.kernel, self.kernel),
+                             num_filter=self.channels)
+
+    def __str__(self):
+        return "conv:%d:%d" % (self.channels, self.kernel)
+
+
+class MaxPool2D:
+    """Max pooling over size x size windows with stride size."""
+    has_weights = False
+
+    def __init__(self, size):
+        self.size = size
+
+    def param_shapes(self, input_shape):
+        if len(input_shape) != 3 or min(input_shape[1:]) < self.size:
+            raise ValueError("pool:%d takes images of at least %dx%d, not %s"
+                             % (self.size, self.size, self.size, input_shape))
+        return [], (input_shape[0],) + tuple(side // self.size for side in input_shape[1:])
+
+    def __call__(self, F, h, params):
+        return F.Pooling(h, kernel=(self.size, self.size), stride=(self.size, self.size),
+                         pool_type="max")
+
+    def __str__(self):
+        return "pool:%d" % self.size
+
+
+class ReLU:
+    has_weights = False
+
+    def param_shapes(self, input_shape):
+        return [], input_shape
+
+    def __call__(self, F, h, params):
+        return F.relu(h)
+
+    def __str__(self):
+        return "relu"
+
+
+class Flatten:
+    has_weights = False
+
+    def param_shapes(self, input_shape):
+        return [], (math.prod(input_shape),)
+
+    def __call__(self, F, h, params):
+        return F.flatten(h)
+
+    def __str__(self):
+        return "flatten"
+
+
+LAYERS = {"dense": Dense, "conv": Conv2D, "pool": MaxPool2D, "relu": ReLU, "flatten": Flatten}
+
+
+class Network:
+    """``layers`` applied in order to inputs of ``input_shape`` (per example); called as
+    ``network(X, params, F=nd)`` it gives the logits. X may be (batch, prod(input_shape)), as
+    MNIST's rows are: it is reshaped to (batch,) + input_shape first."""
+
+    def __init__(self, layers, input_shape=(784,)):
+        self.layers, self.input_shape = list(layers), tuple(input_shape)
+        shapes, self.output_shapes, shape = [], [], self.input_shape
+        for layer in self.layers:
+            layer_shapes, shape = layer.param_shapes(shape)
+            shapes += layer_shapes
+            self.output_shapes.append(shape)
+        self._param_shapes = shapes
+
+    def param_shapes(self):
+        """``[W1, b1, W2, b2, ...]`` shapes, in layer order."""
+        return list(self._param_shapes)
+
+    @property
+    def num_outputs(self):
+        return math.prod(self.output_shapes[-1]) if self.layers else math.prod(self.input_shape)
+
+    @property
+    def activation_size(self):
+        """Floats one example's forward pass holds (every layer's output)."""
+        return sum(math.prod(shape) for shape in self.output_shapes)
+
+    @property
+    def dense_only(self):
+        """True for a network of dense layers and ReLUs (what ``lrt_net`` can draw)."""
+        return all(isinstance(layer, (Dense, ReLU)) for layer in self.layers)
+
+    def __call__(self, X, params, F=nd):
+        h = X
+        if len(self.input_shape) > 1:
+            h = F.reshape(h, shape=(-1,) + self.input_shape)
+        index = 0
+        for layer in self.layers:
+            count = 2 if layer.has_weights else 0
+            h = layer(F, h, params[index:index + count])
+            index += count
+        return h
+
+    def __str__(self):
+        return ",".join(str(layer) for layer in self.layers)
+
+
+def mlp(num_inputs=784, num_hidden=400, num_layers=2, num_outputs=10):
+    """The tutorial's MLP: ``num_layers`` ReLU layers of ``num_hidden`` units, then a linear
+    output layer."""
+    layers = []
+    for _ in range(num_layers):
+        layers += [Dense(num_hidden), ReLU()]
+    return Network(layers + [Dense(num_outputs)], input_shape=(num_inputs,))
+
+
+def mlp_of(layer_params):
+    """The MLP whose parameters are ``layer_params`` ``[W1, b1, ...]`` (weights (outputs,
+    inputs); arrays, symbols or shapes), as the tutorial's ``net`` takes them: a ReLU after
+    every layer but the last."""
+    layers = []
+    for i in range(0, len(layer_params), 2):
+        layers += [Dense(rows_of(layer_params[i])), ReLU()]
+    return Network(layers[:-1], input_shape=(_columns(layer_params[0]),))
+
+
+def _shape(weight):
+    """The shape of a weight: a shape itself, an NDArray, or a symbol whose shape is known."""
+    if isinstance(weight, tuple):
+        return weight
+    if isinstance(weight, nd.NDArray):
+        return weight.shape
+    return weight.infer_shape()[1][0]
+
+
+def rows_of(weight):
+    """Rows (outputs) of a weight: a shape, an NDArray or a symbol whose shape is known."""
+    return _shape(weight)[0]
+
+
+def _columns(weight):
+    return _shape(weight)[1]
+
+
+def lenet(num_inputs=784, num_outputs=10):
+    """LeNet-5 as Caffe's MNIST example has it: conv 5x5x20, pool, conv 5x5x50, pool, dense 500,
+    dense 10, ReLUs after the convolutions and the hidden dense layer, on 1 x 28 x 28 images."""
+    side = _image_side(num_inputs)
+    return Network([Conv2D(20, 5), ReLU(), MaxPool2D(2), Conv2D(50, 5), ReLU(), MaxPool2D(2),
+                    Dense(500), ReLU(), Dense(num_outputs)], input_shape=(1, side, side))
+
+
+def _image_side(num_inputs):
+    side = math.isqrt(num_inputs)
+    if side * side != num_inputs:
+        raise ValueError("a convolutional network takes square one-channel images; %d inputs "
+                         "are not" % num_inputs)
+    return side
+
+
+NETWORKS = {"lenet": lenet}
+SPEC_HELP = ("mlp, lenet, or layers such as conv:20:5,relu,pool:2,dense:500,relu,dense:10 "
+             "(conv:CHANNELS:KERNEL, pool:SIZE, dense:UNITS, relu, flatten)")
+
+
+def parse_network(spec, num_inputs=784, num_outputs=10):
+    """The ``Network`` a description names (not ``mlp``, which the config's sizes shape):
+    ``lenet`` or a comma-separated list of layers; ConfigError naming ``network`` otherwise.
+    A network with convolutions takes square one-channel images."""
+    if spec in NETWORKS:
+        return NETWORKS[spec](num_inputs, num_outputs)
+    try:
+        layers = []
+        for item in str(spec).split(","):
+            name, *numbers = item.strip().split(":")
+            layers.append(LAYERS[name](*[int(n) for n in numbers]))
+        if any(isinstance(layer, Conv2D) for layer in layers):
+            side = _image_side(num_inputs)
+            input_shape = (1, side, side)
+        else:
+            input_shape = (num_inputs,)
+        network = Network(layers, input_shape)
+    except (KeyError, TypeError, ValueError) as exc:
+        detail = str(exc) if isinstance(exc, ValueError) else "unknown layer or wrong numbers"
+        raise ConfigError("network", spec, "%s; %s" % (SPEC_HELP, detail)) from None
+    if not layers or not isinstance(layers[-1], Dense) or network.num_outputs != num_outputs:
+        raise ConfigError("network", spec, "a description ending in dense:%d (the %d classes)"
+                          % (num_outputs, num_outputs))
+    return network
