@@ -8,11 +8,10 @@ import os
 import sys
 import time
 
-try:
-    import gluon_bbb  # noqa: F401  (loads MXNet: a CUDA build without its libraries fails here)
-except ImportError as exc:
-    sys.stderr.write("%s: error: %s\n" % (os.path.basename(sys.argv[0]), exc))
-    sys.exit(2)
+import gluon_bbb
+
+# before anything loads MXNet: a CUDA build without its libraries is one line
+gluon_bbb.exit_unless_mxnet_loads(os.path.basename(sys.argv[0]))
 from gluon_bbb import load_mnist, parse_context
 from gluon_bbb.cli import ArgumentParser, run_main
 from gluon_bbb.evaluate import data_dir_of

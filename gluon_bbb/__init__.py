@@ -1,4 +1,11 @@
-"""gluon-bbb: Bayes by Backprop (Blundell et al. 2015) for MNIST in functional MXNet NDArray code."""
+"""gluon-bbb: Bayes by Backprop (Blundell et al. 2015) for MNIST in functional MXNet NDArray code.
+
+Importing the package loads no MXNet: a name is imported from its module when it is first used
+(``from gluon_bbb import train``), and MXNet with the first module that needs it. The sweep's
+own process and its Dask workers (``gluon_bbb.sweep``) run on ``errors``, ``files``, ``cli``,
+``config``, ``network`` and ``rundir``, which need none.
+"""
+import importlib as _importlib
 import os as _os
 import sys as _sys
 
@@ -9,49 +16,71 @@ _os.environ.setdefault("MXNET_USE_OPERATOR_TUNING", "0")
 _os.environ.setdefault("OMP_NUM_THREADS", str(len(_os.sched_getaffinity(0))
                                               if hasattr(_os, "sched_getaffinity")
                                               else _os.cpu_count() or 1))
-try:
-    import mxnet as _mxnet  # noqa: F401
-except OSError as _exc:  # libmxnet.so found, a library it links against not
-    _message = ("MXNet's library cannot be loaded: %s. A CUDA build of MXNet (mxnet-cu117) needs "
-                "the CUDA 11 runtime, cuBLAS, cuDNN 8 and NCCL 2 on the library path; the CPU "
-                "build (pip install mxnet==1.9.1) needs none" % _exc)
-    # `python -m gluon_bbb.evaluate` imports this package before the tool's own error handling
-    # runs; while Python locates the module, sys.argv[0] is "-m" (the scripts catch the
-    # ImportError themselves).
-    if _sys.argv[:1] == ["-m"]:
-        # sys.orig_argv (Python 3.10+) names the module; on 3.8 and 3.9 Linux's record does
-        _argv, _module = getattr(_sys, "orig_argv", None), __name__
-        if _argv is None:
-            try:
-                with open("/proc/self/cmdline", "rb") as _f:
-                    _argv = [_a.decode(errors="replace") for _a in _f.read().split(b"\0")]
-            except OSError:
-                _argv = []
-        for _i, _arg in enumerate(_argv):
-            if _arg.startswith("-m"):  # "-m module" or "-mmodule"
-                _module = _arg[2:] or (_argv[_i + 1] if _i + 1 < len(_argv) else _module)
-                break
-        _sys.stderr.write("python -m %s: error: %s\n" % (_module, _message))
-        raise SystemExit(2)
-    raise ImportError(_message) from None
-from .checkpoint import read_checkpoint, save_checkpoint
-from .config import Config
-from .context import context_name, parse_context
-from .data import MNIST, load_mnist, read_idx, resolve_data_dir
-from .errors import (CheckpointError, ConfigError, ContextError, DataError, DataNotFound,
-                     GluonBBBError, Interrupted, OutputError, ResourceError, RunDirectoryBusy,
-                     TrainingDiverged)
-from .model import (GaussianPrior, ScaleMixturePrior, combined_loss, combined_loss_gradients,
-                    evaluate_accuracy, gaussian_prior, init_variational_params, layer_param_shapes,
-                    log_gaussian, log_softmax_likelihood, lrt_net, net, prior_for,
-                    sample_epsilons, scale_mixture_prior, softplus, transform_gaussian_samples,
-                    transform_rhos)
-from .noise import noise_for
-from .prune import prune_weights, pruning_table, signal_to_noise_ratio
-from .rundir import RunDirectory, load_checkpoint
-from .step import TrainingStep
-from .train import TrainResult, kl_weights, train
-from .uncertainty import (auroc, expected_calibration_error, negative_log_likelihood, predict,
-                          predictive_entropy)
+
+from .errors import (CheckpointError, ConfigError, ContextError, DataError,  # noqa: E402
+                     DataNotFound, GluonBBBError, Interrupted, OutputError, ResourceError,
+                     RunDirectoryBusy, TrainingDiverged)
 
 __version__ = "0.1.0"
+
+# the public names that need MXNet, and the module of each
+_EXPORTS = {}
+for _module, _names in {
+        "checkpoint": "read_checkpoint save_checkpoint",
+        "config": "Config",
+        "context": "context_name parse_context",
+        "data": "MNIST load_mnist read_idx resolve_data_dir",
+        "model": "GaussianPrior ScaleMixturePrior combined_loss combined_loss_gradients "
+                 "evaluate_accuracy gaussian_prior init_variational_params layer_param_shapes "
+                 "log_gaussian log_softmax_likelihood lrt_net net prior_for sample_epsilons "
+                 "scale_mixture_prior softplus transform_gaussian_samples transform_rhos",
+        "noise": "noise_for",
+        "prune": "prune_weights pruning_table signal_to_noise_ratio",
+        "rundir": "RunDirectory load_checkpoint",
+        "step": "TrainingStep",
+        "train": "TrainResult kl_weights train",
+        "uncertainty": "auroc expected_calibration_error negative_log_likelihood predict "
+                       "predictive_entropy"}.items():
+    _EXPORTS.update(dict.fromkeys(_names.split(), _module))
+
+
+def require_mxnet():
+    """Import MXNet; ImportError on one line where its library cannot be loaded (a CUDA build
+    without the CUDA libraries), instead of the loader's OSError."""
+    try:
+        import mxnet
+    except OSError as exc:  # libmxnet.so found, a library it links against not
+        raise ImportError(
+            "MXNet's library cannot be loaded: %s. A CUDA build of MXNet (mxnet-cu117) needs "
+            "the CUDA 11 runtime, cuBLAS, cuDNN 8 and NCCL 2 on the library path; the CPU build "
+            "(pip install mxnet==1.9.1) needs none" % exc) from None
+    return mxnet
+
+
+def exit_unless_mxnet_loads(prog):
+    """For a command's first lines: ``prog: error: ...`` and exit status 2 where MXNet cannot
+    be loaded, before anything imports it."""
+    try:
+        require_mxnet()
+    except ImportError as exc:
+        _sys.stderr.write("%s: error: %s\n" % (prog, exc))
+        raise SystemExit(2)
+
+
+def __getattr__(name):
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError("module %r has no attribute %r" % (__name__, name))
+    require_mxnet()
+    value = getattr(_importlib.import_module("." + module, __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_EXPORTS))
+
+
+__all__ = sorted(_EXPORTS) + ["CheckpointError", "ConfigError", "ContextError", "DataError",
+                              "DataNotFound", "GluonBBBError", "Interrupted", "OutputError",
+                              "ResourceError", "RunDirectoryBusy", "TrainingDiverged"]

@@ -9,7 +9,11 @@ import json
 import os
 import sys
 
-import numpy as np
+if __name__ == "__main__":  # before anything loads MXNet: a broken one is one line
+    from . import exit_unless_mxnet_loads
+    exit_unless_mxnet_loads("python -m gluon_bbb.evaluate")
+
+import numpy as np  # noqa: E402
 
 from .cli import ArgumentParser, run_main
 from .context import parse_context

@@ -37,10 +37,14 @@ def write_atomically(path, write):
 
 def write_json(path, value):
     """Write ``value`` as indented JSON to ``path`` atomically."""
+    write_text(path, json.dumps(value, indent=2) + "\n")
+
+
+def write_text(path, text):
+    """Write the string ``text`` to ``path`` atomically."""
     def write(tmp):
         with open(tmp, "w") as f:
-            json.dump(value, f, indent=2)
-            f.write("\n")
+            f.write(text)
     write_atomically(path, write)
 
 

@@ -5,14 +5,15 @@ Parameters are a flat list in layer order, each layer with weights adding ``[W, 
 layouts of MXNet's operators: ``Dense`` W (units, inputs) as ``FullyConnected``, ``Conv2D``
 W (channels, input channels, kernel, kernel) as ``Convolution``; b (units,) or (channels,).
 
+This module imports no MXNet (``F`` brings the operators), so that a config can be checked
+where MXNet is not loaded (the sweep's own process).
+
 A description is also a string, as a run's config.json records it and ``--network`` takes it:
 ``mlp`` (the tutorial's MLP, shaped by the config's hidden layers and units), ``lenet``, or
 layers separated by commas, e.g. ``conv:20:5,relu,pool:2,dense:500,relu,dense:10``
 (``conv:CHANNELS:KERNEL``, ``pool:SIZE``, ``dense:UNITS``, ``relu``, ``flatten``).
 """
 import math
-
-from mxnet import nd
 
 from .errors import ConfigError
 
@@ -115,7 +116,7 @@ LAYERS = {"dense": Dense, "conv": Conv2D, "pool": MaxPool2D, "relu": ReLU, "flat
 
 class Network:
     """``layers`` applied in order to inputs of ``input_shape`` (per example); called as
-    ``network(X, params, F=nd)`` it gives the logits. X may be (batch, prod(input_shape)), as
+    ``network(X, params, F=mx.nd)`` it gives the logits. X may be (batch, prod(input_shape)), as
     MNIST's rows are: it is reshaped to (batch,) + input_shape first."""
 
     def __init__(self, layers, input_shape=(784,)):
@@ -145,7 +146,9 @@ class Network:
         """True for a network of dense layers and ReLUs (what ``lrt_net`` can draw)."""
         return all(isinstance(layer, (Dense, ReLU)) for layer in self.layers)
 
-    def __call__(self, X, params, F=nd):
+    def __call__(self, X, params, F=None):
+        if F is None:
+            from mxnet import nd as F
         h = X
         if len(self.input_shape) > 1:
             h = F.reshape(h, shape=(-1,) + self.input_shape)
@@ -183,9 +186,9 @@ def _shape(weight):
     """The shape of a weight: a shape itself, an NDArray, or a symbol whose shape is known."""
     if isinstance(weight, tuple):
         return weight
-    if isinstance(weight, nd.NDArray):
-        return weight.shape
-    return weight.infer_shape()[1][0]
+    if hasattr(weight, "infer_shape"):  # a symbol
+        return weight.infer_shape()[1][0]
+    return weight.shape
 
 
 def rows_of(weight):

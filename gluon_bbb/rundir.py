@@ -13,6 +13,9 @@ process stops at once with ``RunDirectoryBusy``, naming the holder's process id.
 system releases the lock when its process ends, however it ends, so a killed run leaves no stale
 lock.
 
+The module imports no MXNet (the parameter files' format, ``checkpoint.py``, is imported where a
+file is read or written): the sweep's own process reads a run's names and JSON files with it.
+
 Resuming (``resume_config``) continues the run as its config.json says. What may differ from it:
 ``epochs`` (more than those trained), the learning-rate decay (where the epochs already trained
 keep their rates) and an unset seed (the run's); any other hyper-parameter that differs is
@@ -27,7 +30,6 @@ import json
 import os
 import tempfile
 
-from .checkpoint import read_checkpoint, save_checkpoint
 from .config import Config
 from .errors import CheckpointError, ConfigError, OutputError, RunDirectoryBusy
 from .files import write_json
@@ -181,12 +183,14 @@ class RunDirectory:
     def save_parameters(self, step, epoch, best=False):
         """Write ``step``'s parameters after ``epoch`` epochs: checkpoint.params with the
         optimizer state, or best.params without it."""
+        from .checkpoint import save_checkpoint
         save_checkpoint(self.file(BEST_CHECKPOINT_FILE if best else CHECKPOINT_FILE), step.mus,
                         step.rhos, [] if best else step.state_arrays(), step.num_update, epoch)
 
     def load_parameters(self, config, ctx=None, path=None):
         """A parameter file of this run (default checkpoint.params), checked against the shapes
         of ``config``'s network."""
+        from .checkpoint import read_checkpoint
         path = path or self.file(CHECKPOINT_FILE)
         state = read_checkpoint(path, ctx)
         check_shapes(state["mus"], config.layer_shapes(), path)
@@ -256,6 +260,7 @@ def resolve_checkpoint(path):
 def load_checkpoint(path, ctx=None):
     """The parameters, optimizer state and epoch of a checkpoint: a run directory's
     checkpoint.params, or a parameter file (``checkpoint.read_checkpoint``)."""
+    from .checkpoint import read_checkpoint
     return read_checkpoint(resolve_checkpoint(path)[1], ctx)
 
 

@@ -1,0 +1,246 @@
+"""Sweeps on Dask: the spec, a local two-worker sweep against the same trials run one by one,
+a worker killed in the middle of a trial and the sweep itself stopped and rerun (same figures,
+nothing trained twice), and a sweep on a running ``dask scheduler`` with two ``dask worker``s."""
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from commands import ROOT, TRAIN, PRUNE, assert_one_line_error, run, user_env
+
+SWEEP = [sys.executable, "-m", "gluon_bbb.sweep"]
+TINY = {"train-size": 512, "num-hidden-units": 20, "epochs": 2, "validation": 1000,
+        "test-samples": 0}
+
+
+def write_spec(path, base, grid, proportions=(0, 0.5, 0.95)):
+    path.write_text(json.dumps({"base": base, "grid": grid, "proportions": list(proportions)}))
+    return path
+
+
+def read_json(path):
+    with open(path) as f:
+        return json.load(f)
+
+
+def one_by_one(tmp_path, spec_path):
+    """The figures of the spec's trials run one after another, one thread each, as a user
+    would run them by hand."""
+    from gluon_bbb.sweep import load_spec, trial_figures, trials
+    spec = load_spec(str(spec_path))
+    figures = {}
+    for trial in trials(spec):
+        out = tmp_path / "by-hand" / trial["name"]
+        env = {"OMP_NUM_THREADS": "1"}
+        assert run(TRAIN, *trial["train_args"], "--out", out, env=env).returncode == 0
+        assert run(PRUNE, "--checkpoint", out, "--proportions",
+                   *["%g" % p for p in spec["proportions"]], env=env).returncode == 0
+        figures[trial["name"]] = trial_figures(str(out))
+    return figures
+
+
+def sweep_figures(out):
+    return {t["name"]: t["figures"] for t in read_json(out / "sweep.json")["trials"]}
+
+
+def test_the_spec_gives_one_trial_per_combination(tmp_path):
+    from gluon_bbb.sweep import load_spec, summarize, trials
+    spec = load_spec(str(write_spec(tmp_path / "spec.json", {"preset": "paper-2x400",
+                                                              "eval-train": True},
+                                    {"prior": ["gaussian", "scale-mixture"], "seed": [0, 1]})))
+    found = trials(spec)
+    assert [t["name"] for t in found] == ["prior-gaussian_seed-0", "prior-gaussian_seed-1",
+                                          "prior-scale-mixture_seed-0",
+                                          "prior-scale-mixture_seed-1"]
+    assert found[0]["setting"] == "prior=gaussian" and found[3]["seed"] == 1
+    assert found[1]["train_args"] == ["--preset", "paper-2x400", "--eval-train", "--prior",
+                                      "gaussian", "--seed", "1"]
+    assert found[0]["train_args"][-2:] == ["--seed", "0"]
+    # mean and sample standard deviation over the seeds of a setting, written out
+    records = [{"setting": "a", "figures": {"test_error": {"0": e}}} for e in (0.01, 0.02, 0.04)]
+    row = summarize(records, [0])[0]
+    assert row["n"] == 3 and row["test_error"]["0"]["mean"] == pytest.approx(0.07 / 3)
+    assert row["test_error"]["0"]["sd"] == pytest.approx(((0.01 - 0.07 / 3) ** 2 + (0.02 - 0.07 / 3) ** 2
+                                                          + (0.04 - 0.07 / 3) ** 2) ** 0.5 / 2 ** 0.5)
+
+
+@pytest.mark.parametrize("content, expected", [
+    ("[]", "a sweep spec is a JSON object with base, grid"),
+    ('{"base": {}, "grid": {"seed": []}}', "grid seed must be a non-empty list"),
+    ('{"base": {"out": "x"}, "grid": {"seed": [0]}}', "out is the sweep's to set"),
+    ('{"grid": {"seed": [0]}, "proportions": [2]}', "proportions must be a list of numbers"),
+])
+def test_a_bad_spec_is_one_line(tmp_path, content, expected):
+    spec = tmp_path / "spec.json"
+    spec.write_text(content)
+    assert_one_line_error(run(SWEEP, spec, "--out", tmp_path / "out"), expected)
+    assert not (tmp_path / "out").exists()
+
+
+def test_bad_sweep_flags_are_one_line(tmp_path):
+    spec = write_spec(tmp_path / "spec.json", TINY, {"seed": [0]})
+    assert_one_line_error(run(SWEEP, spec, "--out", tmp_path / "out", "--workers", "0"),
+                          "--workers must be an integer >= 1, got 0")
+    assert_one_line_error(run(SWEEP, tmp_path / "missing.json", "--out", tmp_path / "out"),
+                          "cannot read sweep spec")
+
+
+def test_the_sweep_imports_no_mxnet():
+    proc = run([sys.executable, "-c", "import sys, gluon_bbb.sweep, gluon_bbb.rundir; "
+                                      "print(sorted(m for m in sys.modules if 'mxnet' in m))"])
+    assert proc.returncode == 0 and proc.stdout.strip() == "[]", proc.stdout + proc.stderr
+
+
+def test_a_local_sweep_equals_its_trials_run_one_by_one(tmp_path):
+    spec = write_spec(tmp_path / "spec.json", TINY, {"prior": ["gaussian", "scale-mixture"],
+                                                      "seed": [0, 1]})
+    out = tmp_path / "sweep"
+    proc = run(SWEEP, spec, "--out", out, "--workers", "2")
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert lines[0] == "sweep: 4 trials on a local cluster of 2 workers, 1 thread each, into %s" % out
+    progress = [line for line in lines if line.startswith("done ")]
+    assert len(progress) == 4 and progress[-1].endswith("[done 4, running 0, waiting 0]")
+    assert sweep_figures(out) == one_by_one(tmp_path, spec)
+    table = (out / "sweep.md").read_text()
+    assert "| prior=gaussian | 2 |" in table and "| prior=scale-mixture | 2 |" in table
+    assert (out / "sweep.png").read_bytes()[:4] == b"\x89PNG"
+    # run again: every trial is skipped, nothing is trained
+    proc = run(SWEEP, spec, "--out", out, "--workers", "2")
+    assert proc.returncode == 0 and proc.stdout.count("skipped ") == 4, proc.stdout
+    for trial in read_json(out / "sweep.json")["trials"]:
+        log = (out / trial["name"] / "trial.log").read_text()
+        assert log.count(" train") == 1 and " resume" not in log
+
+
+def test_a_failing_trial_is_reported_and_the_others_finish(tmp_path):
+    spec = write_spec(tmp_path / "spec.json", TINY, {"sigma-p": [1.0, -1.0]})
+    proc = run(SWEEP, spec, "--out", tmp_path / "sweep", "--workers", "2")
+    assert proc.returncode == 1
+    assert "failed sigma-p--1.0: train_mnist.py: error: --sigma-p must be a finite number > 0, " \
+           "got -1.0" in proc.stdout
+    trials = {t["name"]: t for t in read_json(tmp_path / "sweep" / "sweep.json")["trials"]}
+    assert trials["sigma-p-1.0"]["status"] == "done"
+
+
+def processes_training(out_dir):
+    """(pid, parent pid) of each train_mnist.py process writing into ``out_dir``."""
+    found = []
+    for pid in os.listdir("/proc"):
+        try:
+            with open("/proc/%s/cmdline" % pid, "rb") as f:
+                argv = f.read().split(b"\0")
+            with open("/proc/%s/stat" % pid) as f:
+                parent = int(f.read().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+        if any(a.endswith(b"train_mnist.py") for a in argv) and str(out_dir).encode() in argv:
+            found.append((int(pid), parent))
+    return found
+
+
+def wait_for(condition, seconds=180):
+    deadline = time.time() + seconds
+    while time.time() < deadline:
+        value = condition()
+        if value:
+            return value
+        time.sleep(0.1)
+    raise AssertionError("timed out")
+
+
+SLOW = dict(TINY, **{"train-size": 3000, "num-hidden-units": 100, "epochs": 6,
+                      "num-samples": 3})
+
+
+def epochs_done(trial_dir):
+    try:
+        return len(read_json(trial_dir / "history.json"))
+    except (OSError, ValueError):
+        return 0
+
+
+def test_a_worker_killed_mid_trial_has_its_trial_resumed_elsewhere(tmp_path):
+    spec = write_spec(tmp_path / "spec.json", SLOW, {"seed": [0, 1]})
+    out = tmp_path / "sweep"
+    sweep = subprocess.Popen(SWEEP + [str(spec), "--out", str(out), "--workers", "2"],
+                             cwd=ROOT, env=user_env(), stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True)
+    try:
+        trial = out / "seed-0"
+        wait_for(lambda: 1 <= epochs_done(trial) < 6)
+        pid, worker = wait_for(lambda: processes_training(trial))[0]
+        os.kill(worker, signal.SIGKILL)  # the worker, not the trial: as a lost machine
+        stdout, stderr = sweep.communicate(timeout=600)
+    finally:
+        sweep.kill()
+    assert sweep.returncode == 0, stdout + stderr
+    log = (trial / "trial.log").read_text()
+    assert log.count(" train") == 1 and log.count(" resume") >= 1, log
+    assert [r["epoch"] for r in read_json(trial / "history.json")] == [1, 2, 3, 4, 5, 6]
+    assert sweep_figures(out) == one_by_one(tmp_path, spec)
+
+
+def test_a_sweep_stopped_and_run_again_trains_nothing_twice(tmp_path):
+    spec = write_spec(tmp_path / "spec.json", SLOW, {"seed": [0, 1, 2]})
+    out = tmp_path / "sweep"
+    sweep = subprocess.Popen(SWEEP + [str(spec), "--out", str(out), "--workers", "2"],
+                             cwd=ROOT, env=user_env(), stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True)
+    try:
+        wait_for(lambda: (out / "seed-0" / "trial.json").exists()
+                 or (out / "seed-1" / "trial.json").exists())
+        sweep.send_signal(signal.SIGTERM)
+        _, stderr = sweep.communicate(timeout=120)
+    finally:
+        sweep.kill()
+    assert sweep.returncode == 128 + signal.SIGTERM, stderr
+    assert stderr.strip().endswith("terminated by SIGTERM"), stderr
+    wait_for(lambda: not any(processes_training(out / name) for name in os.listdir(out)
+                             if (out / name).is_dir()), 60)
+    finished = {name for name in os.listdir(out) if (out / name / "trial.json").exists()}
+    assert finished and len(finished) < 3
+    proc = run(SWEEP, spec, "--out", out, "--workers", "2")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.count("skipped ") == len(finished)
+    for name in ("seed-0", "seed-1", "seed-2"):
+        log = (out / name / "trial.log").read_text()
+        assert log.count(" train") == 1, log
+        assert [r["epoch"] for r in read_json(out / name / "history.json")] == [1, 2, 3, 4, 5, 6]
+    assert sweep_figures(out) == one_by_one(tmp_path, spec)
+
+
+def test_a_sweep_on_a_running_scheduler_with_two_workers(tmp_path):
+    dask = os.path.join(os.path.dirname(sys.executable), "dask")
+    address_file = tmp_path / "scheduler.json"
+    processes = [subprocess.Popen([dask, "scheduler", "--port", "0", "--no-dashboard",
+                                   "--scheduler-file", str(address_file)],
+                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                  env=user_env())]
+    try:
+        wait_for(lambda: address_file.exists() and address_file.read_text().strip(), 60)
+        address = read_json(address_file)["address"]
+        for _ in range(2):
+            processes.append(subprocess.Popen(
+                [dask, "worker", address, "--nthreads", "1", "--no-dashboard"],
+                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=user_env()))
+        from distributed import Client
+        with Client(address, timeout="30s") as client:
+            client.wait_for_workers(2, timeout=60)
+            spec = write_spec(tmp_path / "spec.json", TINY, {"seed": [0, 1]})
+            out = tmp_path / "sweep"
+            proc = run(SWEEP, spec, "--out", out, "--scheduler", address)
+            assert proc.returncode == 0, proc.stderr
+            assert proc.stdout.startswith("sweep: 2 trials on the cluster at %s" % address)
+            # the workers ran the trials without importing MXNet themselves
+            assert set(client.run(lambda: "mxnet" in sys.modules).values()) == {False}
+        assert sweep_figures(out) == one_by_one(tmp_path, spec)
+    finally:
+        for process in processes:
+            process.terminate()
+        for process in processes:
+            process.wait(timeout=60)
