@@ -14,7 +14,6 @@ import gluon_bbb
 gluon_bbb.exit_unless_mxnet_loads(os.path.basename(sys.argv[0]))
 from gluon_bbb import load_mnist, parse_context
 from gluon_bbb.cli import ArgumentParser, run_main
-from gluon_bbb.evaluate import data_dir_of
 from gluon_bbb.files import write_json
 from gluon_bbb.model import transform_rhos
 from gluon_bbb.plots import plot_pruning, plot_snr
@@ -68,7 +67,7 @@ def main(argv=None):
     config = run.read_config()
     ctx = parse_context(args.ctx)
     state = run.load_parameters(config, ctx, checkpoint_path)
-    data = load_mnist(data_dir_of(run, args.data_dir))
+    data = load_mnist(args.data_dir or run.recorded_data_dir())
     out = RunDirectory(args.out).create() if args.out else run
     with out.locked():
         return prune_and_report(args, config, state, data, out, checkpoint_path)

@@ -17,7 +17,7 @@ from gluon_bbb import Config, load_mnist, parse_context, train
 from gluon_bbb.cli import ArgumentParser, flag_for, run_main
 from gluon_bbb.config import MAX_SAMPLES, PRESETS
 from gluon_bbb.errors import CheckpointError
-from gluon_bbb.evaluate import (MAX_TEST_SAMPLES, check_test_samples, data_dir_of, evaluate_run,
+from gluon_bbb.evaluate import (MAX_TEST_SAMPLES, check_test_samples, evaluate_run,
                                 load_ood_images)
 from gluon_bbb.network import SPEC_HELP
 from gluon_bbb.plots import plot_accuracy, plot_weights
@@ -113,7 +113,7 @@ def main(argv=None):
     config = config_from_args(args, run)
     check_test_samples(args.test_samples, minimum=0)
     ctx = parse_context(args.ctx)
-    data = load_mnist(data_dir_of(run, args.data_dir) if args.resume else args.data_dir)
+    data = load_mnist(args.data_dir or (run.recorded_data_dir() if args.resume else None))
     ood_images = load_ood_images(args.ood_data_dir) if args.ood_data_dir else None
     check_training(config, data, args.resume)
     # every check is passed: only now is the run directory made

@@ -219,29 +219,25 @@ def to_bayesian(net, mu_scale=0.1, rho_offset=-3.0):
 def _bayesian_twin(layer, mu_scale, rho_offset):
     """The Bayesian layer standing in for ``layer``, its means set from ``layer``'s weights
     where they are initialized; None for any other block."""
-    kwargs = dict(mu_scale=mu_scale, rho_offset=rho_offset)
-    activation = layer.act._act_type if getattr(layer, "act", None) is not None else None
-    if isinstance(layer, nn.Dense):
-        in_units = layer.weight.shape[1]
-        if not in_units:
-            raise ValueError("%s has no input size yet: give in_units, or run one forward pass "
-                             "before making it Bayesian" % layer.name)
-        twin = BayesianDense(layer._units, in_units, activation, layer._flatten, **kwargs)
-    elif isinstance(layer, nn.Conv2D):
-        conv = layer._kwargs
-        if conv["layout"] != "NCHW" or conv["num_group"] != 1 or layer.bias is None:
-            raise ValueError("%s: only NCHW convolutions with a bias and one group can be made "
-                             "Bayesian" % layer.name)
-        in_channels = layer.weight.shape[1]
-        if not in_channels:
-            raise ValueError("%s has no input size yet: give in_channels, or run one forward "
-                             "pass before making it Bayesian" % layer.name)
-        twin = BayesianConv2D(conv["num_filter"], conv["kernel"], in_channels, conv["stride"],
-                              conv["pad"], conv["dilate"], activation, **kwargs)
-    else:
+    if not isinstance(layer, (nn.Dense, nn.Conv2D)):
         return None
     if layer.bias is None:
         raise ValueError("%s has no bias: a Bayesian layer has one" % layer.name)
+    in_size = layer.weight.shape[1]  # input units or channels; 0 until known
+    if not in_size:
+        raise ValueError("%s has no input size yet: give in_units or in_channels, or run one "
+                         "forward pass before making it Bayesian" % layer.name)
+    kwargs = dict(mu_scale=mu_scale, rho_offset=rho_offset,
+                  activation=layer.act._act_type if layer.act is not None else None)
+    if isinstance(layer, nn.Dense):
+        twin = BayesianDense(layer._units, in_size, flatten=layer._flatten, **kwargs)
+    else:
+        conv = layer._kwargs
+        if conv["layout"] != "NCHW" or conv["num_group"] != 1:
+            raise ValueError("%s: only NCHW convolutions of one group can be made Bayesian"
+                             % layer.name)
+        twin = BayesianConv2D(conv["num_filter"], conv["kernel"], in_size, conv["stride"],
+                              conv["pad"], conv["dilate"], **kwargs)
     if layer.weight._data is not None:  # initialized: the means start where it is
         ctx = layer.weight.list_ctx()
         twin.initialize(ctx=ctx)

@@ -158,15 +158,6 @@ def check_test_samples(num_samples, minimum=1):
                           % (minimum, MAX_TEST_SAMPLES))
 
 
-def data_dir_of(run, data_dir=None):
-    """The MNIST directory to evaluate ``run`` on: ``data_dir`` if given, else the one the run
-    recorded while it still holds the files, else None (``load_mnist``'s search)."""
-    if data_dir is not None:
-        return data_dir
-    recorded = run.recorded("data_dir")
-    return recorded if recorded and os.path.isdir(recorded) else None
-
-
 def main(argv=None):
     args = build_parser().parse_args(argv)
     run, _ = resolve_checkpoint(args.checkpoint)
@@ -177,7 +168,7 @@ def main(argv=None):
         check_test_samples(args.test_samples)
     ctx = parse_context(args.ctx)
     ood = load_ood_images(args.ood_data_dir) if args.ood_data_dir else None
-    data = load_mnist(data_dir_of(run, args.data_dir))
+    data = load_mnist(args.data_dir or run.recorded_data_dir())
     out = RunDirectory(args.out).create() if args.out else run
     with out.locked():
         report, paths = evaluate_run(args.checkpoint, data, ctx, args.test_samples, ood, out,

@@ -145,9 +145,11 @@ class RunDirectory:
         except ConfigError as exc:
             raise CheckpointError("%s: %s", path, exc.describe(lambda f: "field " + f)) from None
 
-    def recorded(self, key):
-        """An entry of ``RUN_RECORD`` (the context, the data directory) or None."""
-        return self.read_record().get(key)
+    def recorded_data_dir(self):
+        """The MNIST directory the run was trained on, while it still exists; else None (then
+        ``load_mnist`` searches as usual)."""
+        recorded = self.read_record().get("data_dir")
+        return recorded if recorded and os.path.isdir(recorded) else None
 
     def write_config(self, config, **record):
         write_json(self.file(CONFIG_FILE), dict(config.to_dict(), **record))
