@@ -4,12 +4,16 @@ A file is written under a temporary name beside its final one, flushed to disk, 
 final name and its directory flushed: a reader sees the old file or the new one, never half of
 one, even after a power cut. If the write fails (a full disk, an interrupt) the temporary file is
 removed, so a failed write leaves the disk as it found it, and a full disk or another operating
-system error becomes a one-line ``OutputError`` naming the file. Imports no MXNet (the sweep's own
+system error becomes a one-line ``OutputError`` naming the file. ``signals_deferred`` holds SIGINT
+and SIGTERM while files that belong together are written. Imports no MXNet (the sweep's own
 process writes its files here too).
 """
+import contextlib
 import errno
 import json
 import os
+import signal
+import threading
 
 from .errors import OutputError
 
@@ -85,3 +89,24 @@ def _remove(path):
         os.remove(path)
     except OSError:
         pass
+
+
+@contextlib.contextmanager
+def signals_deferred():
+    """Hold SIGINT and SIGTERM until the block ends, then deliver the first that came to the
+    handler that was in place (signal handlers belong to the main thread: elsewhere the block
+    runs as it is)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    received = []
+    previous = {signum: signal.signal(signum, lambda signum, frame: received.append(signum))
+                for signum in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for signum, handler in previous.items():
+            # None: a handler installed outside Python, which cannot be put back
+            signal.signal(signum, signal.SIG_DFL if handler is None else handler)
+        if received:
+            signal.raise_signal(received[0])

@@ -189,6 +189,18 @@ class RunDirectory:
         save_checkpoint(self.file(BEST_CHECKPOINT_FILE if best else CHECKPOINT_FILE), step.mus,
                         step.rhos, [] if best else step.state_arrays(), step.num_update, epoch)
 
+    def save_epoch(self, step, history, best=False):
+        """Write the epoch ``step`` has just completed: history.json (``history``, its last
+        record that epoch), best.params when ``best``, then checkpoint.params."""
+        epoch = history[-1]["epoch"]
+        # history first: a crash between the writes leaves a history row past the
+        # checkpoint, which resume drops and trains again, never a row missing
+        self.write_history(history)
+        # before the checkpoint: an epoch trained again after a crash rewrites the same
+        if best:
+            self.save_parameters(step, epoch, best=True)
+        self.save_parameters(step, epoch)
+
     def load_parameters(self, config, ctx=None, path=None):
         """A parameter file of this run (default checkpoint.params), checked against the shapes
         of ``config``'s network."""

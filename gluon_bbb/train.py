@@ -17,6 +17,7 @@ from mxnet import nd
 from .config import Config
 from .context import context_name
 from .errors import CheckpointError, ConfigError, Interrupted, TrainingDiverged
+from .files import signals_deferred
 from .model import evaluate_accuracy, transform_rhos
 from .rundir import RunDirectory
 from .step import TrainingStep, check_memory
@@ -177,14 +178,12 @@ def _train(config, data, ctx, run, resume, eval_train, log, progress, check_ever
             record["train_accuracy"] = evaluate_accuracy(X_all, y_all, mus, network=network)
         history.append(record)
         if run is not None:
-            # history first: a crash between the two writes leaves a history row past the
-            # checkpoint, which resume drops and trains again, never a row missing
-            run.write_history(history)
-            # before the checkpoint: an epoch trained again after a crash rewrites the same
-            if best_validation_epoch(history) is record:
-                run.save_parameters(step, epoch + 1, best=True)
-            run.save_parameters(step, epoch + 1)
-            saved.epochs = epoch + 1
+            # a signal waits for the epoch's files and its count: the message it ends the
+            # run with names every epoch on disk, and history.json never runs past the
+            # checkpoint
+            with signals_deferred():
+                run.save_epoch(step, history, best=best_validation_epoch(history) is record)
+                saved.epochs = epoch + 1
         if progress:
             sys.stderr.write("\r" + " " * 60 + "\r")
         log("epoch %d/%d  loss %.1f  test accuracy (mean weights) %.4f%s%s  %.1f s" % (

@@ -133,16 +133,16 @@ def test_nothing_to_train_is_refused(tmp_path, trained_run):
     assert hashes(trained_run) == before
 
 
-# Runs train_mnist.py with the run directory's parameter writer patched to kill the process, as
-# a power cut would, when it is about to write the checkpoint of epoch CRASH_AT (history.json
-# and best.params of that epoch are written by then).
+# Runs train_mnist.py with the run directory's parameter writer patched to send the process
+# CRASH_SIGNAL (default SIGKILL, as a power cut) when it is about to write the checkpoint of
+# epoch CRASH_AT (history.json and best.params of that epoch are written by then).
 CRASHING_TRAIN = """
 import os, runpy, signal, sys
 from gluon_bbb.rundir import RunDirectory
 write = RunDirectory.save_parameters
 def save_parameters(self, step, epoch, best=False):
     if epoch == int(os.environ["CRASH_AT"]) and not best:
-        os.kill(os.getpid(), signal.SIGKILL)
+        os.kill(os.getpid(), getattr(signal, os.environ.get("CRASH_SIGNAL", "SIGKILL")))
     return write(self, step, epoch, best)
 RunDirectory.save_parameters = save_parameters
 sys.argv = [%r] + sys.argv[1:]
@@ -170,6 +170,19 @@ def test_a_crash_between_history_and_checkpoint_loses_no_history_row(tmp_path, m
         assert ours["epoch"] == theirs["epoch"]
         for a, b in zip(ours["mus"] + ours["rhos"], theirs["mus"] + theirs["rhos"]):
             np.testing.assert_array_equal(a.asnumpy(), b.asnumpy())
+
+
+@pytest.mark.parametrize("name", ["SIGTERM", "SIGINT"])
+def test_a_signal_while_an_epoch_is_written_waits_for_its_checkpoint(tmp_path, name):
+    out = tmp_path / "run"
+    proc = run([sys.executable, "-c", CRASHING_TRAIN], "--out", str(out), "--epochs", "3",
+               *SMALL, env={"CRASH_AT": "2", "CRASH_SIGNAL": name})
+    assert proc.returncode == 128 + getattr(signal, name), proc.stderr
+    assert proc.stderr.strip().endswith(
+        "2 completed epochs are saved in %s; --resume continues the run" % out), proc.stderr
+    assert [r["epoch"] for r in json.loads((out / "history.json").read_text())] == [1, 2]
+    from gluon_bbb import load_checkpoint
+    assert load_checkpoint(str(out))["epoch"] == 2
 
 
 def test_smaller_messages(tmp_path, trained_run):
