@@ -15,7 +15,7 @@ gluon_bbb.exit_unless_mxnet_loads(os.path.basename(sys.argv[0]))
 from gluon_bbb import load_mnist, parse_context
 from gluon_bbb.cli import ArgumentParser, run_main
 from gluon_bbb.files import write_json
-from gluon_bbb.model import transform_rhos
+from gluon_bbb.model import prediction_sigmas
 from gluon_bbb.plots import plot_pruning, plot_snr
 from gluon_bbb.prune import (DEFAULT_PROPORTIONS, check_proportion, dense_size, prune_weights,
                              pruning_table, save_pruned, snr_ranks, snr_thresholds_db)
@@ -24,6 +24,7 @@ from gluon_bbb.rundir import RunDirectory, report_prefix, resolve_checkpoint
 # How each kind of run is ranked: a deterministic MLP has no sigma, so its ranking by
 # |mu| / sigma with sigma fixed is magnitude pruning, and is labelled so.
 CRITERIA = {"bbb": ("snr", "signal-to-noise ratio |mu|/sigma"),
+            "mcdropout": ("magnitude", "magnitude |w| (Monte Carlo dropout has no sigma)"),
             "mlp": ("magnitude", "magnitude |w| (a deterministic MLP has no sigma)")}
 
 
@@ -79,9 +80,10 @@ def prune_and_report(args, config, state, data, out, checkpoint_path):
     first: a reader that stops early (``| head``) loses none of them."""
     criterion, criterion_words = CRITERIA[config.model]
     mus = state["mus"]
-    # a deterministic run's rhos are their initial constant: rank by |mu| alone
-    sigmas = (transform_rhos(state["rhos"]) if config.model == "bbb"
-              else [mu.ones_like() for mu in mus])
+    # a run without a weight distribution ranks by |mu| alone (its rhos are their initial
+    # constant)
+    sigmas = (prediction_sigmas(config.model, state["rhos"])
+              or [mu.ones_like() for mu in mus])
     started = time.time()
     rows = pruning_table(mus, sigmas, args.proportions, data.test_images, data.test_labels,
                          config.build_network())

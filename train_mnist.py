@@ -15,7 +15,7 @@ import gluon_bbb
 gluon_bbb.exit_unless_mxnet_loads(os.path.basename(sys.argv[0]))
 from gluon_bbb import Config, load_mnist, parse_context, train
 from gluon_bbb.cli import ArgumentParser, flag_for, run_main
-from gluon_bbb.config import MAX_SAMPLES, PRESETS
+from gluon_bbb.config import MAX_SAMPLES, MODELS, PRESETS
 from gluon_bbb.errors import CheckpointError
 from gluon_bbb.evaluate import (MAX_TEST_SAMPLES, check_test_samples, evaluate_run,
                                 load_ood_images)
@@ -45,6 +45,7 @@ CONFIG_FLAGS = {
     "validation": (int, "hold out the last N training images, scored every epoch"),
     "seed": (int, "seed of the initial weights, the shuffles and the noise (default: fresh)"),
     "network": (str, "the network: %s" % SPEC_HELP),
+    "dropout": (float, "dropout rate after every hidden ReLU of --model mcdropout, in (0, 1)"),
 }
 CHOICE_FLAGS = {
     "optimizer": (("sgd", "adam"), "update rule"),
@@ -55,7 +56,9 @@ CHOICE_FLAGS = {
                   "reparametrization)"),
     "kl": (("mc", "analytic"), "one-sample Monte Carlo KL, or the closed form (Gaussian "
            "prior)"),
-    "model": (("bbb", "mlp"), "Bayes by Backprop, or a deterministic MLP baseline"),
+    "model": (MODELS, "Bayes by Backprop, Monte Carlo dropout (the mean weights trained with "
+              "dropout and the prior as weight decay; predictions average --test-samples "
+              "dropout masks), or a deterministic MLP baseline"),
 }
 
 
@@ -137,7 +140,9 @@ def train_and_report(args, config, ctx, run, data, ood_images):
                                  args.ood_data_dir and os.path.abspath(args.ood_data_dir))
         print("uncertainty (%s): test accuracy %.4f, ECE %.4f, mean entropy %.3f bits on MNIST "
               "and %.3f on noise" % (
-                  "%d weight samples" % report["test_samples"] if report["test_samples"]
+                  "%d %s" % (report["test_samples"], "dropout masks"
+                             if config.model == "mcdropout" else "weight samples")
+                  if report["test_samples"]
                   else "the weights", report["in_distribution"]["accuracy"],
                   report["in_distribution"]["ece"], report["in_distribution"]["mean_entropy"],
                   report["noise"]["mean_entropy"]))

@@ -3,7 +3,7 @@
 Importing the package loads no MXNet: a name is imported from its module when it is first used
 (``from gluon_bbb import train``), and MXNet with the first module that needs it. The sweep's
 own process and its Dask workers (``gluon_bbb.sweep``) run on ``errors``, ``files``, ``cli``,
-``config``, ``network`` and ``rundir``, which need none.
+``config``, ``network``, ``likelihood`` and ``rundir``, which need none.
 """
 import importlib as _importlib
 import os as _os
@@ -34,7 +34,10 @@ for _module, _names in {
                  "evaluate_accuracy gaussian_prior init_variational_params layer_param_shapes "
                  "log_gaussian log_softmax_likelihood lrt_net net prior_for sample_epsilons "
                  "scale_mixture_prior softplus transform_gaussian_samples transform_rhos",
+        "likelihood": "Categorical Gaussian gaussian_log_likelihood parse_likelihood",
         "noise": "noise_for",
+        "regression": "PROBLEMS fit_regression predict_regression regression_config "
+                      "run_regression split_uncertainty",
         "prune": "prune_weights pruning_table signal_to_noise_ratio",
         "rundir": "RunDirectory load_checkpoint",
         "step": "TrainingStep",

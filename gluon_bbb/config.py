@@ -5,13 +5,14 @@ from dataclasses import dataclass
 from typing import Optional
 
 from .errors import ConfigError
-from .network import mlp, parse_network
+from .likelihood import parse_likelihood
+from .network import Network, mlp, parse_network
 
 PRIORS = ("gaussian", "scale_mixture")
 OPTIMIZERS = ("sgd", "adam")
 KL_WEIGHTINGS = ("uniform", "blundell")
 ESTIMATORS = ("sample", "lrt")
-MODELS = ("bbb", "mlp")
+MODELS = ("bbb", "mcdropout", "mlp")
 KL_ESTIMATES = ("mc", "analytic")
 # Each weight sample of a step is a whole forward and backward pass: 1000 samples make a default
 # epoch take hours, and the paper uses 1 to 10.
@@ -28,15 +29,21 @@ class Config:
     ``pi`` is the weight of the first (wide, ``sigma_p1``) component of the scale mixture.
     ``validation``: how many of the last training images are held out and scored every epoch
     (the paper holds out 10,000); ``train_size`` then counts from the images left.
-    ``model``: ``bbb`` (Bayes by Backprop) or ``mlp``, a deterministic baseline trained on
-    the mean weights with the same data and optimizer (cross-entropy, no KL, rho unused).
+    ``model``: ``bbb`` (Bayes by Backprop); ``mcdropout``, Monte Carlo dropout (Gal and
+    Ghahramani 2016): the mean weights trained with dropout at ``dropout`` after every hidden
+    ReLU and the prior as weight decay, the same sentence as Bayes by Backprop's loss without
+    log q, (1/M)(-log P(w)) - log P(D_i | w); predictions average dropout masks; or ``mlp``, a
+    deterministic baseline trained on the mean weights with the same data and optimizer
+    (likelihood only, no prior; rho unused by both).
     ``estimator``: ``sample`` draws weights (the tutorial), ``lrt`` draws pre-activations
     (local reparametrization); ``kl``: ``mc`` estimates log q - log P at the sampled weights
     (the tutorial), ``analytic`` uses the closed form (Gaussian prior only).
     ``kl_scale`` multiplies the KL term of every mini-batch (1: the paper's objective; below 1
     a tempered one, which trades the posterior's fit to the prior for fit to the data).
     ``network``: ``mlp`` (``num_hidden_layers`` ReLU layers of ``num_hidden_units``), ``lenet``,
-    or a description of layers (``network.parse_network``).
+    or a description of layers (``network.parse_network``), whose last dense layer gives what
+    the likelihood needs for ``num_outputs`` classes or targets. ``likelihood``: ``categorical``
+    or a Gaussian one for regression (``likelihood.parse_likelihood``).
     """
     num_inputs: int = 784
     num_outputs: int = 10
@@ -65,6 +72,8 @@ class Config:
     validation: int = 0
     seed: Optional[int] = None
     network: str = "mlp"
+    likelihood: str = "categorical"
+    dropout: float = 0.5
 
     def __post_init__(self):
         self.prior = str(self.prior).replace("-", "_")
@@ -84,6 +93,8 @@ class Config:
         for name in ("learning_rate", "sigma_p", "sigma_p1", "sigma_p2", "mu_scale",
                      "kl_scale"):
             _require_positive(name, getattr(self, name))
+        if not (_is_real(self.dropout) and 0.0 < self.dropout < 1.0):
+            raise ConfigError("dropout", self.dropout, "in (0, 1)")
         if not (_is_real(self.pi) and 0.0 <= self.pi <= 1.0):
             raise ConfigError("pi", self.pi, "in [0, 1]")
         if not (_is_real(self.rho_offset) and math.isfinite(self.rho_offset)):
@@ -99,8 +110,9 @@ class Config:
                               "closed form)")
         network = self.build_network()  # ConfigError where the description is not one
         if self.estimator == "lrt" and not network.dense_only:
-            raise ConfigError("estimator", self.estimator, "sample for a network with "
-                              "convolutions (lrt draws the pre-activations of dense layers)")
+            raise ConfigError("estimator", self.estimator, "sample for a network of other "
+                              "layers than dense and relu (lrt draws the pre-activations of "
+                              "dense layers)")
 
     def learning_rate_at(self, epoch):
         """The learning rate of epoch ``epoch`` (0-based) under the step decay schedule."""
@@ -109,11 +121,25 @@ class Config:
         return self.learning_rate * self.lr_decay_factor ** (epoch // self.lr_decay_every)
 
     def build_network(self):
-        """The ``network.Network`` this config describes."""
+        """The ``network.Network`` this config describes: the described layers, the
+        likelihood's head (``logvar`` for a learned noise) and, for ``mcdropout``, dropout
+        after every hidden ReLU where the description has none."""
+        likelihood = self.build_likelihood()
+        outputs = likelihood.network_outputs(self.num_outputs)
         if self.network == "mlp":
-            return mlp(self.num_inputs, self.num_hidden_units, self.num_hidden_layers,
-                       self.num_outputs)
-        return parse_network(self.network, self.num_inputs, self.num_outputs)
+            network = mlp(self.num_inputs, self.num_hidden_units, self.num_hidden_layers,
+                          outputs)
+        else:
+            network = parse_network(self.network, self.num_inputs, outputs)
+        if likelihood.head:
+            network = Network(network.layers + list(likelihood.head), network.input_shape)
+        if self.model == "mcdropout":
+            network = network.with_dropout(self.dropout)
+        return network
+
+    def build_likelihood(self):
+        """The ``likelihood.py`` object this config names."""
+        return parse_likelihood(self.likelihood)
 
     def layer_shapes(self):
         """Parameter shapes ``[W1, b1, ...]`` of this config's network (for the MLP

@@ -20,7 +20,7 @@ from .context import parse_context
 from .data import IMAGE_SHAPE, PIXEL_SCALE, find_idx_file, load_mnist, read_idx
 from .errors import ConfigError, DataError
 from .files import save_figure, write_json
-from .model import evaluate_accuracy, transform_rhos
+from .model import evaluate_accuracy, prediction_sigmas
 from .rundir import RunDirectory, report_prefix, resolve_checkpoint
 from .uncertainty import (auroc, expected_calibration_error, negative_log_likelihood,
                           noise_images, predict, predictive_entropy, reliability)
@@ -107,7 +107,7 @@ def evaluate_run(checkpoint, data, ctx, num_samples=10, ood_images=None, out=Non
     run directory or a parameter file in one, into ``out`` (a path or a ``RunDirectory``,
     locked here unless its caller holds it; default: the run directory). A deterministic MLP
     run (``model`` ``mlp``) has no weight distribution: it is evaluated with its weights and
-    ``num_samples`` must be 0. Returns ``(report, paths written)``."""
+    ``num_samples`` must be 0; a Monte Carlo dropout run draws ``num_samples`` dropout masks. Returns ``(report, paths written)``."""
     run, checkpoint_path = resolve_checkpoint(checkpoint)
     config = run.read_config()
     state = run.load_parameters(config, ctx, checkpoint_path)
@@ -115,7 +115,8 @@ def evaluate_run(checkpoint, data, ctx, num_samples=10, ood_images=None, out=Non
         raise ConfigError("test_samples", num_samples, "0 for a deterministic network "
                           "(model mlp has no weight distribution to sample)")
     report, entropies, probs = uncertainty_report(
-        state["mus"], transform_rhos(state["rhos"]), data.test_images, data.test_labels,
+        state["mus"], prediction_sigmas(config.model, state["rhos"]), data.test_images,
+        data.test_labels,
         num_samples, ood_images, network=config.build_network())
     report.update(model=config.model, checkpoint=os.path.abspath(checkpoint_path),
                   epoch=state["epoch"], data_dir=data.directory, ood_data_dir=ood_data_dir)
@@ -144,7 +145,7 @@ def build_parser():
                         "out-of-distribution part of the report")
     parser.add_argument("--test-samples", type=int,
                         help="weight samples of the Monte Carlo predictive, 1 to %d (default "
-                        "10; a --model mlp run takes 0, its weights)" % MAX_TEST_SAMPLES)
+                        "10; a --model mlp run takes 0, its weights; a --model mcdropout run draws dropout masks)" % MAX_TEST_SAMPLES)
     parser.add_argument("--out", help="output directory (default: the run directory)")
     parser.add_argument("--ctx", default="cpu", help="device to evaluate on: cpu, gpu or "
                         "gpu:N (default: cpu)")

@@ -3,7 +3,8 @@ training step, which is built from the same functions.
 
 The tutorial's functions: ``sample_epsilons``, ``transform_rhos`` (softplus),
 ``transform_gaussian_samples`` (w = mu + sigma * eps), ``net``, the priors, ``log_gaussian``,
-``log_softmax_likelihood`` and ``combined_loss``, the mini-batch loss
+the likelihoods (``log_softmax_likelihood``, ``gaussian_log_likelihood``: ``likelihood.py``) and
+``combined_loss``, the mini-batch loss
 
     (1/M) (sum log q(w | mu, sigma) - sum log P(w)) - sum_i log P(y_i | x_i, w).
 
@@ -24,6 +25,7 @@ import math
 import numpy as np
 from mxnet import autograd, nd, sym
 
+from .likelihood import Categorical, gaussian_log_likelihood, log_softmax_likelihood  # noqa: F401
 from .network import Network, mlp, mlp_of, rows_of
 
 LOG_SQRT_2PI = 0.5 * math.log(2.0 * math.pi)
@@ -90,6 +92,13 @@ def transform_rhos(rhos, F=nd):
     return [softplus(rho, F) for rho in rhos]
 
 
+def prediction_sigmas(model, rhos):
+    """The standard deviations a ``model`` draws its weights with at prediction: softplus(rho)
+    for Bayes by Backprop; None for Monte Carlo dropout and the MLP, which keep their mean
+    weights (the first drawing dropout masks instead)."""
+    return transform_rhos(rhos) if model == "bbb" else None
+
+
 def transform_gaussian_samples(mus, sigmas, epsilons):
     """Reparametrized weights ``w = mu + sigma * eps``, one array per parameter."""
     return [mu + sigma * eps for mu, sigma, eps in zip(mus, sigmas, epsilons)]
@@ -121,11 +130,6 @@ def lrt_net(X, mus, sigmas, noise, F=nd):
         if i < num_layers - 1:
             h = F.relu(h)
     return h
-
-
-def log_softmax_likelihood(yhat_linear, y_one_hot, F=nd):
-    """Per-example log p(y | x, w) from logits (batch, classes) and one-hot labels; (batch,)."""
-    return F.sum(y_one_hot * F.log_softmax(yhat_linear, axis=1), axis=1)
 
 
 def total(x):
@@ -323,14 +327,16 @@ class NetworkGraph:
     """-sum log P(y | X, w) of ``net`` (and of ``lrt_net``) as ``CachedOp`` graphs built from
     those functions, run with autograd on the per-layer views of flat vectors.
 
-    ``network``: a ``network.Network``, or the parameter shapes of an MLP. One graph with static
+    ``network``: a ``network.Network``, or the parameter shapes of an MLP; ``likelihood``: a
+    ``likelihood.py`` object (default: categorical, one-hot labels). One graph with static
     memory and MXNet's ``FullyConnected`` (oneDNN on the CPU) runs the network's forward and
     backward pass 1.5 times faster than the same layers imperatively.
     """
 
-    def __init__(self, network):
+    def __init__(self, network, likelihood=None):
         self.network = network if isinstance(network, Network) else mlp_of(
             [tuple(shape) for shape in network])
+        self.likelihood = likelihood or Categorical()
         self.layout = FlatLayout(self.network.param_shapes())
         self._nll_op = self._lrt_op = None
         self._views = collections.OrderedDict()
@@ -348,7 +354,7 @@ class NetworkGraph:
         ``w``, written into ``grad_w`` (a new array if not given)."""
         if self._nll_op is None:
             self._nll_op = self._graph(lambda X, y, params: -sym.sum(
-                log_softmax_likelihood(self.network(X, params, F=sym), y, F=sym)))
+                self.likelihood.log_likelihood(self.network(X, params, F=sym), y, F=sym)))
         grad_w = nd.zeros_like(w) if grad_w is None else grad_w
         weights = self._named(w, "p")
         nll = self._run(self._nll_op, dict(X=X, y=y_one_hot, **weights), weights,
@@ -370,8 +376,9 @@ class NetworkGraph:
         ``mu`` and ``sigma``; ``noise``: ``lrt_noise_size`` standard normals."""
         if self._lrt_op is None:
             noise_vars = [sym.var("eps%d" % i) for i in range(len(self.layout.shapes) // 2)]
-            self._lrt_op = self._graph(lambda X, y, params: -sym.sum(log_softmax_likelihood(
-                lrt_net(X, params, self._sigma_vars(), noise_vars, F=sym), y, F=sym)))
+            self._lrt_op = self._graph(lambda X, y, params: -sym.sum(
+                self.likelihood.log_likelihood(
+                    lrt_net(X, params, self._sigma_vars(), noise_vars, F=sym), y, F=sym)))
         grad_mu, grad_sigma = nd.zeros_like(mu), nd.zeros_like(sigma)
         noise_views, offset = {}, 0
         for i, (width,) in enumerate(self.layout.shapes[1::2]):
@@ -413,7 +420,8 @@ class NetworkGraph:
 
 def evaluate_accuracy(data, labels, layer_params, batch_size=1000, network=None):
     """Fraction of ``data`` (N, num_inputs) whose argmax logit equals ``labels`` (N,), for
-    ``net`` with ``layer_params`` (and ``network``, default the MLP they shape).
+    ``net`` with ``layer_params`` (and ``network``, default the MLP they shape; with every unit
+    kept where it has dropout).
 
     Runs on the context of ``layer_params``; data and labels may be NumPy arrays or
     NDArrays on any context. Returns a Python float in [0, 1].
@@ -423,6 +431,7 @@ def evaluate_accuracy(data, labels, layer_params, batch_size=1000, network=None)
     if num_examples == 0:
         raise ValueError("evaluate_accuracy needs at least one example")
     correct = nd.zeros((1,), ctx=ctx)
+    network = network.without_dropout() if network is not None else None
     for start in range(0, num_examples, batch_size):
         X = as_nd(data[start:start + batch_size], ctx)
         y = as_nd(labels[start:start + batch_size], ctx)

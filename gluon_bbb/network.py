@@ -4,6 +4,7 @@ forward pass (``net``) follow. A new layer type is one class here.
 Parameters are a flat list in layer order, each layer with weights adding ``[W, b]`` in the
 layouts of MXNet's operators: ``Dense`` W (units, inputs) as ``FullyConnected``, ``Conv2D``
 W (channels, input channels, kernel, kernel) as ``Convolution``; b (units,) or (channels,).
+``LogVariance`` adds one vector, the learned log variance of a Gaussian likelihood.
 
 This module imports no MXNet (``F`` brings the operators), so that a config can be checked
 where MXNet is not loaded (the sweep's own process).
@@ -11,7 +12,9 @@ where MXNet is not loaded (the sweep's own process).
 A description is also a string, as a run's config.json records it and ``--network`` takes it:
 ``mlp`` (the tutorial's MLP, shaped by the config's hidden layers and units), ``lenet``, or
 layers separated by commas, e.g. ``conv:20:5,relu,pool:2,dense:500,relu,dense:10``
-(``conv:CHANNELS:KERNEL``, ``pool:SIZE``, ``dense:UNITS``, ``relu``, ``flatten``).
+(``conv:CHANNELS:KERNEL``, ``pool:SIZE``, ``dense:UNITS``, ``relu``, ``flatten``,
+``dropout:RATE``). ``logvar`` (a Gaussian likelihood's learned noise) is appended by the
+likelihood that asks for it, not written.
 """
 import math
 
@@ -111,7 +114,49 @@ class Flatten:
         return "flatten"
 
 
-LAYERS = {"dense": Dense, "conv": Conv2D, "pool": MaxPool2D, "relu": ReLU, "flatten": Flatten}
+class Dropout:
+    """Inverted dropout at ``rate``, on in training and in Monte Carlo prediction alike (each
+    call draws a new mask from MXNet's generator); ``Network.without_dropout`` drops it for
+    the deterministic prediction with all units."""
+    has_weights = False
+
+    def __init__(self, rate):
+        if not 0.0 < rate < 1.0:
+            raise ValueError("dropout:%g: the rate is in (0, 1)" % rate)
+        self.rate = rate
+
+    def param_shapes(self, input_shape):
+        return [], input_shape
+
+    def __call__(self, F, h, params):
+        return F.Dropout(h, p=self.rate, mode="always")
+
+    def __str__(self):
+        return "dropout:%g" % self.rate
+
+
+class LogVariance:
+    """Appends one learned log variance per output, the same for every input, to the outputs
+    (batch, D) -> (batch, 2D): a Gaussian likelihood's noise learned as a scalar. Its parameter
+    is a weight like any other (with the prior and, under Bayes by Backprop, a posterior)."""
+    has_weights = True
+
+    def param_shapes(self, input_shape):
+        if len(input_shape) != 1:
+            raise ValueError("logvar takes the outputs of a dense layer, not %s"
+                             % (input_shape,))
+        return [input_shape], (2 * input_shape[0],)
+
+    def __call__(self, F, h, params):
+        log_variance, = params
+        return F.concat(h, F.broadcast_like(F.reshape(log_variance, shape=(1, -1)), h), dim=1)
+
+    def __str__(self):
+        return "logvar"
+
+
+LAYERS = {"dense": Dense, "conv": Conv2D, "pool": MaxPool2D, "relu": ReLU, "flatten": Flatten,
+          "dropout": Dropout}
 
 
 class Network:
@@ -121,11 +166,12 @@ class Network:
 
     def __init__(self, layers, input_shape=(784,)):
         self.layers, self.input_shape = list(layers), tuple(input_shape)
-        shapes, self.output_shapes, shape = [], [], self.input_shape
+        shapes, self.output_shapes, self._param_counts, shape = [], [], [], self.input_shape
         for layer in self.layers:
             layer_shapes, shape = layer.param_shapes(shape)
             shapes += layer_shapes
             self.output_shapes.append(shape)
+            self._param_counts.append(len(layer_shapes))
         self._param_shapes = shapes
 
     def param_shapes(self):
@@ -153,11 +199,32 @@ class Network:
         if len(self.input_shape) > 1:
             h = F.reshape(h, shape=(-1,) + self.input_shape)
         index = 0
-        for layer in self.layers:
-            count = 2 if layer.has_weights else 0
+        for layer, count in zip(self.layers, self._param_counts):
             h = layer(F, h, params[index:index + count])
             index += count
         return h
+
+    @property
+    def has_dropout(self):
+        return any(isinstance(layer, Dropout) for layer in self.layers)
+
+    def without_dropout(self):
+        """This network with every unit kept (inverted dropout's deterministic prediction);
+        the same parameters."""
+        if not self.has_dropout:
+            return self
+        return Network([layer for layer in self.layers if not isinstance(layer, Dropout)],
+                       self.input_shape)
+
+    def with_dropout(self, rate):
+        """This network with dropout at ``rate`` after every ReLU, the hidden units (Monte
+        Carlo dropout, Gal and Ghahramani 2016); unchanged where it has dropout already."""
+        if self.has_dropout:
+            return self
+        layers = []
+        for layer in self.layers:
+            layers += [layer, Dropout(rate)] if isinstance(layer, ReLU) else [layer]
+        return Network(layers, self.input_shape)
 
     def __str__(self):
         return ",".join(str(layer) for layer in self.layers)
@@ -218,7 +285,7 @@ def _image_side(num_inputs):
 
 NETWORKS = {"lenet": lenet}
 SPEC_HELP = ("mlp, lenet, or layers such as conv:20:5,relu,pool:2,dense:500,relu,dense:10 "
-             "(conv:CHANNELS:KERNEL, pool:SIZE, dense:UNITS, relu, flatten)")
+             "(conv:CHANNELS:KERNEL, pool:SIZE, dense:UNITS, relu, flatten, dropout:RATE)")
 
 
 def parse_network(spec, num_inputs=784, num_outputs=10):
@@ -231,7 +298,8 @@ def parse_network(spec, num_inputs=784, num_outputs=10):
         layers = []
         for item in str(spec).split(","):
             name, *numbers = item.strip().split(":")
-            layers.append(LAYERS[name](*[int(n) for n in numbers]))
+            layers.append(LAYERS[name](*[float(n) if name == "dropout" else int(n)
+                                         for n in numbers]))
         if any(isinstance(layer, Conv2D) for layer in layers):
             side = _image_side(num_inputs)
             input_shape = (1, side, side)
@@ -242,6 +310,7 @@ def parse_network(spec, num_inputs=784, num_outputs=10):
         detail = str(exc) if isinstance(exc, ValueError) else "unknown layer or wrong numbers"
         raise ConfigError("network", spec, "%s; %s" % (SPEC_HELP, detail)) from None
     if not layers or not isinstance(layers[-1], Dense) or network.num_outputs != num_outputs:
-        raise ConfigError("network", spec, "a description ending in dense:%d (the %d classes)"
+        raise ConfigError("network", spec, "a description ending in dense:%d (the %d outputs "
+                          "the likelihood takes)"
                           % (num_outputs, num_outputs))
     return network

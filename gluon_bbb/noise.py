@@ -9,7 +9,8 @@ so no draw exceeds 5.9 in absolute value (a standard normal does with probabilit
 
 On any other context (a GPU) the draws come from MXNet's sampler on that context, seeded from
 the run's seed, so that no step waits for a host draw and a copy: the same seed then gives
-other draws on a GPU than on the CPU.
+other draws on a GPU than on the CPU. Dropout masks (Monte Carlo dropout) come from MXNet's
+generator on every context, seeded by ``seed_generator``.
 """
 import mxnet as mx
 import numpy as np
@@ -77,11 +78,17 @@ class DeviceNoise:
 
     def __init__(self, ctx, seed=None):
         self.ctx = ctx
-        mx.random.seed(int(np.random.SeedSequence(seed).generate_state(1)[0] % 2 ** 31), ctx=ctx)
+        seed_generator(ctx, seed)
 
     def normal(self, shape):
         """Standard normals of ``shape``, drawn on ``ctx``."""
         return nd.random.normal(shape=shape, ctx=self.ctx, dtype="float32")
+
+
+def seed_generator(ctx, seed):
+    """Seed MXNet's generator on ``ctx`` (the device draws and the dropout masks) from ``seed``
+    (an int or a list of ints)."""
+    mx.random.seed(int(np.random.SeedSequence(seed).generate_state(1)[0] % 2 ** 31), ctx=ctx)
 
 
 NOISE_SOURCES = {"philox": PhiloxNoise, "device": DeviceNoise}

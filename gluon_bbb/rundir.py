@@ -40,7 +40,7 @@ CHECKPOINT_FILE = "checkpoint.params"
 BEST_CHECKPOINT_FILE = "best.params"
 LOCK_FILE = ".lock"
 # config.json's entries beside the Config's fields: how the run was made, not what it learns
-RUN_RECORD = ("ctx", "data_dir")
+RUN_RECORD = ("ctx", "data_dir", "problem", "scaling")
 # Fields that may differ between a run and its resumption (training longer is allowed).
 RESUMABLE_CHANGES = ("epochs",)
 # may change on resume if the epochs already trained keep their learning rates

@@ -22,7 +22,7 @@ from . import native
 from .errors import CheckpointError, ConfigError, ResourceError
 from .model import (FlatLayout, NetworkGraph, combined_loss_gradients, init_variational_params,
                     prior_for, sample_epsilons)
-from .noise import noise_for
+from .noise import noise_for, seed_generator
 
 BACKENDS = ("native", "ndarray")
 
@@ -95,8 +95,9 @@ def check_memory(config, available=None):
 
 class TrainingStep:
     """One run's training step on ``ctx``: ``step(X, y_one_hot, kl_weight)`` computes the
-    mini-batch's loss and its gradient and updates mu and rho; it returns the loss, an NDArray
-    (1,) that is not waited for.
+    mini-batch's loss and its gradient and updates mu and rho (``mcdropout`` and ``mlp``: mu
+    alone); it returns the loss, an NDArray (1,) that is not waited for. ``y_one_hot`` is
+    whatever the config's likelihood scores: one-hot labels, or real targets (batch, targets).
 
     ``mus``, ``rhos``: the start (per-parameter arrays; default: ``init_variational_params``
     with the config's seed). ``backend``: as ``choose_backend``. ``noise``: ``philox`` or
@@ -108,7 +109,7 @@ class TrainingStep:
         self.config, self.ctx, self.noise_kind = config, ctx, noise
         self.backend, self.why_not_native = choose_backend(config, ctx, backend)
         self.network = config.build_network()
-        self.graph = NetworkGraph(self.network)
+        self.graph = NetworkGraph(self.network, config.build_likelihood())
         self.layout = self.graph.layout
         self.prior = prior_for(config)
         if mus is None:
@@ -136,11 +137,18 @@ class TrainingStep:
         the epoch alone, so a resumed run draws what an uninterrupted one does."""
         self.optimizer.set_learning_rate(self.config.learning_rate_at(epoch))
         self.noise = noise_for(self.ctx, [self.config.seed, epoch, 1], self.noise_kind)
+        if self.network.has_dropout:
+            seed_generator(self.ctx, [self.config.seed, epoch, 2])
 
     def __call__(self, X, y_one_hot, kl_weight):
         config = self.config
-        if config.model == "mlp":
+        if config.model != "bbb":
             loss, grad_mu = self.graph.nll_and_grad(X, y_one_hot, self.mu)
+            if config.model == "mcdropout":
+                # the prior as weight decay: (1/M)(-log P(w)) at the mean weights
+                log_prior_sum, log_prior_grad = self.prior.log_density_and_gradient(self.mu)
+                loss = loss - kl_weight * log_prior_sum
+                grad_mu = grad_mu - kl_weight * log_prior_grad
             self._update(0, self.mu, grad_mu)
             return loss
         if self.backend == "native":

@@ -103,6 +103,9 @@ def check_training(config, data, resume=False):
     """The checks a run passes before anything is written: the data split, something to
     train, and memory for the network."""
     _split(config, data)
+    if config.likelihood != "categorical":
+        raise ConfigError("likelihood", config.likelihood, "categorical to classify images "
+                          "(regression: gluon_bbb.regression)")
     if config.epochs == 0 and not resume:
         raise ConfigError("epochs", 0, "at least 1 for a new run (nothing to train)")
     check_memory(config)
@@ -223,7 +226,8 @@ def _train_epoch(step, epoch, X_epoch, y_epoch, batch_kl_weights, progress, chec
         pending.append(step(X_epoch[lo:hi], y_epoch[lo:hi], batch_kl_weights[batch]))
         # reading a loss waits for MXNet's queue, so check for NaN only every check_every steps
         if len(pending) == check_every or batch == num_batches - 1:
-            loss_sum += _check_finite(pending, step, epoch, batch)
+            first = batch - len(pending) + 1
+            loss_sum += check_finite(pending, step, [(epoch, b) for b in range(first, batch + 1)])
             pending = []
             if progress:
                 _draw_progress(epoch + 1, epochs, batch + 1, num_batches)
@@ -234,17 +238,18 @@ def _train_epoch(step, epoch, X_epoch, y_epoch, batch_kl_weights, progress, chec
     return loss_sum
 
 
-def _check_finite(losses, step, epoch, last_batch):
-    """Sum of the pending per-batch losses; raises TrainingDiverged naming the first bad one
-    and how many updates had been made before it."""
+def check_finite(losses, step, positions):
+    """Sum of the pending losses of ``step``'s last updates, made at ``positions`` (0-based
+    (epoch, batch) pairs); raises TrainingDiverged naming the first bad one and how many
+    updates had been made before it."""
     values = nd.concat(*losses, dim=0).asnumpy().astype(np.float64)
     bad = np.flatnonzero(~np.isfinite(values))
     if bad.size:
-        first_batch = last_batch - len(losses) + 1 + int(bad[0])
+        epoch, batch = positions[int(bad[0])]
         updates_before = step.num_update - len(losses) + int(bad[0])
         # the run's first loss is known where these losses begin the run
         first_loss = values[0] if step.num_update == len(losses) and bad[0] > 0 else None
-        raise TrainingDiverged(epoch + 1, first_batch + 1, values[bad[0]], updates_before,
+        raise TrainingDiverged(epoch + 1, batch + 1, values[bad[0]], updates_before,
                                step.config.learning_rate_at(epoch), first_loss)
     return float(values.sum())
 

@@ -9,7 +9,7 @@ from mxnet import nd
 
 from .data import PIXEL_SCALE
 from .model import net, sample_epsilons, transform_gaussian_samples
-from .noise import noise_for
+from .noise import noise_for, seed_generator
 
 
 def predict(X, mus, sigmas, num_samples, batch_size=1000, seed=None, network=None):
@@ -17,25 +17,39 @@ def predict(X, mus, sigmas, num_samples, batch_size=1000, seed=None, network=Non
     ``network`` (default: the MLP the parameters shape).
 
     X: (N, inputs), NumPy or NDArray; returns (N, classes) NDArray on the params' context.
-    ``num_samples=0`` gives the deterministic prediction with the mean weights. The weight
-    draws are those of ``noise.noise_for(ctx, seed)``.
+    ``num_samples=0`` gives the deterministic prediction with the mean weights (and every unit
+    where the network has dropout). Monte Carlo dropout: ``sigmas`` None and a network with
+    dropout, each draw a dropout mask. The draws are those of ``noise.noise_for(ctx, seed)``
+    and of MXNet's generator seeded from ``seed``.
     """
+    total = None
+    for output in sampled_outputs(X, mus, sigmas, num_samples, batch_size, seed, network):
+        probs = nd.softmax(output, axis=1)
+        total = probs if total is None else total + probs
+    return total / max(num_samples, 1)
+
+
+def sampled_outputs(X, mus, sigmas, num_samples, batch_size=1000, seed=None, network=None):
+    """The network's outputs for X under each of ``num_samples`` draws (``predict``'s), one
+    NDArray (N, outputs) at a time; the mean weights' alone for ``num_samples=0``."""
     ctx = mus[0].context
     X = X.as_in_context(ctx) if isinstance(X, nd.NDArray) else nd.array(X, ctx=ctx)
     if num_samples == 0:
-        return _batched_softmax(X, mus, batch_size, network)
+        network = network.without_dropout() if network is not None else None
+        yield _batched(X, mus, batch_size, network)
+        return
     noise = noise_for(ctx, seed)
+    if network is not None and network.has_dropout:
+        seed_generator(ctx, None if seed is None else [seed, 1])
     shapes = [mu.shape for mu in mus]
-    total = None
     for _ in range(num_samples):
-        weights = transform_gaussian_samples(mus, sigmas, sample_epsilons(shapes, ctx, noise))
-        probs = _batched_softmax(X, weights, batch_size, network)
-        total = probs if total is None else total + probs
-    return total / num_samples
+        weights = (mus if sigmas is None else
+                   transform_gaussian_samples(mus, sigmas, sample_epsilons(shapes, ctx, noise)))
+        yield _batched(X, weights, batch_size, network)
 
 
-def _batched_softmax(X, params, batch_size, network=None):
-    return nd.concat(*[nd.softmax(net(X[i:i + batch_size], params, network=network), axis=1)
+def _batched(X, params, batch_size, network=None):
+    return nd.concat(*[net(X[i:i + batch_size], params, network=network)
                        for i in range(0, X.shape[0], batch_size)], dim=0)
 
 

@@ -40,7 +40,7 @@ def test_notebook_runs_top_to_bottom(tmp_path, monkeypatch):
                      for output in cell.outputs if output.get("output_type") == "stream")
     images = sum("image/png" in output.get("data", {}) for cell in nb.cells
                  if cell.cell_type == "code" for output in cell.outputs)
-    assert images == 3  # accuracy curve, SNR histogram, entropy histograms
+    assert images == 4  # accuracy curve, SNR histogram, entropy histograms, quartic band
     # 3 epochs with the tutorial's settings (96.42% measured, seed 0); half the weights pruned
     # cost little; noise is more uncertain than digits
     unpruned = float(re.search(r"removed +0%: +\d+ left, test accuracy ([\d.]+)%", text).group(1))
@@ -55,3 +55,8 @@ def test_notebook_runs_top_to_bottom(tmp_path, monkeypatch):
     digits, noise = map(float, re.search(r"CNN mean entropy \(bits\): digits ([\d.]+), "
                                          r"noise ([\d.]+)", text).groups())
     assert noise > 2 * digits
+    # the quartic: the 95% band about 20 times wider at x = +-4 than at the six inputs
+    # (1.26 and 25.8 / 30.9 measured, seed 0)
+    at_data, left, right = map(float, re.search(
+        r"band width at the data ([\d.]+), at x = \+-4 ([\d.]+) / ([\d.]+)", text).groups())
+    assert min(left, right) >= 10 * at_data

@@ -279,8 +279,8 @@ def test_native_backend_equals_autograd_for_lenet(ctx, native_kernels, mnist):
 
 
 def test_lrt_is_refused_for_a_network_with_convolutions():
-    with pytest.raises(ConfigError, match="estimator must be sample for a network with "
-                                          "convolutions"):
+    with pytest.raises(ConfigError, match="estimator must be sample for a network of other "
+                                          "layers than dense and relu"):
         Config(network="lenet", estimator="lrt")
     for bad, detail in (("conv:3:3,relu,dense:7", "ending in dense:10"),
                         ("conv:3", "unknown layer or wrong numbers"),

@@ -360,5 +360,5 @@ def test_lenet_from_the_command_line_through_prune_and_evaluate(tmp_path):
         history[-1]["test_accuracy"], abs=1e-6)
     proc = run_script("--out", str(tmp_path / "lrt"), "--network", "lenet", "--estimator", "lrt")
     assert proc.returncode == 2 and proc.stderr == (
-        "train_mnist.py: error: --estimator must be sample for a network with convolutions (lrt "
-        "draws the pre-activations of dense layers), got 'lrt'\n")
+        "train_mnist.py: error: --estimator must be sample for a network of other layers than "
+        "dense and relu (lrt draws the pre-activations of dense layers), got 'lrt'\n")

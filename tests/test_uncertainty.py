@@ -153,3 +153,26 @@ def test_evaluate_errors(tmp_path):
                           env=user_env())
     assert proc.returncode == 2 and "does not exist" in proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+def test_mc_dropout_trains_on_mnist_and_predicts_with_masks(tmp_path, mnist, ctx):
+    config = Config(train_size=5000, epochs=1, seed=0, model="mcdropout", num_hidden_units=100,
+                    dropout=0.3)
+    network = config.build_network()
+    assert str(network) == "dense:100,relu,dropout:0.3,dense:100,relu,dropout:0.3,dense:10"
+    result = train(config, mnist, ctx, out_dir=str(tmp_path / "mcd"), log=lambda l: None)
+    assert result.mus[0].context == ctx
+    assert result.history[-1]["test_accuracy"] >= 0.7  # 0.806 measured: 40 SGD steps
+    X, labels = mnist.test_images[:500], mnist.test_labels[:500]
+    masks = predict(X, result.mus, None, num_samples=8, seed=3, network=network)
+    assert masks.context == ctx
+    np.testing.assert_array_equal(
+        masks.asnumpy(), predict(X, result.mus, None, 8, seed=3, network=network).asnumpy())
+    # each draw a different mask: the average is not the network with every unit kept
+    kept = predict(X, result.mus, None, num_samples=0, network=network).asnumpy()
+    assert not np.allclose(masks.asnumpy(), kept, atol=1e-3)
+    np.testing.assert_allclose(kept, nd.softmax(net(nd.array(X, ctx=ctx), result.mus,
+                                                    network=network.without_dropout()),
+                                                axis=1).asnumpy(), rtol=1e-5)
+    assert (kept.argmax(axis=1) == labels).mean() >= 0.7
+    assert (masks.asnumpy().argmax(axis=1) == labels).mean() >= 0.7

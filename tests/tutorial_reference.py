@@ -7,7 +7,7 @@ from gluon_bbb import (combined_loss, log_softmax_likelihood, lrt_net, net, samp
 
 
 def tutorial_loss(X, y_one_hot, mus, rhos, log_prior, kl_weight, num_samples=1, epsilons=None,
-                  network=None):
+                  network=None, log_likelihood=log_softmax_likelihood):
     """``combined_loss`` of one mini-batch on per-layer arrays, averaged over ``num_samples``
     weight samples (``epsilons``: one list of per-layer draws per sample; default: drawn with
     ``sample_epsilons``), exactly as the tutorial writes it, for ``network`` (default: the MLP
@@ -19,18 +19,19 @@ def tutorial_loss(X, y_one_hot, mus, rhos, log_prior, kl_weight, num_samples=1, 
     for eps in epsilons:
         weights = transform_gaussian_samples(mus, sigmas, eps)
         loss = combined_loss(net(X, weights, network=network), y_one_hot, weights, mus, sigmas,
-                             log_prior, log_softmax_likelihood, 1, kl_weight=kl_weight)
+                             log_prior, log_likelihood, 1, kl_weight=kl_weight)
         total = loss if total is None else total + loss
     return total / len(epsilons)
 
 
-def tutorial_gradients(X, y_one_hot, mus, rhos, log_prior, kl_weight, epsilons, network=None):
+def tutorial_gradients(X, y_one_hot, mus, rhos, log_prior, kl_weight, epsilons, network=None,
+                       log_likelihood=log_softmax_likelihood):
     """(loss, [d/dmu], [d/drho]) of ``tutorial_loss`` by autograd."""
     for param in mus + rhos:
         param.attach_grad()
     with autograd.record():
         loss = tutorial_loss(X, y_one_hot, mus, rhos, log_prior, kl_weight, epsilons=epsilons,
-                             network=network)
+                             network=network, log_likelihood=log_likelihood)
     loss.backward()
     return loss, [m.grad for m in mus], [r.grad for r in rhos]
 

@@ -1,0 +1,114 @@
+"""Likelihoods: how a network's outputs score the targets, log P(y | x, w), and how many outputs
+the network gives for them. A model is a network (``network.py``) and a likelihood; a new
+likelihood is one class here.
+
+- ``categorical``: a softmax over the network's class scores, one-hot targets (MNIST).
+- ``gaussian``: log N(y | mean, s^2) per target, with the noise s fixed (``gaussian:NOISE_TOL``,
+  s = NOISE_TOL), one learned log variance per target (``gaussian:learned``: a ``LogVariance``
+  layer appended to the network, a weight like the others), or heteroscedastic
+  (``gaussian:heteroscedastic``: the network gives a mean and a log variance per target and
+  input, Kendall and Gal 2017).
+
+The strings are what a config's ``likelihood`` field holds (``parse_likelihood``). Like
+``network.py`` this module imports no MXNet: ``F`` brings the operators (``mx.nd`` or
+``mx.sym``).
+"""
+import math
+
+from .errors import ConfigError
+from .network import LogVariance
+
+LOG_SQRT_2PI = 0.5 * math.log(2.0 * math.pi)
+# A predicted log variance is clipped to +-20 (standard deviations from 4.5e-5 to 22,000):
+# exp(-log variance) stays finite in float32 however far an untrained head strays
+LOG_VARIANCE_LIMIT = 20.0
+
+
+def _operators(F):
+    """``F``, or MXNet's NDArray operators where none is given."""
+    if F is None:
+        from mxnet import nd as F
+    return F
+
+
+def log_softmax_likelihood(yhat_linear, y_one_hot, F=None):
+    """Per-example log p(y | x, w) from logits (batch, classes) and one-hot labels; (batch,)."""
+    F = _operators(F)
+    return F.sum(y_one_hot * F.log_softmax(yhat_linear, axis=1), axis=1)
+
+
+def clip_log_variance(log_variance, F):
+    return F.clip(log_variance, -LOG_VARIANCE_LIMIT, LOG_VARIANCE_LIMIT)
+
+
+def gaussian_log_likelihood(y, mean, log_variance, F=None):
+    """Per-example log N(y | mean, exp(log_variance)), summed over the targets; y, mean and
+    log_variance (batch, targets), the log variance clipped to +-LOG_VARIANCE_LIMIT; (batch,)."""
+    F = _operators(F)
+    log_variance = clip_log_variance(log_variance, F)
+    return F.sum(-LOG_SQRT_2PI - 0.5 * log_variance
+                 - 0.5 * F.square(y - mean) * F.exp(-log_variance), axis=1)
+
+
+class Categorical:
+    """Class labels: the network gives one score per class."""
+    head = ()
+
+    def network_outputs(self, num_outputs):
+        return num_outputs
+
+    def log_likelihood(self, output, y_one_hot, F):
+        return log_softmax_likelihood(output, y_one_hot, F)
+
+    def __str__(self):
+        return "categorical"
+
+
+class Gaussian:
+    """Real targets with Gaussian noise: ``noise`` is a standard deviation (fixed),
+    ``learned`` or ``heteroscedastic``."""
+
+    def __init__(self, noise):
+        self.noise = noise
+        # the learned log variance: a layer on top of the network's means
+        self.head = (LogVariance(),) if noise == "learned" else ()
+
+    def network_outputs(self, num_outputs):
+        """Columns of the described network's last dense layer for ``num_outputs`` targets."""
+        return 2 * num_outputs if self.noise == "heteroscedastic" else num_outputs
+
+    def mean_and_log_variance(self, output, F):
+        """The predicted mean and log variance (clipped), each (batch, targets)."""
+        if isinstance(self.noise, float):
+            return output, F.zeros_like(output) + 2.0 * math.log(self.noise)
+        mean, log_variance = F.split(output, num_outputs=2, axis=1)
+        return mean, clip_log_variance(log_variance, F)
+
+    def log_likelihood(self, output, y, F):
+        mean, log_variance = self.mean_and_log_variance(output, F)
+        return gaussian_log_likelihood(y, mean, log_variance, F)
+
+    def __str__(self):
+        return "gaussian:%s" % (repr(self.noise) if isinstance(self.noise, float) else self.noise)
+
+
+LIKELIHOOD_HELP = ("categorical, gaussian:NOISE_TOL (a fixed noise standard deviation), "
+                   "gaussian:learned or gaussian:heteroscedastic")
+
+
+def parse_likelihood(spec):
+    """The likelihood a string names (``LIKELIHOOD_HELP``); ConfigError naming ``likelihood``
+    otherwise."""
+    name, _, noise = str(spec).partition(":")
+    if name == "categorical" and not noise:
+        return Categorical()
+    if name == "gaussian":
+        if noise in ("learned", "heteroscedastic"):
+            return Gaussian(noise)
+        try:
+            noise_tol = float(noise)
+        except ValueError:
+            noise_tol = None
+        if noise_tol is not None and math.isfinite(noise_tol) and noise_tol > 0:
+            return Gaussian(noise_tol)
+    raise ConfigError("likelihood", spec, LIKELIHOOD_HELP)
