@@ -111,6 +111,52 @@ def test_net_matches_numpy(ctx):
     np.testing.assert_allclose(out.asnumpy(), np_net(X, params), rtol=1e-5, atol=1e-5)
 
 
+def np_convolution(x, W, b):
+    """Stride 1, no padding: out[n, c, i, j] = b[c] + sum W[c, k, u, v] x[n, k, i + u, j + v]."""
+    kernel = W.shape[2]
+    rows, cols = x.shape[2] - kernel + 1, x.shape[3] - kernel + 1
+    out = np.zeros((x.shape[0], W.shape[0], rows, cols)) + b[None, :, None, None]
+    for u in range(kernel):
+        for v in range(kernel):
+            out += np.einsum("ck,nkij->ncij", W[:, :, u, v], x[:, :, u:u + rows, v:v + cols])
+    return out
+
+
+@pytest.mark.parametrize("in_channels", [1, 3])  # 1: the dense product over patches
+def test_convolution_and_its_gradients_match_numpy(ctx, in_channels):
+    from mxnet import sym
+    from gluon_bbb.network import Conv2D, Network
+    rng = np.random.default_rng(2)
+    network = Network([Conv2D(4, 3)], input_shape=(in_channels, 6, 9))
+    W, b = (rng.normal(size=s) for s in network.param_shapes())
+    x = rng.normal(size=(5, in_channels * 6 * 9))
+    head = rng.normal(size=(5, 4, 4, 7))  # d loss / d out for loss = sum(head * out)
+    images = x.reshape(5, in_channels, 6, 9)
+    expected = np_convolution(images, W, b)
+    # d loss / d W, d b and d x of sum(head * out), by the same sums taken backwards
+    grad_W = np.stack([np.stack([np.einsum("ncij,nkij->ck", head, images[:, :, u:u + 4, v:v + 7])
+                                 for v in range(3)], axis=-1) for u in range(3)], axis=-2)
+    grad_x = np.zeros_like(images)
+    for u in range(3):
+        for v in range(3):
+            grad_x[:, :, u:u + 4, v:v + 7] += np.einsum("ncij,ck->nkij", head, W[:, :, u, v])
+    inputs = [nd.array(a, ctx=ctx) for a in (x, W, b)]
+    for array in inputs:
+        array.attach_grad()
+    with autograd.record():
+        out = network(inputs[0], inputs[1:])
+        loss = nd.sum(out * nd.array(head, ctx=ctx))
+    loss.backward()
+    assert out.shape == (5, 4, 4, 7) and out.context == ctx
+    np.testing.assert_allclose(out.asnumpy(), expected, rtol=1e-5, atol=1e-5)
+    for array, want in zip(inputs, (grad_x.reshape(x.shape), grad_W, head.sum(axis=(0, 2, 3)))):
+        np.testing.assert_allclose(array.grad.asnumpy(), want, rtol=1e-5, atol=1e-4)
+    # the same layer in a symbolic graph, as the training step runs it
+    graph = network(sym.var("x"), [sym.var("W"), sym.var("b")], F=sym)
+    got = graph.eval(ctx=ctx, x=inputs[0], W=inputs[1], b=inputs[2])[0]
+    np.testing.assert_allclose(got.asnumpy(), expected, rtol=1e-5, atol=1e-5)
+
+
 def test_log_gaussian(ctx):
     x = np.array([-2.0, 0.0, 0.5, 3.0])
     mu = np.array([0.0, 0.1, -0.5, 3.0])
