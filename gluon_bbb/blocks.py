@@ -19,6 +19,7 @@ from mxnet.gluon import HybridBlock, nn
 
 from .model import (GaussianPrior, log_gaussian, sample_epsilons, total,
                     transform_gaussian_samples, transform_rhos)
+from .network import convolution
 from .prune import prune_weights
 
 
@@ -92,12 +93,12 @@ class BayesianConv2D(BayesianLayer):
     def __init__(self, channels, kernel_size, in_channels, strides=(1, 1), padding=(0, 0),
                  dilation=(1, 1), activation=None, **kwargs):
         kernel = _pair(kernel_size)
-        self._conv = dict(kernel=kernel, stride=_pair(strides), pad=_pair(padding),
-                          dilate=_pair(dilation), num_filter=channels)
+        self._conv = dict(num_filter=channels, kernel=kernel, in_channels=in_channels,
+                          stride=_pair(strides), pad=_pair(padding), dilate=_pair(dilation))
         super().__init__((channels, in_channels) + kernel, (channels,), activation, **kwargs)
 
     def _apply(self, F, x, weight, bias):
-        return F.Convolution(x, weight, bias, **self._conv)
+        return convolution(F, x, weight, bias, **self._conv)
 
 
 def _pair(value):

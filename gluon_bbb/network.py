@@ -62,26 +62,30 @@ class Conv2D:
 
     def __call__(self, F, h, params, input_shape):
         W, b = params
-        channels, height, width = input_shape
-        if channels == 1:
-            return self._dense_over_patches(F, h, W, b, height, width)
-        return F.Convolution(h, W, b, kernel=(self.kernel, self.kernel),
-                             num_filter=self.channels)
-
-    def _dense_over_patches(self, F, h, W, b, height, width):
-        """The convolution of a one-channel input as one dense product of its kernel x kernel
-        patches with the weights as (channels, kernel * kernel). The same numbers as
-        ``Convolution``; MXNet 1.9.1's oneDNN backward pass for a single input channel takes
-        25 ms of a LeNet step on this project's CPU, the patches and the product 7 ms
-        (docs/PERFORMANCE.md)."""
-        patches = F.transpose(F.im2col(h, kernel=(self.kernel, self.kernel)), axes=(0, 2, 1))
-        out = F.FullyConnected(patches, F.reshape(W, shape=(self.channels, -1)), b,
-                               num_hidden=self.channels, flatten=False)  # (N, positions, C)
-        return F.reshape(F.transpose(out, axes=(0, 2, 1)), shape=(
-            0, 0, height - self.kernel + 1, width - self.kernel + 1))
+        return convolution(F, h, W, b, self.channels, (self.kernel, self.kernel),
+                           in_channels=input_shape[0])
 
     def __str__(self):
         return "conv:%d:%d" % (self.channels, self.kernel)
+
+
+def convolution(F, h, W, b, num_filter, kernel, in_channels, stride=(1, 1), pad=(0, 0),
+                dilate=(1, 1)):
+    """MXNet's ``Convolution`` of NCHW inputs ``h`` with W (num_filter, in_channels, kh, kw)
+    and b (num_filter,). A one-channel input is convolved as one dense product of its patches
+    (``im2col``) with W as (channels, kh * kw): the same numbers, and MXNet 1.9.1's oneDNN
+    backward pass for a single input channel takes 25 ms of a LeNet step on this project's
+    CPU where the patches and the product take 7 ms (docs/PERFORMANCE.md)."""
+    options = dict(kernel=kernel, stride=stride, pad=pad, dilate=dilate)
+    if in_channels != 1:
+        return F.Convolution(h, W, b, num_filter=num_filter, **options)
+    patches = F.transpose(F.im2col(h, **options), axes=(0, 2, 1))  # (N, positions, kh * kw)
+    out = F.FullyConnected(patches, F.reshape(W, shape=(num_filter, -1)), b,
+                           num_hidden=num_filter, flatten=False)  # (N, positions, channels)
+    # the output's height and width: those of a pooling window of the kernel's extent
+    extent = tuple(d * (k - 1) + 1 for k, d in zip(kernel, dilate))
+    sides = F.BlockGrad(F.Pooling(h, kernel=extent, stride=stride, pad=pad, pool_type="max"))
+    return F.reshape_like(F.transpose(out, axes=(0, 2, 1)), sides, lhs_begin=2, rhs_begin=2)
 
 
 class MaxPool2D:

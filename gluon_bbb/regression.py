@@ -132,7 +132,10 @@ def regression_config(problem, model="bbb", seed=0, scaling=None, **fields):
     values = dict(problem.settings, **MODEL_SETTINGS.get(model, {}))
     values.update(fields, model=model, seed=seed, likelihood=likelihood,
                   batch_size=len(problem.inputs))
-    return Config(**values)
+    config = Config(**values)
+    if config.epochs < 1:
+        raise ConfigError("epochs", config.epochs, "at least 1 (nothing to train)")
+    return config
 
 
 @dataclasses.dataclass

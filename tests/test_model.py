@@ -111,48 +111,58 @@ def test_net_matches_numpy(ctx):
     np.testing.assert_allclose(out.asnumpy(), np_net(X, params), rtol=1e-5, atol=1e-5)
 
 
-def np_convolution(x, W, b):
-    """Stride 1, no padding: out[n, c, i, j] = b[c] + sum W[c, k, u, v] x[n, k, i + u, j + v]."""
+def np_convolution(x, W, b, stride=1, pad=0, dilate=1):
+    """out[n, c, i, j] = b[c] + sum W[c, k, u, v] xp[n, k, i s + u d, j s + v d] over k, u, v,
+    xp: x with ``pad`` zeros on each side; and the same sums taken backwards for the gradients
+    of sum(head * out). Returns (out, a function of head giving (d x, d W, d b))."""
     kernel = W.shape[2]
-    rows, cols = x.shape[2] - kernel + 1, x.shape[3] - kernel + 1
+    xp = np.pad(x, ((0, 0), (0, 0), (pad, pad), (pad, pad)))
+    rows = (xp.shape[2] - dilate * (kernel - 1) - 1) // stride + 1
+    cols = (xp.shape[3] - dilate * (kernel - 1) - 1) // stride + 1
+    window = lambda u, v: (slice(None), slice(None),
+                           slice(u * dilate, u * dilate + stride * (rows - 1) + 1, stride),
+                           slice(v * dilate, v * dilate + stride * (cols - 1) + 1, stride))
     out = np.zeros((x.shape[0], W.shape[0], rows, cols)) + b[None, :, None, None]
     for u in range(kernel):
         for v in range(kernel):
-            out += np.einsum("ck,nkij->ncij", W[:, :, u, v], x[:, :, u:u + rows, v:v + cols])
-    return out
+            out += np.einsum("ck,nkij->ncij", W[:, :, u, v], xp[window(u, v)])
+
+    def gradients(head):
+        grad_W, grad_xp = np.zeros_like(W), np.zeros_like(xp)
+        for u in range(kernel):
+            for v in range(kernel):
+                grad_W[:, :, u, v] = np.einsum("ncij,nkij->ck", head, xp[window(u, v)])
+                grad_xp[window(u, v)] += np.einsum("ncij,ck->nkij", head, W[:, :, u, v])
+        grad_x = grad_xp[:, :, pad:pad + x.shape[2], pad:pad + x.shape[3]]
+        return grad_x, grad_W, head.sum(axis=(0, 2, 3))
+    return out, gradients
 
 
 @pytest.mark.parametrize("in_channels", [1, 3])  # 1: the dense product over patches
-def test_convolution_and_its_gradients_match_numpy(ctx, in_channels):
+@pytest.mark.parametrize("stride, pad, dilate", [(1, 0, 1), (2, 1, 2)])
+def test_convolution_and_its_gradients_match_numpy(ctx, in_channels, stride, pad, dilate):
     from mxnet import sym
-    from gluon_bbb.network import Conv2D, Network
+    from gluon_bbb.network import convolution
     rng = np.random.default_rng(2)
-    network = Network([Conv2D(4, 3)], input_shape=(in_channels, 6, 9))
-    W, b = (rng.normal(size=s) for s in network.param_shapes())
-    x = rng.normal(size=(5, in_channels * 6 * 9))
-    head = rng.normal(size=(5, 4, 4, 7))  # d loss / d out for loss = sum(head * out)
-    images = x.reshape(5, in_channels, 6, 9)
-    expected = np_convolution(images, W, b)
-    # d loss / d W, d b and d x of sum(head * out), by the same sums taken backwards
-    grad_W = np.stack([np.stack([np.einsum("ncij,nkij->ck", head, images[:, :, u:u + 4, v:v + 7])
-                                 for v in range(3)], axis=-1) for u in range(3)], axis=-2)
-    grad_x = np.zeros_like(images)
-    for u in range(3):
-        for v in range(3):
-            grad_x[:, :, u:u + 4, v:v + 7] += np.einsum("ncij,ck->nkij", head, W[:, :, u, v])
+    x, W, b = (rng.normal(size=s) for s in ((5, in_channels, 6, 9), (4, in_channels, 3, 3),
+                                               (4,)))
+    expected, gradients = np_convolution(x, W, b, stride, pad, dilate)
+    head = rng.normal(size=expected.shape)  # d loss / d out of loss = sum(head * out)
+    options = dict(num_filter=4, kernel=(3, 3), in_channels=in_channels, stride=(stride,) * 2,
+                   pad=(pad,) * 2, dilate=(dilate,) * 2)
     inputs = [nd.array(a, ctx=ctx) for a in (x, W, b)]
     for array in inputs:
         array.attach_grad()
     with autograd.record():
-        out = network(inputs[0], inputs[1:])
+        out = convolution(nd, *inputs, **options)
         loss = nd.sum(out * nd.array(head, ctx=ctx))
     loss.backward()
-    assert out.shape == (5, 4, 4, 7) and out.context == ctx
+    assert out.shape == expected.shape and out.context == ctx
     np.testing.assert_allclose(out.asnumpy(), expected, rtol=1e-5, atol=1e-5)
-    for array, want in zip(inputs, (grad_x.reshape(x.shape), grad_W, head.sum(axis=(0, 2, 3)))):
+    for array, want in zip(inputs, gradients(head)):
         np.testing.assert_allclose(array.grad.asnumpy(), want, rtol=1e-5, atol=1e-4)
-    # the same layer in a symbolic graph, as the training step runs it
-    graph = network(sym.var("x"), [sym.var("W"), sym.var("b")], F=sym)
+    # the same in a symbolic graph, where the shapes are not known when it is written
+    graph = convolution(sym, sym.var("x"), sym.var("W"), sym.var("b"), **options)
     got = graph.eval(ctx=ctx, x=inputs[0], W=inputs[1], b=inputs[2])[0]
     np.testing.assert_allclose(got.asnumpy(), expected, rtol=1e-5, atol=1e-5)
 

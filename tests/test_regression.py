@@ -70,6 +70,14 @@ def test_bad_likelihoods_are_refused():
             parse_likelihood(bad)
 
 
+def test_a_regression_with_nothing_to_train_is_refused():
+    from gluon_bbb.regression import regression_config
+    assert regression_config("quartic", epochs=1).epochs == 1
+    with pytest.raises(ConfigError, match=r"epochs must be at least 1 \(nothing to train\), "
+                                          r"got 0"):
+        regression_config("quartic", epochs=0)
+
+
 def test_gaussian_gradient_matches_finite_differences(ctx):
     rng = np.random.default_rng(2)
     y, output = rng.normal(size=(4, 1)), rng.normal(size=(4, 2))

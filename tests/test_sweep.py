@@ -27,19 +27,28 @@ def read_json(path):
         return json.load(f)
 
 
+# The figures of each trial run by hand, by its command lines: the tests share trials, so that
+# each is run by hand once (a module's tests run in one process).
+BY_HAND = {}
+
+
 def one_by_one(tmp_path, spec_path):
     """The figures of the spec's trials run one after another, one thread each, as a user
     would run them by hand."""
     from gluon_bbb.sweep import load_spec, trial_figures, trials
     spec = load_spec(str(spec_path))
+    proportions = ["%g" % p for p in spec["proportions"]]
     figures = {}
     for trial in trials(spec):
-        out = tmp_path / "by-hand" / trial["name"]
-        env = {"OMP_NUM_THREADS": "1"}
-        assert run(TRAIN, *trial["train_args"], "--out", out, env=env).returncode == 0
-        assert run(PRUNE, "--checkpoint", out, "--proportions",
-                   *["%g" % p for p in spec["proportions"]], env=env).returncode == 0
-        figures[trial["name"]] = trial_figures(str(out))
+        key = (tuple(trial["train_args"]), tuple(proportions))
+        if key not in BY_HAND:
+            out = tmp_path / "by-hand" / trial["name"]
+            env = {"OMP_NUM_THREADS": "1"}
+            assert run(TRAIN, *trial["train_args"], "--out", out, env=env).returncode == 0
+            assert run(PRUNE, "--checkpoint", out, "--proportions", *proportions,
+                       env=env).returncode == 0
+            BY_HAND[key] = trial_figures(str(out))
+        figures[trial["name"]] = BY_HAND[key]
     return figures
 
 
@@ -231,7 +240,9 @@ def test_a_sweep_on_a_running_scheduler_with_two_workers(tmp_path):
         from distributed import Client
         with Client(address, timeout="30s") as client:
             client.wait_for_workers(2, timeout=60)
-            spec = write_spec(tmp_path / "spec.json", TINY, {"seed": [0, 1]})
+            # the trials of the local sweep's first setting
+            spec = write_spec(tmp_path / "spec.json", TINY, {"prior": ["gaussian"],
+                                                              "seed": [0, 1]})
             out = tmp_path / "sweep"
             proc = run(SWEEP, spec, "--out", out, "--scheduler", address)
             assert proc.returncode == 0, proc.stderr
