@@ -74,17 +74,19 @@ def convolution(F, h, W, b, num_filter, kernel, in_channels, stride=(1, 1), pad=
     """MXNet's ``Convolution`` of NCHW inputs ``h`` with W (num_filter, in_channels, kh, kw)
     and b (num_filter,). A one-channel input is convolved as one dense product of its patches
     (``im2col``) with W as (channels, kh * kw): the same numbers, and MXNet 1.9.1's oneDNN
-    backward pass for a single input channel takes 25 ms of a LeNet step on this project's
-    CPU where the patches and the product take 7 ms (docs/PERFORMANCE.md)."""
+    backward pass for a single input channel takes 25 ms of a 44 ms LeNet graph on this
+    project's CPU, and with the patches the graph takes 27 ms (docs/PERFORMANCE.md)."""
     options = dict(kernel=kernel, stride=stride, pad=pad, dilate=dilate)
     if in_channels != 1:
         return F.Convolution(h, W, b, num_filter=num_filter, **options)
     patches = F.transpose(F.im2col(h, **options), axes=(0, 2, 1))  # (N, positions, kh * kw)
     out = F.FullyConnected(patches, F.reshape(W, shape=(num_filter, -1)), b,
                            num_hidden=num_filter, flatten=False)  # (N, positions, channels)
-    # the output's height and width: those of a pooling window of the kernel's extent
+    # the output's height and width: those of a pooling window of the kernel's extent over
+    # one example (a pooling over the whole batch would cost a fifth of a LeNet step)
     extent = tuple(d * (k - 1) + 1 for k, d in zip(kernel, dilate))
-    sides = F.BlockGrad(F.Pooling(h, kernel=extent, stride=stride, pad=pad, pool_type="max"))
+    sides = F.BlockGrad(F.Pooling(F.slice_axis(h, axis=0, begin=0, end=1), kernel=extent,
+                                  stride=stride, pad=pad, pool_type="max"))
     return F.reshape_like(F.transpose(out, axes=(0, 2, 1)), sides, lhs_begin=2, rhs_begin=2)
 
 
