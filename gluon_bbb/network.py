@@ -72,12 +72,14 @@ class Conv2D:
 def convolution(F, h, W, b, num_filter, kernel, in_channels, stride=(1, 1), pad=(0, 0),
                 dilate=(1, 1)):
     """MXNet's ``Convolution`` of NCHW inputs ``h`` with W (num_filter, in_channels, kh, kw)
-    and b (num_filter,). A one-channel input is convolved as one dense product of its patches
-    (``im2col``) with W as (channels, kh * kw): the same numbers, and MXNet 1.9.1's oneDNN
-    backward pass for a single input channel takes 25 ms of a 44 ms LeNet graph on this
-    project's CPU, and with the patches the graph takes 27 ms (docs/PERFORMANCE.md)."""
+    and b (num_filter,). Where the gradient is taken (a symbolic graph: the training step's, a
+    hybridized block's; NDArrays while autograd records), a one-channel input is convolved as
+    one dense product of its patches (``im2col``) with W as (channels, kh * kw): the same sums
+    in another order. MXNet 1.9.1's oneDNN backward pass for a single input channel takes 25 ms
+    of a 44 ms LeNet graph on this project's CPU; with the patches the graph takes 27 ms. Its
+    forward pass alone is as fast as the patches' (docs/PERFORMANCE.md)."""
     options = dict(kernel=kernel, stride=stride, pad=pad, dilate=dilate)
-    if in_channels != 1:
+    if in_channels != 1 or not _differentiated(F):
         return F.Convolution(h, W, b, num_filter=num_filter, **options)
     patches = F.transpose(F.im2col(h, **options), axes=(0, 2, 1))  # (N, positions, kh * kw)
     out = F.FullyConnected(patches, F.reshape(W, shape=(num_filter, -1)), b,
@@ -88,6 +90,15 @@ def convolution(F, h, W, b, num_filter, kernel, in_channels, stride=(1, 1), pad=
     sides = F.BlockGrad(F.Pooling(F.slice_axis(h, axis=0, begin=0, end=1), kernel=extent,
                                   stride=stride, pad=pad, pool_type="max"))
     return F.reshape_like(F.transpose(out, axes=(0, 2, 1)), sides, lhs_begin=2, rhs_begin=2)
+
+
+def _differentiated(F):
+    """True for operators whose result may be differentiated: symbols, or NDArrays while
+    autograd records."""
+    if F.__name__.startswith("mxnet.symbol"):
+        return True
+    from mxnet import autograd
+    return autograd.is_recording()
 
 
 class MaxPool2D:

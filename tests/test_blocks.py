@@ -110,6 +110,7 @@ def test_a_bayesian_cnn_trains_with_gluon_trainer(ctx, mnist, tmp_path):
     again.add(BayesianConv2D(8, 5, in_channels=1, activation="relu"), nn.MaxPool2D(2),
               BayesianDense(64, 8 * 12 * 12, activation="relu"), BayesianDense(10, 64))
     again.load_parameters(str(tmp_path / "cnn.params"), ctx=ctx)
+    again.hybridize()  # the same graph as net's, so the same bits
     np.testing.assert_array_equal(predict_probabilities(again, X_test, 0).asnumpy(),
                                   predict_probabilities(net, X_test, 0).asnumpy())
     # SNR pruning of the block network, and its uncertainty on noise against digits

@@ -161,7 +161,10 @@ def test_convolution_and_its_gradients_match_numpy(ctx, in_channels, stride, pad
     np.testing.assert_allclose(out.asnumpy(), expected, rtol=1e-5, atol=1e-5)
     for array, want in zip(inputs, gradients(head)):
         np.testing.assert_allclose(array.grad.asnumpy(), want, rtol=1e-5, atol=1e-4)
-    # the same in a symbolic graph, where the shapes are not known when it is written
+    # not recorded (MXNet's Convolution for any input) and in a symbolic graph, where the
+    # shapes are not known when it is written
+    np.testing.assert_allclose(convolution(nd, *inputs, **options).asnumpy(), expected,
+                               rtol=1e-5, atol=1e-5)
     graph = convolution(sym, sym.var("x"), sym.var("W"), sym.var("b"), **options)
     got = graph.eval(ctx=ctx, x=inputs[0], W=inputs[1], b=inputs[2])[0]
     np.testing.assert_allclose(got.asnumpy(), expected, rtol=1e-5, atol=1e-5)
