@@ -8,8 +8,8 @@ layouts of MXNet's operators: ``Dense`` W (units, inputs) as ``FullyConnected``,
 W (channels, input channels, kernel, kernel) as ``Convolution``; b (units,) or (channels,).
 ``LogVariance`` adds one vector, the learned log variance of a Gaussian likelihood.
 
-This module imports no MXNet (``F`` brings the operators), so that a config can be checked
-where MXNet is not loaded (the sweep's own process).
+This module imports no MXNet when it is imported (``F`` brings the operators), so that a config
+can be checked where MXNet is not loaded (the sweep's own process).
 
 A description is also a string, as a run's config.json records it and ``--network`` takes it:
 ``mlp`` (the tutorial's MLP, shaped by the config's hidden layers and units), ``lenet``, or
