@@ -65,7 +65,7 @@ def main(argv=None):
     if args.save_pruned is not None:
         check_proportion(args.save_pruned, "save_pruned")
     run, checkpoint_path = resolve_checkpoint(args.checkpoint)
-    config = run.read_config()
+    config = run.read_classifier_config()
     ctx = parse_context(args.ctx)
     state = run.load_parameters(config, ctx, checkpoint_path)
     data = load_mnist(args.data_dir or run.recorded_data_dir())

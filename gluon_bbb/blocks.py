@@ -7,7 +7,11 @@ Each layer holds mu and rho of its weight and bias as Gluon ``Parameter``s (trai
 functions, w = mu + softplus(rho) * eps, on the context of its parameters. eps is a parameter
 too, one that is not trained (``grad_req="null"``): drawn before every forward pass, it is the
 same in a hybridized graph and in ``kl_term``, which gives log q(w) - log P(w) of the weights
-the last forward drew. A training loop is then ``loss = kl_term(net, prior) / M + nll``.
+the last forward drew. A training step is then ``output = net(X)``, then
+``loss = kl_term(net, prior) / M + nll(output)``, both inside one ``autograd.record()``: the KL
+term belongs to the forward pass before it. ``kl_term`` before any forward pass, or a second
+time for the same recorded forward pass (the order ``kl_term(net) / M + nll(net(X))``, which
+would pair each step's likelihood with the previous step's weights), is an error.
 
 A layer draws new eps whenever it is called; a network made by ``to_bayesian`` (or passed to
 ``sample_on_call``) draws them for all its layers whenever the network is called, which is what
@@ -32,6 +36,10 @@ class BayesianLayer(HybridBlock):
         super().__init__(**kwargs)
         self._fresh = False
         self._sample = True
+        # the state of the eps in use: None until a forward pass draws them, then whether they
+        # were drawn while autograd recorded, and whether kl_term has taken them since
+        self._drawn_recording = None
+        self._kl_taken = False
         with self.name_scope():
             for name, shape in (("weight", weight_shape), ("bias", bias_shape)):
                 setattr(self, name + "_mu", self.params.get(
@@ -45,6 +53,7 @@ class BayesianLayer(HybridBlock):
 
     def resample(self):
         """Draw new eps (zeros while ``use_mean_weights`` is on) for the next forward pass."""
+        self._drawn_recording, self._kl_taken = autograd.is_recording(), False
         with autograd.pause():  # eps is data of the graph, not a node of it
             for eps in (self.weight_eps, self.bias_eps):
                 for array in eps.list_data():
@@ -53,10 +62,16 @@ class BayesianLayer(HybridBlock):
         self._fresh = True
 
     def forward(self, x, *args):
+        if isinstance(x, nd.NDArray):
+            self._check_input(x)
         if not self._fresh:
             self.resample()
         self._fresh = False
         return super().forward(x, *args)
+
+    def _check_input(self, x):
+        """ValueError where ``x`` cannot be this layer's input (before MXNet's operators see
+        it)."""
 
     def hybrid_forward(self, F, x, weight_mu, weight_rho, weight_eps, bias_mu, bias_rho,
                        bias_eps):
@@ -100,6 +115,11 @@ class BayesianConv2D(BayesianLayer):
     def _apply(self, F, x, weight, bias):
         return convolution(F, x, weight, bias, **self._conv)
 
+    def _check_input(self, x):
+        if x.ndim != 4:
+            raise ValueError("%s takes 4-D input (batch, channels, height, width), as nn.Conv2D "
+                             "does, got shape %s" % (self.name, x.shape))
+
 
 def _pair(value):
     return tuple(value) if isinstance(value, (tuple, list)) else (value, value)
@@ -137,10 +157,33 @@ def sample_on_call(net):
 def kl_term(net, log_prior=None):
     """sum log q(w | mu, sigma) - sum log P(w) over the weights the last forward pass of
     ``net`` drew, shape (1,); recorded by autograd like the network's output. ``log_prior``
-    maps one weight array to its summed log density (default: ``GaussianPrior(1.0)``)."""
+    maps one weight array to its summed log density (default: ``GaussianPrior(1.0)``).
+
+    Call it after the forward pass whose loss it completes: while autograd records, the
+    weights must have been drawn by a forward pass recorded too and not yet taken by another
+    ``kl_term``; else RuntimeError (the KL term would belong to an earlier forward pass).
+    Outside ``autograd.record()`` (to log the term, say) it gives that of the last forward
+    pass."""
     log_prior = log_prior or GaussianPrior(1.0)
+    layers = bayesian_layers(net)
+    if not layers:
+        raise ValueError("kl_term: %s has no Bayesian layer (BayesianDense, BayesianConv2D); "
+                         "to_bayesian(net) makes its Dense and Conv2D layers Bayesian"
+                         % getattr(net, "name", net))
+    if any(layer._drawn_recording is None for layer in layers):
+        raise RuntimeError("kl_term(net) before any forward pass of net: the KL term is that of "
+                           "the weights a forward pass drew; call output = net(X) first, then "
+                           "kl_term(net)")
+    if autograd.is_recording():
+        if not all(layer._drawn_recording and not layer._kl_taken for layer in layers):
+            raise RuntimeError("kl_term(net) would pair this loss with the weights of an earlier "
+                               "forward pass (no forward pass of net has been recorded since "
+                               "the last kl_term): call output = net(X) first, then "
+                               "kl_term(net), in the same autograd.record() block")
+        for layer in layers:
+            layer._kl_taken = True
     terms = []
-    for layer in bayesian_layers(net):
+    for layer in layers:
         mus, rhos, epsilons = layer.variational_arrays()
         sigmas = transform_rhos(rhos)
         for w, mu, sigma in zip(transform_gaussian_samples(mus, sigmas, epsilons), mus, sigmas):
@@ -178,6 +221,9 @@ class use_mean_weights:
 def predict_probabilities(net, X, num_samples=10):
     """Mean over ``num_samples`` forward passes (each with new weights) of softmax(net(X));
     ``num_samples=0`` uses the mean weights. X on the network's context; returns (N, classes)."""
+    if isinstance(num_samples, bool) or not isinstance(num_samples, int) or num_samples < 0:
+        raise ValueError("num_samples must be a whole number >= 0 (0: the mean weights), got %r"
+                         % (num_samples,))
     with autograd.predict_mode():
         if num_samples == 0:
             with use_mean_weights(net):

@@ -109,7 +109,7 @@ def evaluate_run(checkpoint, data, ctx, num_samples=10, ood_images=None, out=Non
     run (``model`` ``mlp``) has no weight distribution: it is evaluated with its weights and
     ``num_samples`` must be 0; a Monte Carlo dropout run draws ``num_samples`` dropout masks. Returns ``(report, paths written)``."""
     run, checkpoint_path = resolve_checkpoint(checkpoint)
-    config = run.read_config()
+    config = run.read_classifier_config()
     state = run.load_parameters(config, ctx, checkpoint_path)
     if config.model == "mlp" and num_samples:
         raise ConfigError("test_samples", num_samples, "0 for a deterministic network "
@@ -162,7 +162,7 @@ def check_test_samples(num_samples, minimum=1):
 def main(argv=None):
     args = build_parser().parse_args(argv)
     run, _ = resolve_checkpoint(args.checkpoint)
-    model = run.read_config().model
+    model = run.read_classifier_config().model
     if args.test_samples is None:
         args.test_samples = 0 if model == "mlp" else 10
     elif model != "mlp":

@@ -53,6 +53,7 @@ def gaussian_log_likelihood(y, mean, log_variance, F=None):
 class Categorical:
     """Class labels: the network gives one score per class."""
     head = ()
+    classifies = True
 
     def network_outputs(self, num_outputs):
         return num_outputs
@@ -67,6 +68,7 @@ class Categorical:
 class Gaussian:
     """Real targets with Gaussian noise: ``noise`` is a standard deviation (fixed),
     ``learned`` or ``heteroscedastic``."""
+    classifies = False
 
     def __init__(self, noise):
         self.noise = noise

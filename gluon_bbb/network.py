@@ -23,12 +23,19 @@ import math
 from .errors import ConfigError
 
 
+def _whole_number(value, what, layer):
+    """``value`` if it is a whole number >= 1; ValueError naming the layer otherwise."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError("%s: %s must be a whole number >= 1" % (layer, what))
+    return value
+
+
 class Dense:
     """A fully connected layer; takes (batch, ...) and flattens what is past the batch axis."""
     has_weights = True
 
     def __init__(self, units):
-        self.units = units
+        self.units = _whole_number(units, "UNITS", "dense:%s" % (units,))
 
     def param_shapes(self, input_shape):
         return [(self.units, math.prod(input_shape)), (self.units,)], (self.units,)
@@ -46,7 +53,9 @@ class Conv2D:
     has_weights = True
 
     def __init__(self, channels, kernel):
-        self.channels, self.kernel = channels, kernel
+        layer = "conv:%s:%s" % (channels, kernel)
+        self.channels = _whole_number(channels, "CHANNELS", layer)
+        self.kernel = _whole_number(kernel, "KERNEL", layer)
 
     def param_shapes(self, input_shape):
         if len(input_shape) != 3:
@@ -106,7 +115,7 @@ class MaxPool2D:
     has_weights = False
 
     def __init__(self, size):
-        self.size = size
+        self.size = _whole_number(size, "SIZE", "pool:%s" % (size,))
 
     def param_shapes(self, input_shape):
         if len(input_shape) != 3 or min(input_shape[1:]) < self.size:
@@ -155,8 +164,8 @@ class Dropout:
     has_weights = False
 
     def __init__(self, rate):
-        if not 0.0 < rate < 1.0:
-            raise ValueError("dropout:%g: the rate is in (0, 1)" % rate)
+        if isinstance(rate, bool) or not isinstance(rate, (int, float)) or not 0.0 < rate < 1.0:
+            raise ValueError("dropout:%s: RATE must be in (0, 1)" % (rate,))
         self.rate = rate
 
     def param_shapes(self, input_shape):
@@ -191,6 +200,9 @@ class LogVariance:
 
 LAYERS = {"dense": Dense, "conv": Conv2D, "pool": MaxPool2D, "relu": ReLU, "flatten": Flatten,
           "dropout": Dropout}
+# the numbers each layer of a description takes, as SPEC_HELP names them
+LAYER_NUMBERS = {"dense": ("UNITS",), "conv": ("CHANNELS", "KERNEL"), "pool": ("SIZE",),
+                 "relu": (), "flatten": (), "dropout": ("RATE",)}
 
 
 class Network:
@@ -334,22 +346,35 @@ def parse_network(spec, num_inputs=784, num_outputs=10):
     if spec in NETWORKS:
         return NETWORKS[spec](num_inputs, num_outputs)
     try:
-        layers = []
-        for item in str(spec).split(","):
-            name, *numbers = item.strip().split(":")
-            layers.append(LAYERS[name](*[float(n) if name == "dropout" else int(n)
-                                         for n in numbers]))
+        layers = [_parse_layer(item.strip()) for item in str(spec).split(",")]
         if any(isinstance(layer, Conv2D) for layer in layers):
             side = _image_side(num_inputs)
             input_shape = (1, side, side)
         else:
             input_shape = (num_inputs,)
         network = Network(layers, input_shape)
-    except (KeyError, TypeError, ValueError) as exc:
-        detail = str(exc) if isinstance(exc, ValueError) else "unknown layer or wrong numbers"
-        raise ConfigError("network", spec, "%s; %s" % (SPEC_HELP, detail)) from None
+    except ValueError as exc:
+        raise ConfigError("network", spec, "%s; %s" % (SPEC_HELP, exc)) from None
     if not layers or not isinstance(layers[-1], Dense) or network.num_outputs != num_outputs:
         raise ConfigError("network", spec, "a description ending in dense:%d (the %d outputs "
                           "the likelihood takes)"
                           % (num_outputs, num_outputs))
     return network
+
+
+def _parse_layer(item):
+    """One layer of a description, ``NAME[:NUMBER...]``; ValueError saying what is wrong."""
+    name, *numbers = item.split(":")
+    if name not in LAYERS:
+        raise ValueError("unknown layer %r" % item)
+    wanted = LAYER_NUMBERS[name]
+    if len(numbers) != len(wanted):
+        raise ValueError("%s takes %s" % (name, ":".join([name] + list(wanted))))
+    values = []
+    for number, what in zip(numbers, wanted):
+        try:
+            values.append(float(number) if name == "dropout" else int(number))
+        except ValueError:
+            raise ValueError("%s: %s must be %s" % (
+                item, what, "a number" if name == "dropout" else "a whole number >= 1")) from None
+    return LAYERS[name](*values)

@@ -41,13 +41,13 @@ from .errors import CheckpointError, ConfigError  # noqa: E402
 from .evaluate import MAX_TEST_SAMPLES, check_test_samples  # noqa: E402
 from .files import save_figure, write_json  # noqa: E402
 from .model import prediction_sigmas  # noqa: E402
-from .rundir import RunDirectory  # noqa: E402
+from .rundir import REGRESSION_METRICS_FILE, RunDirectory  # noqa: E402
 from .step import TrainingStep  # noqa: E402
 from .train import check_finite  # noqa: E402
 from .uncertainty import sampled_outputs  # noqa: E402
 
 CHECK_EVERY = 100  # steps between reads of the loss (a read waits for MXNet's queue)
-METRICS_FILE = "metrics.json"
+METRICS_FILE = REGRESSION_METRICS_FILE
 PLOT_FILE = "regression.png"
 
 

@@ -39,6 +39,7 @@ HISTORY_FILE = "history.json"
 CHECKPOINT_FILE = "checkpoint.params"
 BEST_CHECKPOINT_FILE = "best.params"
 LOCK_FILE = ".lock"
+REGRESSION_METRICS_FILE = "metrics.json"
 # config.json's entries beside the Config's fields: how the run was made, not what it learns
 RUN_RECORD = ("ctx", "data_dir", "problem", "scaling")
 # Fields that may differ between a run and its resumption (training longer is allowed).
@@ -144,6 +145,20 @@ class RunDirectory:
             return Config(**values)
         except ConfigError as exc:
             raise CheckpointError("%s: %s", path, exc.describe(lambda f: "field " + f)) from None
+
+    def read_classifier_config(self):
+        """``read_config()`` of a run that classifies images (an MNIST run, not a regression
+        run); CheckpointError saying what the run is otherwise."""
+        config = self.read_config()
+        if not config.build_likelihood().classifies:
+            problem = self.read_record().get("problem")
+            raise CheckpointError(
+                "%s is a regression run (%slikelihood %s), not an image classifier: its figures "
+                "are in its %s, written by python -m gluon_bbb.regression, and "
+                "gluon_bbb.regression.predict_regression predicts with it", self.path,
+                "problem %s, " % problem if problem else "", config.likelihood,
+                REGRESSION_METRICS_FILE)
+        return config
 
     def recorded_data_dir(self):
         """The MNIST directory the run was trained on, while it still exists; else None (then

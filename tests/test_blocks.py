@@ -94,8 +94,9 @@ def test_a_bayesian_cnn_trains_with_gluon_trainer(ctx, mnist, tmp_path):
             X = nd.array(images[i * 100:(i + 1) * 100], ctx=ctx)
             y = nd.one_hot(nd.array(mnist.train_labels[i * 100:(i + 1) * 100], ctx=ctx), 10)
             with autograd.record():
+                output = net(X)
                 loss = (kl_term(net, GaussianPrior(1.0)) / num_batches
-                        - nd.sum(log_softmax_likelihood(net(X), y)))
+                        - nd.sum(log_softmax_likelihood(output, y)))
             loss.backward()
             trainer.step(1)
     X_test = nd.array(mnist.test_images[:2000].reshape(-1, 1, 28, 28), ctx=ctx)
@@ -153,3 +154,63 @@ def test_to_bayesian_turns_a_users_network_into_bayesian_layers(ctx):
     unsized.add(nn.Dense(3))
     with pytest.raises(ValueError, match="has no input size yet"):
         to_bayesian(unsized)
+
+
+@pytest.mark.parametrize("hybridize", [False, True])
+def test_the_kl_term_belongs_to_the_forward_pass_before_it(ctx, hybridize):
+    net = small_cnn(ctx)
+    net.hybridize(hybridize)
+    X = nd.array(np.random.default_rng(2).normal(size=(3, 1, 8, 8)), ctx=ctx)
+    # the KL term before the forward pass in one recorded loss: it would be the previous
+    # draw's (all-zero eps on the first step), so it is refused, on the first step and later
+    with autograd.record():
+        with pytest.raises(RuntimeError, match="before any forward pass"):
+            kl_term(net) + nd.sum(net(X))
+    with autograd.record():
+        output = net(X)
+        kl = kl_term(net)
+        with pytest.raises(RuntimeError, match="weights of an earlier forward pass"):
+            kl_term(net)  # a second KL term for one forward pass
+    with autograd.record():
+        with pytest.raises(RuntimeError, match="weights of an earlier forward pass"):
+            kl_term(net) + nd.sum(net(X))
+    # the right order: the KL term of exactly the weights the forward pass drew
+    with autograd.record():
+        output = net(X)
+        kl = kl_term(net)
+    mus, rhos, epsilons = [], [], []
+    for layer in bayesian_layers(net):
+        layer_mus, layer_rhos, layer_eps = layer.variational_arrays()
+        mus, rhos, epsilons = mus + layer_mus, rhos + layer_rhos, epsilons + layer_eps
+    sigmas = [np.log1p(np.exp(r.asnumpy().astype(np.float64))) for r in rhos]
+    expected = 0.0
+    for mu, sigma, eps in zip(mus, sigmas, epsilons):
+        w = mu.asnumpy() + sigma * eps.asnumpy()
+        log_q = -0.5 * np.log(2 * np.pi) - np.log(sigma) - 0.5 * eps.asnumpy() ** 2
+        log_p = -0.5 * np.log(2 * np.pi) - 0.5 * w ** 2
+        expected += np.sum(log_q - log_p)
+    assert output.shape == (3, 4) and np.abs(epsilons[0].asnumpy()).sum() > 0
+    np.testing.assert_allclose(kl.asscalar(), expected, rtol=1e-5)
+    # outside autograd.record() (logging), the last forward pass's term, as often as asked
+    np.testing.assert_allclose(kl_term(net).asscalar(), expected, rtol=1e-5)
+
+
+def test_blocks_refuse_what_they_cannot_take(ctx):
+    plain = nn.HybridSequential()
+    plain.add(nn.Dense(3, in_units=4))
+    plain.initialize(ctx=ctx)
+    with pytest.raises(ValueError, match="has no Bayesian layer"):
+        kl_term(plain)
+    net = small_cnn(ctx)
+    X = nd.ones((2, 1, 8, 8), ctx=ctx)
+    for bad in (-1, 1.5, True):
+        with pytest.raises(ValueError, match="num_samples must be a whole number >= 0"):
+            predict_probabilities(net, X, num_samples=bad)
+    conv = BayesianConv2D(3, 3, in_channels=1)
+    conv.initialize(ctx=ctx)
+    for recording in (False, True):
+        with autograd.record(recording):
+            with pytest.raises(ValueError, match=r"takes 4-D input \(batch, channels, height, "
+                                                 r"width\), as nn.Conv2D does, got shape "
+                                                 r"\(2, 64\)"):
+                conv(nd.ones((2, 64), ctx=ctx))
