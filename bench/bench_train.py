@@ -44,7 +44,7 @@ from gluon_bbb import (Config, TrainingStep, combined_loss, gaussian_prior,  # n
                        init_variational_params, load_mnist, log_softmax_likelihood, net,
                        sample_epsilons, transform_gaussian_samples, transform_rhos)
 from gluon_bbb.config import PRESETS  # noqa: E402
-from gluon_bbb.model import NetworkGraph  # noqa: E402
+from gluon_bbb.ndarray_backend import NetworkGraph  # noqa: E402
 
 STEPS_PER_EPOCH = 469  # ceil(60000 / 128)
 

@@ -2,10 +2,18 @@
 
 Importing the package loads no MXNet: a name is imported from its module when it is first used
 (``from gluon_bbb import train``), and MXNet with the first module that needs it. The sweep's
-own process and its Dask workers (``gluon_bbb.sweep``) run on ``errors``, ``files``, ``cli``,
-``config``, ``network``, ``likelihood`` and ``rundir``, which need none.
+own process and its Dask workers (``gluon_bbb.sweep``, ``gluon_bbb.trials``) run on
+``errors``, ``files``, ``cli``, ``config``, ``modes``, ``priors``, ``network``, ``likelihood``,
+``rundir`` and the commands' parsers, which need none.
+
+MXNet 1.9.1 reads ``numpy.bool`` once, while it is imported; NumPy 1.24 removed that name (an
+alias of Python's ``bool``). The package lends NumPy the name for the length of MXNet's first
+import, wherever in the process it happens after this package is imported, and takes it back
+after (``_NumPyBoolForMXNet``): nothing of the user's ``numpy`` module changes for good.
 """
 import importlib as _importlib
+import importlib.abc as _importlib_abc
+import importlib.util as _importlib_util
 import os as _os
 import sys as _sys
 
@@ -16,6 +24,47 @@ _os.environ.setdefault("MXNET_USE_OPERATOR_TUNING", "0")
 _os.environ.setdefault("OMP_NUM_THREADS", str(len(_os.sched_getaffinity(0))
                                               if hasattr(_os, "sched_getaffinity")
                                               else _os.cpu_count() or 1))
+
+
+
+class _NumPyBoolForMXNet(_importlib_abc.MetaPathFinder):
+    """Finds ``mxnet`` with the other finders and runs its first import with ``numpy.bool``
+    defined where NumPy no longer has it; then steps aside."""
+
+    def find_spec(self, name, path=None, target=None):
+        if name != "mxnet":
+            return None
+        _sys.meta_path.remove(self)  # once: the next import of mxnet is the cached module
+        spec = _importlib_util.find_spec(name)
+        if spec is not None and spec.loader is not None:
+            spec.loader = _LoaderWithNumPyBool(spec.loader)
+        return spec
+
+
+class _LoaderWithNumPyBool(_importlib_abc.Loader):
+    def __init__(self, loader):
+        self.loader = loader
+
+    def create_module(self, spec):
+        return self.loader.create_module(spec)
+
+    def exec_module(self, module):
+        import numpy
+        import warnings
+        with warnings.catch_warnings():  # NumPy 1.20-1.23 warn that the alias is deprecated
+            warnings.simplefilter("ignore", DeprecationWarning)
+            lent = not hasattr(numpy, "bool")
+        if lent:
+            numpy.bool = bool
+        try:
+            self.loader.exec_module(module)
+        finally:
+            if lent:
+                del numpy.bool
+
+
+if "mxnet" not in _sys.modules:
+    _sys.meta_path.insert(0, _NumPyBoolForMXNet())
 
 from .errors import (CheckpointError, ConfigError, ContextError, DataError,  # noqa: E402
                      DataNotFound, GluonBBBError, Interrupted, OutputError, ResourceError,
@@ -30,18 +79,20 @@ for _module, _names in {
         "config": "Config",
         "context": "context_name parse_context",
         "data": "MNIST load_mnist read_idx resolve_data_dir",
-        "model": "GaussianPrior ScaleMixturePrior combined_loss combined_loss_gradients "
-                 "evaluate_accuracy gaussian_prior init_variational_params layer_param_shapes "
-                 "log_gaussian log_softmax_likelihood lrt_net net prior_for sample_epsilons "
-                 "scale_mixture_prior softplus transform_gaussian_samples transform_rhos",
+        "model": "combined_loss evaluate_accuracy init_variational_params layer_param_shapes "
+                 "log_gaussian log_softmax_likelihood lrt_net net sample_epsilons softplus "
+                 "transform_gaussian_samples transform_rhos",
+        "priors": "GaussianPrior ScaleMixturePrior gaussian_prior prior_for "
+                  "scale_mixture_prior",
+        "ndarray_backend": "combined_loss_gradients",
         "likelihood": "Categorical Gaussian gaussian_log_likelihood parse_likelihood",
         "noise": "noise_for",
-        "regression": "PROBLEMS fit_regression predict_regression regression_config "
-                      "run_regression split_uncertainty",
-        "prune": "prune_weights pruning_table signal_to_noise_ratio",
+        "regression_problems": "PROBLEMS fit_regression predict_regression "
+                               "regression_config run_regression split_uncertainty",
+        "pruning": "prune_weights pruning_table signal_to_noise_ratio",
         "rundir": "RunDirectory load_checkpoint",
         "step": "TrainingStep",
-        "train": "TrainResult kl_weights train",
+        "training": "TrainResult kl_weights train",
         "uncertainty": "auroc expected_calibration_error negative_log_likelihood predict "
                        "predictive_entropy"}.items():
     _EXPORTS.update(dict.fromkeys(_names.split(), _module))
@@ -60,14 +111,14 @@ def require_mxnet():
     return mxnet
 
 
-def exit_unless_mxnet_loads(prog):
-    """For a command's first lines: ``prog: error: ...`` and exit status 2 where MXNet cannot
-    be loaded, before anything imports it."""
+def mxnet_load_error():
+    """None where MXNet loads, else why not, in one line (what a command prints before anything
+    imports it)."""
     try:
         require_mxnet()
     except ImportError as exc:
-        _sys.stderr.write("%s: error: %s\n" % (prog, exc))
-        raise SystemExit(2)
+        return str(exc)
+    return None
 
 
 def __getattr__(name):

@@ -13,7 +13,7 @@
  * uniforms from the 64-bit words of Philox4x64-10 blocks with counter (c * BLOCKS_PER_CHUNK + j
  * + 1, s, 0, 0), j = 0, 1, ..., exactly the words NumPy's np.random.Philox(key=key,
  * counter=[c * BLOCKS_PER_CHUNK, s, 0, 0]).random_raw() returns. Each word gives two 24-bit
- * uniforms in (0, 1); native.philox_normals_reference writes the same mapping in NumPy, and the
+ * uniforms in (0, 1); noise.philox_normals_reference writes the same mapping in NumPy, and the
  * draws do not depend on the number of threads.
  *
  * Compiled with -ffast-math for vectorized expf/logf (glibc libmvec) but linked without it, so
@@ -24,7 +24,7 @@
 
 /* native.py refuses a library whose version differs from its own ABI_VERSION: raise both
  * whenever a function's signature or meaning changes. */
-#define ABI_VERSION 2
+#define ABI_VERSION 3
 #define CHUNK 8192
 #define BLOCKS_PER_CHUNK 1024 /* CHUNK / 2 words per pair of normals / 4 words per block */
 #define LOG_SQRT_2PI 0.91893853320467274178f
@@ -84,13 +84,17 @@ static inline float softplus(float rho) {
     return softplus_and_sigmoid(rho, &unused);
 }
 
+/* The priors (priors.py's kernel_args) and the KL estimates (modes.py's kernel_code). */
+enum { GAUSSIAN_PRIOR = 0, SCALE_MIXTURE_PRIOR = 1 };
+enum { MONTE_CARLO_KL = 0, CLOSED_FORM_KL = 1 };
+
 /* The prior's log density as the KL loops take it: log(weight_k N(x | 0, s_k^2)) = c_k - k_k x^2
  * for component k (a Gaussian prior has only the first). */
 struct prior_terms { float k1, k2, c1, c2; };
 
 static struct prior_terms prior_terms_of(int prior, float pi, float s1, float s2) {
     struct prior_terms t = {0.5f / (s1 * s1), 0.5f / (s2 * s2), -logf(s1) - LOG_SQRT_2PI, 0.0f};
-    if (prior == 1) {
+    if (prior == SCALE_MIXTURE_PRIOR) {
         t.c1 += logf(pi);
         t.c2 = log1pf(-pi) - logf(s2) - LOG_SQRT_2PI;
     }
@@ -238,20 +242,20 @@ static double kl_closed_form(int64_t n, const float *mu, const float *rho, const
     return total;
 }
 
-/* The KL term of the step and the gradients of the whole loss with respect to mu and rho:
- *   prior 0: Monte Carlo, Gaussian prior N(0, s1^2)       (sum of log q(w) - log P(w))
- *   prior 1: Monte Carlo, scale mixture (pi, s1, s2), 0 < pi < 1
- *   prior 2: closed form, Gaussian prior N(0, s1^2)       (sum of KL(q || P) per entry)
- * at w = mu + sigma * eps, given grad_w = dNLL/dw. Writes grad_mu and grad_rho = dL/dsigma *
- * sigmoid(rho) of L = NLL + kl_weight * KL, and returns the KL term's sum (in double). */
+/* The KL term of the step and the gradients of the whole loss with respect to mu and rho, for
+ * the prior GAUSSIAN_PRIOR, N(0, s1^2), or SCALE_MIXTURE_PRIOR, (pi, s1, s2) with 0 < pi < 1,
+ * estimated by MONTE_CARLO_KL (the sum of log q(w) - log P(w)) or CLOSED_FORM_KL (the sum of
+ * KL(q || P) per entry; the Gaussian prior only), at w = mu + sigma * eps, given
+ * grad_w = dNLL/dw. Writes grad_mu and grad_rho = dL/dsigma * sigmoid(rho) of
+ * L = NLL + kl_weight * KL, and returns the KL term's sum (in double). */
 double bbb_kl_gradients(int64_t n, const float *mu, const float *rho, const float *eps,
-                        const float *w, const float *grad_w, float kl_weight, int prior,
-                        float pi, float s1, float s2, float *grad_mu, float *grad_rho) {
-    struct prior_terms t = prior_terms_of(prior, pi, s1, s2);
-    if (prior == 0 || prior == 1)
-        return kl_monte_carlo(n, rho, eps, w, grad_w, kl_weight, t, prior == 1, grad_mu,
-                              grad_rho);
-    return kl_closed_form(n, mu, rho, eps, grad_w, kl_weight, s1, grad_mu, grad_rho);
+                        const float *w, const float *grad_w, float kl_weight, int kl_estimate,
+                        int prior, float pi, float s1, float s2, float *grad_mu,
+                        float *grad_rho) {
+    if (kl_estimate == CLOSED_FORM_KL)
+        return kl_closed_form(n, mu, rho, eps, grad_w, kl_weight, s1, grad_mu, grad_rho);
+    return kl_monte_carlo(n, rho, eps, w, grad_w, kl_weight, prior_terms_of(prior, pi, s1, s2),
+                          prior == SCALE_MIXTURE_PRIOR, grad_mu, grad_rho);
 }
 
 /* MXNet's sgd_update (no momentum) and adam_update, in place, for float32 vectors:

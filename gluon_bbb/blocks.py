@@ -24,7 +24,7 @@ from mxnet.gluon import HybridBlock, nn
 from .model import (GaussianPrior, log_gaussian, sample_epsilons, total,
                     transform_gaussian_samples, transform_rhos)
 from .network import convolution
-from .prune import prune_weights
+from .pruning import prune_weights
 
 
 class BayesianLayer(HybridBlock):

@@ -1,6 +1,13 @@
-"""What the three commands (``train_mnist.py``, ``prune.py``, ``python -m gluon_bbb.evaluate``)
-share: argument parsing that reports a bad flag on one line, and ``run_main``, which turns every
-error a user can cause into ``prog: error: message`` and exit status 2, never a traceback.
+"""What the commands share: argument parsing that reports a bad flag on one line, and
+``run_command``, which runs a command's ``main`` as a program: one line and status 2 where MXNet
+cannot be loaded, and (``run_main``) every error a user can cause turned into
+``prog: error: message`` and exit status 2, never a traceback.
+
+Every command is a module of the package with ``main(argv)`` and ``run(argv, prog)``:
+``python -m gluon_bbb.train_mnist``, ``.prune``, ``.evaluate``, ``.regression``, ``.sweep``,
+``.compress``, ``.predict``; ``gluon-bbb COMMAND`` (``__main__.py``) runs the same, and
+``train_mnist.py`` and ``prune.py`` at the top of a checkout are wrappers of the first two. A
+command module imports no MXNet when it is imported: its ``main`` loads what it needs.
 
 Library errors name config fields (``{learning_rate}``); only here does a field become the flag
 that sets it (``--learning-rate``). SIGINT and SIGTERM (what ``kill``, a cluster scheduler or
@@ -19,10 +26,25 @@ _FLAGS = {"out_dir": "--out"}
 
 
 class ArgumentParser(argparse.ArgumentParser):
-    """argparse that reports a bad flag on one line (no usage block) and exits with status 2."""
+    """argparse that reports a bad flag on one line (no usage block) and exits with status 2;
+    with ``raise_errors`` it raises ``FlagError`` instead (to check another command's flags
+    in-process, as the sweep does)."""
+
+    def __init__(self, *args, raise_errors=False, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.raise_errors = raise_errors
 
     def error(self, message):
+        if self.raise_errors:
+            raise FlagError(message)
         self.exit(2, "%s: error: %s\n" % (self.prog, message))
+
+
+class FlagError(GluonBBBError):
+    """A command line that its command's parser refuses."""
+
+    def __init__(self, message):
+        super().__init__("%s", message)
 
 
 def flag_for(field):
@@ -32,6 +54,20 @@ def flag_for(field):
 
 def _terminate(signum, frame):
     raise Interrupted("SIGTERM")
+
+
+def run_command(main, argv=None, prog=None, needs_mxnet=True):
+    """Run a command's ``main(argv)`` as a program and return its exit status: where it
+    ``needs_mxnet`` and MXNet cannot be loaded, one line and status 2 before anything imports
+    it; then ``run_main``."""
+    prog = prog or os.path.basename(sys.argv[0])
+    if needs_mxnet:
+        from . import mxnet_load_error
+        problem = mxnet_load_error()
+        if problem:
+            sys.stderr.write("%s: error: %s\n" % (prog, problem))
+            return 2
+    return run_main(main, argv, prog)
 
 
 def run_main(main, argv=None, prog=None):

@@ -4,24 +4,23 @@ import math
 from dataclasses import dataclass
 from typing import Optional
 
+from . import modes
 from .errors import ConfigError
 from .likelihood import parse_likelihood
 from .network import Network, mlp, parse_network
+from .priors import prior_for, prior_kind
 
-PRIORS = ("gaussian", "scale_mixture")
 OPTIMIZERS = ("sgd", "adam")
-KL_WEIGHTINGS = ("uniform", "blundell")
-ESTIMATORS = ("sample", "lrt")
-MODELS = ("bbb", "mcdropout", "mlp")
-KL_ESTIMATES = ("mc", "analytic")
 # Each weight sample of a step is a whole forward and backward pass: 1000 samples make a default
 # epoch take hours, and the paper uses 1 to 10.
 MAX_SAMPLES = 1000
+# as many draws as a Monte Carlo predictive may average: each is a pass over the test set
+MAX_TEST_SAMPLES = 1000
 
 
 @dataclass
 class Config:
-    """Hyper-parameters of a Bayes-by-Backprop MLP; defaults are the tutorial's.
+    """Hyper-parameters of a run; defaults are the tutorial's Bayes-by-Backprop MLP.
 
     Sizes are counts; ``learning_rate`` is per summed mini-batch loss (the tutorial's
     plain SGD); it is multiplied by ``lr_decay_factor`` every ``lr_decay_every`` epochs
@@ -32,12 +31,15 @@ class Config:
     ``model``: ``bbb`` (Bayes by Backprop); ``mcdropout``, Monte Carlo dropout (Gal and
     Ghahramani 2016): the mean weights trained with dropout at ``dropout`` after every hidden
     ReLU and the prior as weight decay, the same sentence as Bayes by Backprop's loss without
-    log q, (1/M)(-log P(w)) - log P(D_i | w); predictions average dropout masks; or ``mlp``, a
-    deterministic baseline trained on the mean weights with the same data and optimizer
-    (likelihood only, no prior; rho unused by both).
+    log q, (1/M)(-log P(w)) - log P(D_i | w); predictions average dropout masks; or
+    ``deterministic`` (formerly ``mlp``), a baseline trained on the mean weights with the same
+    data and optimizer (likelihood only, no prior; rho unused by both).
     ``estimator``: ``sample`` draws weights (the tutorial), ``lrt`` draws pre-activations
     (local reparametrization); ``kl``: ``mc`` estimates log q - log P at the sampled weights
-    (the tutorial), ``analytic`` uses the closed form (Gaussian prior only).
+    (the tutorial), ``analytic`` uses the closed form (Gaussian prior only). These choices
+    and ``prior`` and ``kl_weighting`` are names of the objects of ``modes.py`` and
+    ``priors.py`` (``model_kind``, ``estimator_kind``, ``kl_kind``, ``kl_weighting_kind``,
+    ``build_prior()``).
     ``kl_scale`` multiplies the KL term of every mini-batch (1: the paper's objective; below 1
     a tempered one, which trades the posterior's fit to the prior for fit to the data).
     ``network``: ``mlp`` (``num_hidden_layers`` ReLU layers of ``num_hidden_units``), ``lenet``,
@@ -76,7 +78,9 @@ class Config:
     dropout: float = 0.5
 
     def __post_init__(self):
-        self.prior = str(self.prior).replace("-", "_")
+        # the names as config.json keeps them (scale-mixture spelt either way, mlp as it was)
+        self.prior = prior_kind(self.prior).name
+        self.model = self.model_kind.name
         for name in ("num_inputs", "num_outputs", "num_hidden_units", "batch_size"):
             _require_int(name, getattr(self, name), minimum=1)
         _require_int("num_samples", self.num_samples, minimum=1, maximum=MAX_SAMPLES)
@@ -99,20 +103,35 @@ class Config:
             raise ConfigError("pi", self.pi, "in [0, 1]")
         if not (_is_real(self.rho_offset) and math.isfinite(self.rho_offset)):
             raise ConfigError("rho_offset", self.rho_offset, "a finite number")
-        _require_choice("prior", self.prior, PRIORS)
         _require_choice("optimizer", self.optimizer, OPTIMIZERS)
-        _require_choice("kl_weighting", self.kl_weighting, KL_WEIGHTINGS)
-        _require_choice("model", self.model, MODELS)
-        _require_choice("estimator", self.estimator, ESTIMATORS)
-        _require_choice("kl", self.kl, KL_ESTIMATES)
-        if self.kl == "analytic" and self.prior != "gaussian":
-            raise ConfigError("kl", self.kl, "mc with the scale-mixture prior (its KL has no "
-                              "closed form)")
+        modes.kl_weighting(self.kl_weighting)  # ConfigError where it names none
+        self.kl_kind.check(prior_kind(self.prior))
         network = self.build_network()  # ConfigError where the description is not one
-        if self.estimator == "lrt" and not network.dense_only:
-            raise ConfigError("estimator", self.estimator, "sample for a network of other "
-                              "layers than dense and relu (lrt draws the pre-activations of "
-                              "dense layers)")
+        self.estimator_kind.check(network)
+
+    @property
+    def model_kind(self):
+        """The ``modes.ModelKind`` ``model`` names."""
+        return modes.model_kind(self.model)
+
+    @property
+    def estimator_kind(self):
+        """The ``modes.Estimator`` ``estimator`` names."""
+        return modes.estimator(self.estimator)
+
+    @property
+    def kl_kind(self):
+        """The ``modes.KLEstimate`` ``kl`` names."""
+        return modes.kl_estimate(self.kl)
+
+    @property
+    def kl_weighting_kind(self):
+        """The ``modes.KLWeighting`` ``kl_weighting`` names."""
+        return modes.kl_weighting(self.kl_weighting)
+
+    def build_prior(self):
+        """The prior object (``priors.py``) of this config's ``prior`` and its scales."""
+        return prior_for(self)
 
     def learning_rate_at(self, epoch):
         """The learning rate of epoch ``epoch`` (0-based) under the step decay schedule."""
@@ -133,9 +152,7 @@ class Config:
             network = parse_network(self.network, self.num_inputs, outputs)
         if likelihood.head:
             network = Network(network.layers + list(likelihood.head), network.input_shape)
-        if self.model == "mcdropout":
-            network = network.with_dropout(self.dropout)
-        return network
+        return self.model_kind.network(network, self.dropout)
 
     def build_likelihood(self):
         """The ``likelihood.py`` object this config names."""

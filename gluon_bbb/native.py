@@ -1,7 +1,7 @@
 """The native backend of the training step: the C kernels of ``_fused.c``, loaded with ctypes.
 
 For weight sampling (the tutorial's estimator) on a CPU context, ``combined_loss_gradients``
-computes what ``model.combined_loss_gradients`` computes, with the parameter-side work in two
+computes what ``ndarray_backend.combined_loss_gradients`` computes, with the parameter-side work in two
 passes over the flat vectors: draw eps and form w = mu + softplus(rho) * eps, then, after the
 network's forward and backward pass, the KL term and both gradients. ``optimizer_update`` runs
 MXNet's SGD and Adam updates in place.
@@ -21,8 +21,9 @@ import sys
 import mxnet as mx
 import numpy as np
 
-ABI_VERSION = 2           # must match ABI_VERSION in _fused.c
-GAUSSIAN, SCALE_MIXTURE, GAUSSIAN_CLOSED_FORM = 0, 1, 2  # the KL terms bbb_kl_gradients knows
+from . import modes
+
+ABI_VERSION = 3           # must match ABI_VERSION in _fused.c
 
 _P, _I64, _U64, _F32 = ctypes.c_void_p, ctypes.c_int64, ctypes.c_uint64, ctypes.c_float
 _SIGNATURES = {
@@ -30,8 +31,8 @@ _SIGNATURES = {
     "bbb_philox_words": ([_I64, _U64, _U64, _U64, _U64, _P], None),
     "bbb_normals": ([_I64, _U64, _U64, _U64, _P], None),
     "bbb_sample_weights": ([_I64, _P, _P, _U64, _U64, _U64, _P, _P], None),
-    "bbb_kl_gradients": ([_I64, _P, _P, _P, _P, _P, _F32, ctypes.c_int, _F32, _F32, _F32, _P,
-                          _P], ctypes.c_double),
+    "bbb_kl_gradients": ([_I64, _P, _P, _P, _P, _P, _F32, ctypes.c_int, ctypes.c_int, _F32,
+                          _F32, _F32, _P, _P], ctypes.c_double),
     "bbb_sgd_update": ([_I64, _P, _P, _F32, _F32, _F32], None),
     "bbb_adam_update": ([_I64, _P, _P, _P, _P] + [_F32] * 6, None),
 }
@@ -116,30 +117,20 @@ def sample_weights(mu, rho, key, stream, eps, w):
                                  _host_pointer(w, write=True))
 
 
-def kl_gradients(mu, rho, eps, w, grad_w, kl_weight, prior_args, grad_mu, grad_rho):
+def kl_gradients(mu, rho, eps, w, grad_w, kl_weight, prior, kl, grad_mu, grad_rho):
     """The KL term summed over the N entries (a float) and the loss's gradients: fills
     grad_mu = dL/dmu and grad_rho = dL/drho of L = NLL + kl_weight * KL, given
     ``grad_w`` = dNLL/dw at w = mu + softplus(rho) * eps.
 
-    ``prior_args``: ``(kind, pi, sigma1, sigma2)``; kind ``GAUSSIAN`` or ``SCALE_MIXTURE``
-    takes the Monte Carlo KL, log q(w) - log P(w), ``GAUSSIAN_CLOSED_FORM`` the closed-form KL
-    to N(0, sigma1^2). All arrays (N,) float32 on a CPU context.
+    ``prior``: a ``priors.py`` object (its ``kernel_args``); ``kl``: a ``modes.KLEstimate``
+    (its ``kernel_code``): the Monte Carlo KL, log q(w) - log P(w), or the closed form. All
+    arrays (N,) float32 on a CPU context.
     """
-    kind, pi, sigma1, sigma2 = prior_args
+    density, pi, sigma1, sigma2 = prior.kernel_args()
     return library().bbb_kl_gradients(
         rho.size, _host_pointer(mu), _host_pointer(rho), _host_pointer(eps), _host_pointer(w),
-        _host_pointer(grad_w), kl_weight, kind, pi, sigma1, sigma2,
+        _host_pointer(grad_w), kl_weight, kl.kernel_code, density, pi, sigma1, sigma2,
         _host_pointer(grad_mu, write=True), _host_pointer(grad_rho, write=True))
-
-
-def prior_args(prior, kl="mc"):
-    """A prior of ``model`` (and the KL estimate, ``mc`` or ``analytic``) as ``kl_gradients``
-    takes it."""
-    if hasattr(prior, "pi"):
-        if kl != "mc":
-            raise ValueError("the scale-mixture prior has no closed-form KL")
-        return SCALE_MIXTURE, prior.pi, prior.sigma_p1, prior.sigma_p2
-    return (GAUSSIAN_CLOSED_FORM if kl == "analytic" else GAUSSIAN), 0.0, prior.sigma_p, 0.0
 
 
 class Workspace:
@@ -153,17 +144,19 @@ class Workspace:
 
 def combined_loss_gradients(X, y_one_hot, mu, rho, noise, num_samples, prior, kl_weight,
                             graph, workspace, kl="mc"):
-    """``model.combined_loss_gradients`` for weight sampling on a CPU context, with the noise of
-    ``num_samples`` Philox streams of ``noise`` (a ``noise.PhiloxNoise``) drawn in place.
-    Returns ``(loss (1,), dL/dmu (N,), dL/drho (N,))``; with one sample the gradients live in
-    ``workspace`` and are overwritten by its next step."""
-    ws, args = workspace, prior_args(prior, kl)
+    """``ndarray_backend.combined_loss_gradients`` for weight sampling on a CPU context, with
+    the noise of ``num_samples`` Philox streams of ``noise`` (a ``noise.PhiloxNoise``) drawn in
+    place; ``kl``: a ``modes.KLEstimate`` or its name. Returns ``(loss (1,), dL/dmu (N,),
+    dL/drho (N,))``; with one sample the gradients live in ``workspace`` and are overwritten by
+    its next step."""
+    ws, kl = workspace, modes.kl_estimate(kl)
     loss = grad_mu = grad_rho = None
     for sample in range(num_samples):
         sample_weights(mu, rho, noise.key, noise.next_stream(), ws.eps, ws.w)
         nll = graph.nll_and_grad(X, y_one_hot, ws.w, ws.grad_w)[0]
         sample_loss = nll + kl_weight * kl_gradients(mu, rho, ws.eps, ws.w, ws.grad_w,
-                                                     kl_weight, args, ws.grad_mu, ws.grad_rho)
+                                                     kl_weight, prior, kl, ws.grad_mu,
+                                                     ws.grad_rho)
         if num_samples == 1:
             return sample_loss, ws.grad_mu, ws.grad_rho
         if sample == 0:

@@ -1,22 +1,48 @@
-"""PNG figures of a run, written atomically. Uses matplotlib's object API, so a notebook's
-backend is untouched."""
+"""The PNG figures the commands write, each drawn by a ``*_figure`` function that returns the
+matplotlib ``Figure`` (the tests read its axes) and saved atomically by a ``plot_*`` function.
+
+matplotlib's object API only: a notebook's backend and pyplot state are left alone. Every
+logarithmic axis is labelled with plain numbers at 1, 2 and 5 times each power of ten
+(``readable_log_axis``), so that a test error of 2% or 3% can be read off it.
+"""
 import numpy as np
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
+from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
 from .files import save_figure
 
 
-def _save(fig, path):
+def new_figure(figsize):
+    """A figure with its own Agg canvas (no pyplot)."""
+    fig = Figure(figsize=figsize)
     FigureCanvasAgg(fig)
+    return fig
+
+
+def save(fig, path):
     fig.tight_layout()
     save_figure(fig, path)
 
 
-def plot_accuracy(history, path):
+def plain_number(value, position=None):
+    """A tick label without scientific notation: 0.05, 2, 40, 300."""
+    return "%g" % float("%.3g" % value)
+
+
+def readable_log_axis(axis):
+    """Label a logarithmic ``axis`` (``ax.yaxis``) at 1, 2 and 5 times each power of ten with
+    plain numbers; the other minor ticks stay unlabelled."""
+    axis.set_major_locator(LogLocator(base=10.0, subs=(1.0, 2.0, 5.0)))
+    axis.set_major_formatter(FuncFormatter(plain_number))
+    axis.set_minor_locator(LogLocator(base=10.0, subs=np.arange(1.0, 10.0)))
+    axis.set_minor_formatter(NullFormatter())
+
+
+def accuracy_figure(history):
     """Test accuracy per epoch, and validation and train accuracy for the epochs whose
     records hold them (a resumed run may measure train accuracy for some epochs only)."""
-    fig = Figure(figsize=(6, 4))
+    fig = new_figure((6, 4))
     ax = fig.add_subplot(1, 1, 1)
     for key, style, label in (("test_accuracy", "o-", "test (mean weights)"),
                               ("train_accuracy", "s--", "train"),
@@ -29,14 +55,18 @@ def plot_accuracy(history, path):
     ax.set_ylabel("accuracy")
     ax.grid(alpha=0.3)
     ax.legend()
-    _save(fig, path)
+    return fig
 
 
-def plot_weights(mus, sigmas, path):
+def plot_accuracy(history, path):
+    save(accuracy_figure(history), path)
+
+
+def weights_figure(mus, sigmas):
     """Histograms of all mu and sigma, and the density of weight W1[0, 0] (as the tutorial)."""
     mu = np.concatenate([m.asnumpy().ravel() for m in mus])
     sigma = np.concatenate([s.asnumpy().ravel() for s in sigmas])
-    fig = Figure(figsize=(12, 3.6))
+    fig = new_figure((12, 3.6))
     ax_mu, ax_sigma, ax_one = (fig.add_subplot(1, 3, k) for k in (1, 2, 3))
     ax_mu.hist(mu, bins=200)
     ax_mu.set_xlabel("mu")
@@ -50,33 +80,146 @@ def plot_weights(mus, sigmas, path):
     ax_one.plot(x, np.exp(-0.5 * ((x - m0) / s0) ** 2) / (s0 * np.sqrt(2 * np.pi)))
     ax_one.set_xlabel("w")
     ax_one.set_title("q(W1[0,0]) = N(%.3g, %.3g^2)" % (m0, s0))
-    _save(fig, path)
+    return fig
 
 
-def plot_pruning(rows, path, criterion="signal-to-noise ratio |mu|/sigma"):
+def plot_weights(mus, sigmas, path):
+    save(weights_figure(mus, sigmas), path)
+
+
+def pruning_figure(rows, criterion="signal-to-noise ratio |mu|/sigma"):
     """Test error (%) against the proportion of parameters removed by ``criterion``."""
-    fig = Figure(figsize=(6, 4))
+    fig = new_figure((6, 4))
     ax = fig.add_subplot(1, 1, 1)
     ax.plot([r["proportion"] * 100 for r in rows], [r["test_error"] * 100 for r in rows], "o-")
     ax.set_xlabel("parameters removed (%%), lowest %s first" % criterion)
     ax.set_ylabel("test error (%)")
     ax.set_yscale("log")
+    readable_log_axis(ax.yaxis)
     ax.grid(alpha=0.3, which="both")
-    _save(fig, path)
+    return fig
+
+
+def plot_pruning(rows, path, criterion="signal-to-noise ratio |mu|/sigma"):
+    save(pruning_figure(rows, criterion), path)
+
+
+def snr_figure(snr_db, cuts, criterion="signal-to-noise ratio |mu|/sigma"):
+    """Histogram of the ranking criterion in dB, each proportion's cut-off a line of its own
+    colour, named in a legend beside the axes (cut-offs a fraction of a dB apart would
+    overlap as labels on the plot)."""
+    fig = new_figure((8.5, 4))
+    ax = fig.add_subplot(1, 1, 1)
+    finite = snr_db[np.isfinite(snr_db)]
+    ax.hist(finite, bins=200, color="0.6")
+    palette = ["tab:blue", "tab:orange", "tab:green", "tab:red", "tab:purple", "tab:brown",
+               "tab:pink", "tab:olive", "tab:cyan"]
+    for k, (proportion, cut) in enumerate(sorted(cuts.items())):
+        ax.axvline(cut, color=palette[k % len(palette)], lw=1.2,
+                   ls=("-", "--", ":")[(k // len(palette)) % 3],
+                   label="%g%% removed: below %.1f dB" % (proportion * 100, cut))
+    ax.set_xlabel("%s (dB)" % criterion)
+    ax.set_ylabel("parameters")
+    if cuts:
+        ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8, frameon=False)
+    return fig
 
 
 def plot_snr(snr_db, cuts, path, criterion="signal-to-noise ratio |mu|/sigma"):
-    """Histogram of the ranking criterion in dB, each proportion's cut-off marked."""
-    fig = Figure(figsize=(7, 4))
+    save(snr_figure(snr_db, cuts, criterion), path)
+
+
+def uncertainty_figure(entropies, probs, labels):
+    """Predictive entropy histograms (one per dataset) and the reliability diagram."""
+    from .uncertainty import expected_calibration_error, reliability
+    fig = new_figure((11, 4))
+    ax = fig.add_subplot(1, 2, 1)
+    for name, values in entropies.items():
+        ax.hist(values, bins=50, range=(0, np.log2(probs.shape[1])), alpha=0.5, density=True,
+                label="%s (mean %.2f)" % (name, values.mean()))
+    ax.set_xlabel("predictive entropy (bits)")
+    ax.set_ylabel("density")
+    ax.legend()
+    ax = fig.add_subplot(1, 2, 2)
+    counts, confidence, accuracy = reliability(probs, labels)
+    centers = (np.arange(len(counts)) + 0.5) / len(counts)
+    used = counts > 0
+    ax.bar(centers[used], accuracy[used], width=1.0 / len(counts), edgecolor="k", alpha=0.7,
+           label="accuracy")
+    ax.plot([0, 1], [0, 1], "k--", label="perfect calibration")
+    ax.plot(centers[used], confidence[used], "r_", ms=14, mew=2, label="mean confidence")
+    ax.set_xlabel("confidence")
+    ax.set_ylabel("accuracy")
+    ax.set_title("reliability, ECE %.4f" % expected_calibration_error(probs, labels))
+    # below the axes: inside them it would cover bars
+    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=3, fontsize=8)
+    return fig
+
+
+def plot_uncertainty(entropies, probs, labels, path):
+    save(uncertainty_figure(entropies, probs, labels), path)
+
+
+def sweep_figure(table, proportions):
+    """Test error against the proportion removed, one curve with error bars per setting."""
+    fig = new_figure((6, 4))
     ax = fig.add_subplot(1, 1, 1)
-    finite = snr_db[np.isfinite(snr_db)]
-    ax.hist(finite, bins=200, color="0.4")
-    top = ax.get_ylim()[1]
-    for k, (proportion, cut) in enumerate(sorted(cuts.items())):
-        ax.axvline(cut, color="tab:red", lw=0.8)
-        # neighbouring cut-offs can lie close together: their labels take turns in height
-        ax.text(cut, top * (0.97 - 0.12 * (k % 3)), " %g%%" % (proportion * 100), va="top",
-                fontsize=8, color="tab:red")
-    ax.set_xlabel("%s (dB)" % criterion)
-    ax.set_ylabel("parameters")
-    _save(fig, path)
+    for row in table:
+        stats = [row["test_error"]["%g" % p] for p in proportions]
+        ax.errorbar([100 * p for p in proportions], [100 * s["mean"] for s in stats],
+                    yerr=[100 * s["sd"] for s in stats], marker="o", capsize=3,
+                    label="%s (n=%d)" % (row["setting"], row["n"]))
+    ax.set_xlabel("parameters removed by signal-to-noise ratio (%)")
+    ax.set_ylabel("test error (%), mean +- sd over seeds")
+    ax.set_yscale("log")
+    readable_log_axis(ax.yaxis)
+    ax.grid(alpha=0.3, which="both")
+    ax.legend(fontsize=8)
+    return fig
+
+
+def plot_sweep(table, proportions, path):
+    save(sweep_figure(table, proportions), path)
+
+
+def regression_figure(problem, x, y, grid, split, title):
+    """The data, the true curve, the predictive mean and its 95% bands (total and epistemic)
+    over ``grid``; below, for a problem with noise in its data, the aleatoric and epistemic
+    standard deviations apart (``split``: a ``PredictiveSplit`` at ``grid``)."""
+    rows = 2 if problem.noise_sd > 0 else 1
+    fig = new_figure((7, 4.5 * rows + 0.6))
+    ax = fig.add_subplot(rows, 1, 1)
+    lower, upper = split.interval(0.95)
+    ax.fill_between(grid, lower, upper, color="tab:blue", alpha=0.2,
+                    label="95%: aleatoric + epistemic")
+    e_lower, e_upper = split.interval(0.95, split.epistemic_variance)
+    ax.fill_between(grid, e_lower, e_upper, color="tab:blue", alpha=0.4, label="95%: epistemic")
+    ax.plot(grid, problem.truth(grid), "k--", lw=1, label="true curve")
+    ax.plot(grid, split.mean, color="tab:blue", lw=1.5, label="predictive mean")
+    ax.plot(x, y, "o", color="tab:red", ms=3, label="data")
+    # the total band far from the data can be hundreds of times wider than the data (a
+    # heteroscedastic head extrapolates its log variance): the plot spans the epistemic band
+    span = np.concatenate([e_lower, e_upper, y])
+    pad = 0.05 * np.ptp(span)
+    ax.set_ylim(span.min() - pad, span.max() + pad)
+    ax.set_title(title)
+    ax.set_xlabel("x")
+    ax.set_ylabel("y")
+    # below the axes, where it covers neither the band nor the data
+    ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.14), ncol=3)
+    if rows == 2:
+        ax = fig.add_subplot(rows, 1, 2)
+        ax.plot(grid, np.sqrt(split.aleatoric_variance), label="aleatoric sd")
+        ax.plot(grid, np.sqrt(split.epistemic_variance), label="epistemic sd")
+        ax.axhline(problem.noise_sd, color="k", ls="--", lw=1, label="noise sd of the data")
+        ax.set_xlabel("x")
+        ax.set_ylabel("standard deviation (y's units)")
+        ax.set_yscale("log")
+        readable_log_axis(ax.yaxis)
+        ax.grid(alpha=0.3, which="both")
+        ax.legend(fontsize=8)
+    return fig
+
+
+def plot_regression(problem, x, y, grid, split, title, path):
+    save(regression_figure(problem, x, y, grid, split, title), path)

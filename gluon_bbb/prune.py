@@ -1,128 +1,120 @@
-"""Pruning by signal-to-noise ratio |mu| / sigma (paper section 5.1, Table 2), vectorized.
+"""The command ``python -m gluon_bbb.prune`` (``gluon-bbb prune``, ``prune.py`` in a checkout):
+prune a trained run by signal-to-noise ratio and tabulate its test accuracy (the paper's Table
+2), with ``pruning.py``.
 
-All parameters, weights and biases together, are ranked once by SNR; pruning a proportion p
-zeroes the floor(p N) lowest-ranked means. Ties keep flat order (a stable sort), so the result
-is deterministic.
+    python -m gluon_bbb.prune --checkpoint runs/default
+    python -m gluon_bbb.prune --checkpoint runs/default --proportions 0 0.5 0.95 --save-pruned 0.95
 """
-import math
 import os
+import sys
+import time
 
-import numpy as np
-from mxnet import nd
+from .cli import ArgumentParser, run_command
 
-from .errors import ConfigError
-from .files import write_atomically
-from .model import evaluate_accuracy
-
+PROG = "python -m gluon_bbb.prune"
 DEFAULT_PROPORTIONS = (0.0, 0.1, 0.25, 0.5, 0.75, 0.95, 0.98, 0.99, 1.0)
 
 
-def signal_to_noise_ratio(mus, sigmas):
-    """|mu| / sigma for each parameter array (same shapes and contexts as ``mus``)."""
-    return [nd.abs(mu) / sigma for mu, sigma in zip(mus, sigmas)]
+def build_parser(prog=PROG):
+    parser = ArgumentParser(prog=prog,
+                            description="Signal-to-noise pruning of a Bayes-by-Backprop run.")
+    parser.add_argument("--checkpoint", required=True,
+                        help="run directory of a training run (pruned at its last epoch), or "
+                        "its best.params (the best validation epoch)")
+    parser.add_argument("--data-dir", help="directory with the MNIST IDX files (default: the "
+                        "one the run was trained on, else $GLUON_BBB_DATA, else "
+                        "~/.mxnet/datasets/mnist)")
+    parser.add_argument("--proportions", type=float, nargs="+", default=list(DEFAULT_PROPORTIONS),
+                        metavar="P", help="proportions of parameters to remove, each in [0, 1] "
+                        "(default: %s)" % " ".join("%g" % p for p in DEFAULT_PROPORTIONS))
+    parser.add_argument("--out", help="where to write pruning.json and the plots "
+                        "(default: the run directory)")
+    parser.add_argument("--ctx", default="cpu", help="device to evaluate on: cpu, gpu or "
+                        "gpu:N (default: cpu)")
+    parser.add_argument("--save-pruned", type=float, metavar="P",
+                        help="also write the mean weights pruned at proportion P, sparse")
+    return parser
 
 
-def check_proportion(proportion, field="proportions"):
-    """Raise ConfigError naming ``field`` unless ``proportion`` is a number in [0, 1]."""
-    if not (isinstance(proportion, (int, float)) and 0.0 <= proportion <= 1.0):
-        raise ConfigError(field, proportion, "in [0, 1]")
+def markdown_table(rows, criterion):
+    lines = ["| removed by %s | weights remaining | test accuracy | test error |" % criterion,
+             "|---:|---:|---:|---:|"]
+    for r in rows:
+        lines.append("| %g%% | %d | %.2f%% | %.2f%% |" % (
+            r["proportion"] * 100, r["weights_remaining"], r["test_accuracy"] * 100,
+            r["test_error"] * 100))
+    return "\n".join(lines)
 
 
-def num_pruned(proportion, num_params):
-    """floor(proportion * num_params), robust to float error (0.29 * 100 is 28.999...)."""
-    check_proportion(proportion)
-    return min(num_params, int(math.floor(proportion * num_params + 1e-7)))
-
-
-def snr_ranks(mus, sigmas):
-    """Rank (0 = lowest SNR) of every parameter in the flat concatenation of all arrays."""
-    snr = np.concatenate([s.asnumpy().ravel() for s in signal_to_noise_ratio(mus, sigmas)])
-    order = np.argsort(snr, kind="stable")
-    ranks = np.empty_like(order)
-    ranks[order] = np.arange(order.size)
-    return ranks
-
-
-def _masked(mus, keep_flat):
-    pruned, start = [], 0
-    for mu in mus:
-        keep = keep_flat[start:start + mu.size].reshape(mu.shape)
-        pruned.append(mu * nd.array(keep, ctx=mu.context, dtype=mu.dtype))
-        start += mu.size
-    return pruned
-
-
-def prune_weights(mus, sigmas, proportion, ranks=None):
-    """Copies of ``mus`` with the floor(proportion * N) lowest-SNR entries of all N set to 0.
-
-    ``ranks`` (from ``snr_ranks``) may be passed to reuse one ordering for many proportions.
-    """
-    ranks = snr_ranks(mus, sigmas) if ranks is None else ranks
-    return _masked(mus, ranks >= num_pruned(proportion, ranks.size))
-
-
-def pruning_table(mus, sigmas, proportions, test_images, test_labels, network=None):
-    """One row per proportion: ``proportion``, ``weights_remaining`` (parameters left, biases
-    included), ``test_accuracy`` and ``test_error`` (fractions) of the pruned mean weights of
-    ``network`` (default: the MLP the parameters shape)."""
-    for p in proportions:
+def main(argv=None, prog=PROG):
+    args = build_parser(prog).parse_args(argv)
+    from .context import parse_context
+    from .data import load_mnist
+    from .pruning import check_proportion
+    from .rundir import RunDirectory, resolve_checkpoint
+    for p in args.proportions:
         check_proportion(p)
-    ranks = snr_ranks(mus, sigmas)
-    ctx = mus[0].context
-    X = nd.array(test_images, ctx=ctx, dtype="float32")
-    y = nd.array(test_labels, ctx=ctx, dtype="float32")
-    rows = []
-    for p in proportions:
-        removed = num_pruned(p, ranks.size)
-        accuracy = evaluate_accuracy(X, y, _masked(mus, ranks >= removed), network=network)
-        rows.append({"proportion": p, "weights_remaining": int(ranks.size - removed),
-                     "test_accuracy": accuracy, "test_error": 1.0 - accuracy})
-    return rows
+    if args.save_pruned is not None:
+        check_proportion(args.save_pruned, "save_pruned")
+    run, checkpoint_path = resolve_checkpoint(args.checkpoint)
+    config = run.read_classifier_config()
+    ctx = parse_context(args.ctx)
+    state = run.load_parameters(config, ctx, checkpoint_path)
+    data = load_mnist(args.data_dir or run.recorded_data_dir())
+    out = RunDirectory(args.out).create() if args.out else run
+    with out.locked():
+        return prune_and_report(args, config, state, data, out, checkpoint_path)
 
 
-def snr_thresholds_db(mus, sigmas, proportions):
-    """SNR in decibels (10 log10) of every parameter, and the cut-off of each proportion."""
-    snr = np.concatenate([s.asnumpy().ravel() for s in signal_to_noise_ratio(mus, sigmas)])
-    with np.errstate(divide="ignore"):
-        snr_db = 10.0 * np.log10(snr.astype(np.float64))
-    ordered = np.sort(snr_db)
-    cuts = {}
-    for p in proportions:
-        k = num_pruned(p, ordered.size)
-        if 0 < k < ordered.size:
-            cuts[p] = float(ordered[k - 1])
-    return snr_db, cuts
+def prune_and_report(args, config, state, data, out, checkpoint_path):
+    """Write the pruning table's files into ``out`` (a locked ``RunDirectory``), their names
+    starting with the checkpoint's ``report_prefix``, then print the table. The files come
+    first: a reader that stops early (``| head``) loses none of them."""
+    from .files import write_json
+    from .plots import plot_pruning, plot_snr
+    from .pruning import (dense_size, prune_weights, pruning_table, save_pruned, snr_ranks,
+                          snr_thresholds_db)
+    from .rundir import report_prefix
+    # a run without a weight distribution ranks by |mu| alone (its rhos are their initial
+    # constant), and says so: magnitude pruning
+    criterion, criterion_words = config.model_kind.pruning_criterion
+    mus = state["mus"]
+    sigmas = config.model_kind.ranking_sigmas(mus, state["rhos"])
+    started = time.time()
+    rows = pruning_table(mus, sigmas, args.proportions, data.test_images, data.test_labels,
+                         config.build_network())
+    seconds = time.time() - started
+    prefix = report_prefix(checkpoint_path)
+    names = [prefix + name for name in ("pruning.json", "pruning.png", "snr.png")]
+    write_json(out.file(names[0]), {
+        "checkpoint": os.path.abspath(checkpoint_path), "epoch": state["epoch"],
+        "model": config.model, "criterion": criterion, "data_dir": data.directory,
+        "rows": rows})
+    plot_pruning(rows, out.file(names[1]), criterion_words)
+    snr_db, cuts = snr_thresholds_db(mus, sigmas, args.proportions)
+    plot_snr(snr_db, cuts, out.file(names[2]), criterion_words)
+    if args.save_pruned is not None:
+        pruned = prune_weights(mus, sigmas, args.save_pruned, ranks=snr_ranks(mus, sigmas))
+        sparse_path = out.file("%spruned-%g.params" % (prefix, args.save_pruned))
+        sparse_bytes = save_pruned(sparse_path, pruned)
+        names.append(os.path.basename(sparse_path))
+
+    print(markdown_table(rows, criterion))
+    print("\n%s at epoch %d: %d parameters, %d proportions, %.1f s" % (
+        checkpoint_path, state["epoch"], sum(m.size for m in mus), len(rows), seconds))
+    if args.save_pruned is not None:
+        dense_bytes = dense_size(mus)
+        print("pruned at %g: %s is %d bytes, the dense mean weights in nd.save format %d bytes "
+              "(%.1f%%)" % (args.save_pruned, sparse_path, sparse_bytes, dense_bytes,
+                            100.0 * sparse_bytes / dense_bytes))
+    print("wrote %s to %s" % (", ".join(names), out.path))
+    return 0
 
 
-def save_pruned(path, pruned_mus):
-    """Write the non-zero entries of each array as flat int32 indices and float32 values
-    (``nd.save`` keys ``indices:i``, ``values:i``, ``shape:i``). Returns bytes written."""
-    arrays = {}
-    for i, mu in enumerate(pruned_mus):
-        flat = mu.asnumpy().ravel()
-        nonzero = np.flatnonzero(flat)
-        arrays["indices:%d" % i] = nd.array(nonzero, dtype="int32")
-        arrays["values:%d" % i] = nd.array(flat[nonzero], dtype="float32")
-        arrays["shape:%d" % i] = nd.array(mu.shape, dtype="int64")
-    write_atomically(path, lambda tmp: nd.save(tmp, arrays))
-    return os.path.getsize(path)
+def run(argv=None, prog=PROG):
+    """The command as a program: its exit status."""
+    return run_command(lambda args: main(args, prog), argv, prog)
 
 
-def dense_size(mus):
-    """Bytes of ``mus`` in ``nd.save`` format under the keys ``mu:i``, without writing them: a
-    32-byte file header, and per array 32 bytes of header, 8 per dimension, its float32 data and
-    its key (checked against nd.save in the tests)."""
-    return 32 + sum(32 + 8 * mu.ndim + 4 * mu.size + len("mu:%d" % i)
-                    for i, mu in enumerate(mus))
-
-
-def load_pruned(path, ctx=None):
-    """Dense mean weights from a file written by ``save_pruned``."""
-    arrays = nd.load(path)
-    mus = []
-    for i in range(sum(1 for k in arrays if k.startswith("shape:"))):
-        shape = tuple(int(d) for d in arrays["shape:%d" % i].asnumpy())
-        dense = np.zeros(int(np.prod(shape)), dtype=np.float32)
-        dense[arrays["indices:%d" % i].asnumpy()] = arrays["values:%d" % i].asnumpy()
-        mus.append(nd.array(dense.reshape(shape), ctx=ctx))
-    return mus
+if __name__ == "__main__":
+    sys.exit(run())

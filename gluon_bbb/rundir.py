@@ -17,7 +17,7 @@ The module imports no MXNet (the parameter files' format, ``checkpoint.py``, is 
 file is read or written): the sweep's own process reads a run's names and JSON files with it.
 
 Resuming (``resume_config``) continues the run as its config.json says. What may differ from it:
-``epochs`` (more than those trained), the learning-rate decay (where the epochs already trained
+``epochs`` (at least those trained: as many trains nothing), the learning-rate decay (where the epochs already trained
 keep their rates) and an unset seed (the run's); any other hyper-parameter that differs is
 refused, naming the field. The run must hold config.json, history.json with a record for every
 trained epoch, and checkpoint.params.
@@ -244,9 +244,11 @@ class RunDirectory:
             raise CheckpointError("cannot resume %s: the new learning-rate schedule ({%s}, {%s}) "
                                   "changes the rate of epochs already trained (epoch %%d)"
                                   % ("%s", *SCHEDULE_FIELDS), self.path, changed[0])
-        if config.epochs <= state["epoch"]:
-            raise CheckpointError("%s has trained %d epochs already; {epochs} must be more than "
-                                  "%d to train on", self.path, state["epoch"], state["epoch"])
+        if config.epochs < state["epoch"]:
+            raise CheckpointError("%s has trained %d epochs already; {epochs} must be at least "
+                                  "%d (more trains on; as many trains nothing and draws the "
+                                  "run's reports again)", self.path, state["epoch"],
+                                  state["epoch"])
         return config, state, self.read_history(state["epoch"])
 
 

@@ -1,13 +1,13 @@
 """The training step: one object per run that takes a mini-batch and updates the posterior.
 
 ``TrainingStep`` is built from a ``Config``. It owns the variational parameters as two flat
-vectors mu and rho (``model.FlatLayout``), the prior, the network graph, the noise source, the
-optimizer and its state, and one backend chosen for the whole run:
+vectors mu and rho (``ndarray_backend.FlatLayout``), the prior, the network graph, the noise
+source, the optimizer and its state, and one backend chosen for the whole run:
 
 - ``native``: the C kernels of ``_fused.c`` (``native.combined_loss_gradients``) for the
-  parameter-side work and the optimizer update; CPU contexts, weight sampling;
-- ``ndarray``: MXNet operators (``model.combined_loss_gradients``), on any context and for every
-  estimator: the GPU path, and the path where no C compiler built the kernels.
+  parameter-side work and the optimizer update; CPU contexts, the estimators they implement;
+- ``ndarray``: MXNet operators (``ndarray_backend.combined_loss_gradients``), on any context
+  and for every estimator: the GPU path, and the path where no C compiler built the kernels.
 
 Both compute the loss of ``model.combined_loss`` and its gradient, and on a CPU both draw the
 same Philox noise, so they give the same run up to float rounding.
@@ -20,8 +20,8 @@ from mxnet import nd
 
 from . import native
 from .errors import CheckpointError, ConfigError, ResourceError
-from .model import (FlatLayout, NetworkGraph, combined_loss_gradients, init_variational_params,
-                    prior_for, sample_epsilons)
+from .model import init_variational_params, sample_epsilons
+from .ndarray_backend import NetworkGraph, combined_loss_gradients
 from .noise import noise_for, seed_generator
 
 BACKENDS = ("native", "ndarray")
@@ -36,7 +36,7 @@ def choose_backend(config, ctx, backend=None):
     why_not = None
     if ctx.device_type != "cpu":
         why_not = "the native kernels run on CPU contexts only"
-    elif config.estimator != "sample":
+    elif not config.estimator_kind.native:
         why_not = "the native kernels do not implement estimator %s" % config.estimator
     elif not native.available():
         why_not = native.unavailable_reason()
@@ -95,8 +95,8 @@ def check_memory(config, available=None):
 
 class TrainingStep:
     """One run's training step on ``ctx``: ``step(X, y_one_hot, kl_weight)`` computes the
-    mini-batch's loss and its gradient and updates mu and rho (``mcdropout`` and ``mlp``: mu
-    alone); it returns the loss, an NDArray (1,) that is not waited for. ``y_one_hot`` is
+    mini-batch's loss and its gradient and updates mu and rho (mu alone for a model kind that
+    learns no sigma: Monte Carlo dropout, the deterministic network); it returns the loss, an NDArray (1,) that is not waited for. ``y_one_hot`` is
     whatever the config's likelihood scores: one-hot labels, or real targets (batch, targets).
 
     ``mus``, ``rhos``: the start (per-parameter arrays; default: ``init_variational_params``
@@ -111,7 +111,9 @@ class TrainingStep:
         self.network = config.build_network()
         self.graph = NetworkGraph(self.network, config.build_likelihood())
         self.layout = self.graph.layout
-        self.prior = prior_for(config)
+        self.prior = config.build_prior()
+        self.model_kind, self.estimator = config.model_kind, config.estimator_kind
+        self.kl = config.kl_kind
         if mus is None:
             mus, rhos = init_variational_params(self.layout.shapes, ctx, config.mu_scale,
                                                 config.rho_offset, seed=config.seed)
@@ -142,9 +144,9 @@ class TrainingStep:
 
     def __call__(self, X, y_one_hot, kl_weight):
         config = self.config
-        if config.model != "bbb":
+        if not self.model_kind.learns_sigma:
             loss, grad_mu = self.graph.nll_and_grad(X, y_one_hot, self.mu)
-            if config.model == "mcdropout":
+            if self.model_kind.prior_as_weight_decay:
                 # the prior as weight decay: (1/M)(-log P(w)) at the mean weights
                 log_prior_sum, log_prior_grad = self.prior.log_density_and_gradient(self.mu)
                 loss = loss - kl_weight * log_prior_sum
@@ -154,13 +156,13 @@ class TrainingStep:
         if self.backend == "native":
             loss, grad_mu, grad_rho = native.combined_loss_gradients(
                 X, y_one_hot, self.mu, self.rho, self.noise, config.num_samples, self.prior,
-                kl_weight, self.graph, self.workspace, config.kl)
+                kl_weight, self.graph, self.workspace, self.kl)
         else:
-            size = self.graph.noise_size(X.shape[0], config.estimator, config.kl)
+            size = self.estimator.noise_size(self.graph, X.shape[0], self.kl)
             epsilons = sample_epsilons([(size,)] * config.num_samples, self.ctx, self.noise)
             loss, grad_mu, grad_rho = combined_loss_gradients(
                 X, y_one_hot, self.mu, self.rho, epsilons, self.prior, kl_weight, self.graph,
-                config.estimator, config.kl)
+                self.estimator, self.kl)
         self._update(0, self.mu, grad_mu)
         self._update(1, self.rho, grad_rho)
         return loss

@@ -1,34 +1,60 @@
-"""Running the three commands as a user does: in a subprocess, with a user's plain environment.
+"""The one way the tests run the package's commands: as a user does, in a subprocess, with a
+user's plain environment and signals.
 
 This machine's shell (and pytest's own process, once gluon_bbb is imported) sets variables a
 user's shell does not have: PYTHONUNBUFFERED changes when a closed pipe is noticed, and the
 package's own OMP_NUM_THREADS and MXNET_USE_OPERATOR_TUNING defaults must be found by the command
-itself. ``user_env`` drops them; the data directory ($GLUON_BBB_DATA) stays.
+itself. ``user_env`` drops them; the data directory ($GLUON_BBB_DATA) stays. A test run started
+in the background (``pytest &``, a CI runner) has SIGINT ignored, which its children would
+inherit; a command starts here with SIGINT's default, as from a terminal.
 """
 import os
+import signal
 import subprocess
 import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-TRAIN = [sys.executable, os.path.join(ROOT, "train_mnist.py")]
-PRUNE = [sys.executable, os.path.join(ROOT, "prune.py")]
-EVALUATE = [sys.executable, "-m", "gluon_bbb.evaluate"]
+PYTHON = sys.executable
+# the wrappers at the top of a checkout, as README runs them, and the package's modules
+TRAIN = [PYTHON, os.path.join(ROOT, "train_mnist.py")]
+PRUNE = [PYTHON, os.path.join(ROOT, "prune.py")]
+EVALUATE = [PYTHON, "-m", "gluon_bbb.evaluate"]
+REGRESSION = [PYTHON, "-m", "gluon_bbb.regression"]
+SWEEP = [PYTHON, "-m", "gluon_bbb.sweep"]
+BENCH = [PYTHON, os.path.join(ROOT, "bench", "bench_train.py")]
 _NOT_IN_A_USERS_SHELL = ("OMP_NUM_THREADS", "MXNET_USE_OPERATOR_TUNING")
 
 
 def user_env(**extra):
     """os.environ without Python's behaviour variables and the package's defaults, plus
-    ``extra``."""
+    ``extra`` (a value of None removes the variable)."""
     env = {name: value for name, value in os.environ.items()
            if not name.startswith("PYTHON") and name not in _NOT_IN_A_USERS_SHELL}
     env.update(extra)
-    return env
+    return {name: value for name, value in env.items() if value is not None}
+
+
+def _as_from_a_terminal():
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+def start(cmd, *args, env=None, **kwargs):
+    """``cmd`` with ``args`` started in ROOT (a ``Popen``), its output piped as text."""
+    kwargs.setdefault("stdout", subprocess.PIPE)
+    kwargs.setdefault("stderr", subprocess.PIPE)
+    kwargs.setdefault("cwd", ROOT)
+    return subprocess.Popen(list(cmd) + [str(a) for a in args], text=True,
+                            env=user_env(**(env or {})), preexec_fn=_as_from_a_terminal,
+                            **kwargs)
 
 
 def run(cmd, *args, env=None, timeout=300, **kwargs):
-    """``cmd`` with ``args`` in ROOT, its output captured as text."""
-    return subprocess.run(list(cmd) + [str(a) for a in args], capture_output=True, text=True,
-                          timeout=timeout, cwd=ROOT, env=user_env(**(env or {})), **kwargs)
+    """``cmd`` with ``args`` run to its end in ROOT, its output captured as text."""
+    kwargs.setdefault("cwd", ROOT)
+    kwargs.setdefault("stdout", subprocess.PIPE)
+    kwargs.setdefault("stderr", subprocess.PIPE)
+    return subprocess.run(list(cmd) + [str(a) for a in args], text=True, timeout=timeout,
+                          env=user_env(**(env or {})), preexec_fn=_as_from_a_terminal, **kwargs)
 
 
 def assert_one_line_error(proc, expected, status=2):

@@ -1,16 +1,11 @@
 """The benchmark script keeps running as the code changes (no timing is asserted here)."""
-import os
 import re
-import subprocess
-import sys
 
-from commands import ROOT, user_env
+from commands import BENCH, run
 
 
 def test_bench_train_runs_and_prints_ratios():
-    proc = subprocess.run([sys.executable, os.path.join(ROOT, "bench", "bench_train.py"),
-                           "--steps", "2"], capture_output=True, text=True, timeout=300,
-                          env=user_env())
+    proc = run(BENCH, "--steps", "2")
     assert proc.returncode == 0, proc.stderr
     lines = proc.stdout.strip().splitlines()
     assert re.match(r"a/b = \d+\.\d\d$", lines[-3])
@@ -30,8 +25,6 @@ def test_bench_train_runs_and_prints_ratios():
 
 def test_bench_train_refuses_bad_step_counts():
     for args in (["--steps", "0"], ["--steps", "3", "--rounds", "4"], ["--steps", "500"]):
-        proc = subprocess.run([sys.executable, os.path.join(ROOT, "bench", "bench_train.py")]
-                              + args, capture_output=True, text=True, timeout=120,
-                              env=user_env())
+        proc = run(BENCH, *args, timeout=120)
         assert proc.returncode == 2 and "must be between" in proc.stderr, proc.stderr
         assert "Traceback" not in proc.stderr

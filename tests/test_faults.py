@@ -5,16 +5,16 @@ import gzip
 import hashlib
 import json
 import os
+import shutil
 import signal
 import struct
-import subprocess
 import sys
 import time
 
 import numpy as np
 import pytest
 
-from commands import EVALUATE, PRUNE, ROOT, TRAIN, assert_one_line_error, run, user_env
+from commands import EVALUATE, PRUNE, TRAIN, assert_one_line_error, run, start
 
 SMALL = ["--train-size", "512", "--num-hidden-units", "20", "--test-samples", "2", "--seed", "1"]
 
@@ -37,9 +37,7 @@ def trained_run(tmp_path_factory):
 
 def test_a_second_process_on_a_locked_run_directory_is_refused(tmp_path):
     out = tmp_path / "busy"
-    first = subprocess.Popen(TRAIN + ["--out", str(out), "--epochs", "100000", *SMALL],
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                             cwd=ROOT, env=user_env())
+    first = start(TRAIN, "--out", out, "--epochs", "100000", *SMALL)
     try:
         deadline = time.time() + 120
         while not (out / "checkpoint.params").exists() and time.time() < deadline:
@@ -125,12 +123,29 @@ def test_nothing_to_train_is_refused(tmp_path, trained_run):
     assert not (tmp_path / "zero" / "checkpoint.params").exists()
     assert not (tmp_path / "zero" / "accuracy.png").exists()
     before = hashes(trained_run)
-    for epochs in ("1", "0"):
-        proc = run(TRAIN, "--out", str(trained_run), "--resume", "--epochs", epochs)
-        assert_one_line_error(proc, "%s has trained 1 epochs already; --epochs must be more "
-                                    "than 1 to train on"
-                              % trained_run)
+    proc = run(TRAIN, "--out", str(trained_run), "--resume", "--epochs", "0")
+    assert_one_line_error(proc, "%s has trained 1 epochs already; --epochs must be at least 1 "
+                                "(more trains on; as many trains nothing and draws the run's "
+                                "reports again)" % trained_run)
     assert hashes(trained_run) == before
+
+
+def test_a_run_that_trained_all_its_epochs_resumes_to_its_reports(tmp_path, trained_run):
+    # a run stopped after its last checkpoint but before its reports (a signal, a sweep ended
+    # between the two) is finished by --resume: nothing is trained, the reports are drawn
+    run_dir = tmp_path / "run"
+    shutil.copytree(trained_run, run_dir)
+    for name in ("uncertainty.json", "uncertainty.png", "accuracy.png"):
+        os.remove(run_dir / name)
+    before = hashes(run_dir)
+    for args in ([], ["--epochs", "1"]):
+        proc = run(TRAIN, "--out", run_dir, "--resume", *args)
+        assert proc.returncode == 0, proc.stderr
+        assert "%s has trained all its 1 epochs: nothing to train" % run_dir in proc.stdout
+        assert "epoch 1/1" not in proc.stdout
+        after = hashes(run_dir)
+        assert {name: after[name] for name in before} == before
+        assert {"uncertainty.json", "uncertainty.png", "accuracy.png"} <= set(after)
 
 
 # Runs train_mnist.py with the run directory's parameter writer patched to send the process

@@ -12,7 +12,9 @@ import pytest
 from mxnet import nd
 
 from gluon_bbb import Config, native, train
+from gluon_bbb.modes import kl_estimate
 from gluon_bbb.noise import CHUNK, philox_key, philox_normals_reference
+from gluon_bbb.priors import GaussianPrior, ScaleMixturePrior
 from commands import user_env
 
 LOG_SQRT_2PI = 0.5 * math.log(2 * math.pi)
@@ -93,10 +95,11 @@ def test_sample_weights_follow_the_formula(ctx):
 
 def numpy_log_prior(w, prior):
     """(log P(w), d log P / dw) in float64, written from the densities."""
-    kind, pi, s1, s2 = prior
+    if isinstance(prior, GaussianPrior):
+        s1 = prior.sigma_p
+        return -LOG_SQRT_2PI - math.log(s1) - w ** 2 / (2 * s1 ** 2), -w / s1 ** 2
+    pi, s1, s2 = prior.pi, prior.sigma_p1, prior.sigma_p2
     log_n1 = -LOG_SQRT_2PI - math.log(s1) - w ** 2 / (2 * s1 ** 2)
-    if kind == native.GAUSSIAN:
-        return log_n1, -w / s1 ** 2
     log_n2 = -LOG_SQRT_2PI - math.log(s2) - w ** 2 / (2 * s2 ** 2)
     a, b = math.log(pi) + log_n1, math.log1p(-pi) + log_n2
     log_p = np.logaddexp(a, b)
@@ -104,10 +107,10 @@ def numpy_log_prior(w, prior):
     return log_p, -w * (r1 / s1 ** 2 + (1 - r1) / s2 ** 2)
 
 
-def numpy_kl_terms(mu, sigma, eps, prior):
+def numpy_kl_terms(mu, sigma, eps, prior, kl):
     """(KL entries, d/dw through w = mu + sigma eps, d/dmu direct, d/dsigma direct), float64."""
-    kind, pi, s1, s2 = prior
-    if kind == native.GAUSSIAN_CLOSED_FORM:
+    if kl == "analytic":
+        s1 = prior.sigma_p
         return (np.log(s1 / sigma) + (sigma ** 2 + mu ** 2) / (2 * s1 ** 2) - 0.5,
                 0.0, mu / s1 ** 2, sigma / s1 ** 2 - 1 / sigma)
     w = (mu + sigma * eps).astype(np.float32).astype(np.float64)
@@ -116,10 +119,10 @@ def numpy_kl_terms(mu, sigma, eps, prior):
     return log_q - log_prior, -dlog_prior, 0.0, -1 / sigma
 
 
-@pytest.mark.parametrize("prior", [(native.GAUSSIAN, 0.0, 0.7, 0.0),
-                                   (native.SCALE_MIXTURE, 0.25, 1.0, math.exp(-6.0)),
-                                   (native.GAUSSIAN_CLOSED_FORM, 0.0, 0.7, 0.0)])
-def test_kl_gradients_follow_the_formula(ctx, prior):
+@pytest.mark.parametrize("prior,kl", [(GaussianPrior(0.7), "mc"),
+                                      (ScaleMixturePrior(0.25, 1.0, math.exp(-6.0)), "mc"),
+                                      (GaussianPrior(0.7), "analytic")])
+def test_kl_gradients_follow_the_formula(ctx, prior, kl):
     rng = np.random.default_rng(1)
     n = 2 * CHUNK + 3
     rho = np.concatenate([rng.uniform(-12, 4, size=n - 4), [-40.0, -20.0, 15.0, 40.0]])
@@ -133,11 +136,11 @@ def test_kl_gradients_follow_the_formula(ctx, prior):
     kl_weight = 0.01
     to = lambda a: nd.array(a, ctx=ctx, dtype="float32")
     grad_mu, grad_rho = nd.zeros(n, ctx=ctx), nd.zeros(n, ctx=ctx)
-    kl = native.kl_gradients(to(mu), to(rho), to(eps), to(w), to(grad_w), kl_weight, prior,
-                             grad_mu, grad_rho)
+    total = native.kl_gradients(to(mu), to(rho), to(eps), to(w), to(grad_w), kl_weight, prior,
+                                kl_estimate(kl), grad_mu, grad_rho)
 
-    entries, kl_w, kl_mu, kl_sigma = numpy_kl_terms(mu, sigma, eps, prior)
-    assert kl == pytest.approx(np.sum(entries), rel=1e-6)
+    entries, kl_w, kl_mu, kl_sigma = numpy_kl_terms(mu, sigma, eps, prior, kl)
+    assert total == pytest.approx(np.sum(entries), rel=1e-6)
     expected_mu = grad_w + kl_weight * (kl_w + kl_mu)
     expected_sigma = grad_w * eps + kl_weight * (kl_w * eps + kl_sigma)
     sigmoid = 1.0 / (1.0 + np.exp(-rho))

@@ -3,8 +3,6 @@ import json
 import os
 import shutil
 import signal
-import subprocess
-import sys
 
 import mxnet as mx
 import numpy as np
@@ -12,10 +10,10 @@ import pytest
 from mxnet import nd
 
 from gluon_bbb import Config, evaluate_accuracy, train
-from gluon_bbb.prune import (load_pruned, prune_weights, pruning_table, save_pruned,
-                             signal_to_noise_ratio)
+from gluon_bbb.pruning import (load_pruned, prune_weights, pruning_table, save_pruned,
+                               signal_to_noise_ratio)
 
-from commands import ROOT, user_env
+from commands import PRUNE, run
 
 
 def np_prune(mus, sigmas, proportion):
@@ -110,8 +108,7 @@ def short_run(tmp_path_factory, mnist):
 
 
 def run_prune(*args):
-    return subprocess.run([sys.executable, os.path.join(ROOT, "prune.py")] + list(args),
-                          capture_output=True, text=True, timeout=300, env=user_env())
+    return run(PRUNE, *args)
 
 
 def test_prune_command_on_a_training_run(short_run, tmp_path):
@@ -145,10 +142,8 @@ def test_prune_command_whose_reader_goes_away(short_run, tmp_path):
     reader, writer = os.pipe()
     os.close(reader)
     try:
-        proc = subprocess.run([sys.executable, os.path.join(ROOT, "prune.py"), "--checkpoint",
-                               short_run, "--out", str(out), "--save-pruned", "0.5"],
-                              stdout=writer, stderr=subprocess.PIPE, text=True, timeout=300,
-                              env=user_env())
+        proc = run(PRUNE, "--checkpoint", short_run, "--out", out, "--save-pruned", "0.5",
+                   stdout=writer)
     finally:
         os.close(writer)
     assert proc.returncode == 128 + signal.SIGPIPE and proc.stderr == "", proc.stderr

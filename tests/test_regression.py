@@ -3,23 +3,20 @@ here, both backends of the step with a heteroscedastic head against autograd, th
 two toy problems on seed 0, Monte Carlo dropout, and the command."""
 import json
 import math
-import subprocess
-import sys
+import re
 
 import numpy as np
 import pytest
 from mxnet import nd
 
-from commands import ROOT, assert_one_line_error, user_env
+from commands import REGRESSION, assert_one_line_error, run
 from gluon_bbb import Config, ConfigError, combined_loss_gradients, prior_for
 from gluon_bbb.likelihood import Gaussian, gaussian_log_likelihood, parse_likelihood
-from gluon_bbb.model import FlatLayout, NetworkGraph
+from gluon_bbb.ndarray_backend import FlatLayout, NetworkGraph
 from gluon_bbb.noise import PhiloxNoise, philox_normals_reference
-from gluon_bbb.regression import figures, fit_regression, split_uncertainty
+from gluon_bbb.regression_problems import figures, fit_regression, split_uncertainty
 from test_step import assert_matches
 from tutorial_reference import tutorial_gradients
-
-REGRESSION = [sys.executable, "-m", "gluon_bbb.regression"]
 
 
 def numpy_gaussian(y, mean, log_variance):
@@ -71,11 +68,12 @@ def test_bad_likelihoods_are_refused():
 
 
 def test_a_regression_with_nothing_to_train_is_refused():
-    from gluon_bbb.regression import regression_config
+    from gluon_bbb.regression_problems import regression_config
     assert regression_config("quartic", epochs=1).epochs == 1
-    with pytest.raises(ConfigError, match=r"epochs must be at least 1 \(nothing to train\), "
-                                          r"got 0"):
-        regression_config("quartic", epochs=0)
+    for epochs in (0, -5):
+        with pytest.raises(ConfigError, match=r"epochs must be an integer >= 1 \(the training "
+                                              r"steps; 0 trains nothing\), got %d" % epochs):
+            regression_config("quartic", epochs=epochs)
 
 
 def test_gaussian_gradient_matches_finite_differences(ctx):
@@ -194,14 +192,19 @@ def test_mc_dropout_regression_is_deterministic_and_draws_masks(ctx):
 
 def test_regression_command_writes_its_run_and_refuses_bad_input(tmp_path):
     out = tmp_path / "quartic"
-    command = REGRESSION + ["--data", "quartic", "--model", "mcdropout", "--epochs", "200",
-                            "--test-samples", "20", "--out", str(out)]
-    proc = subprocess.run(command, capture_output=True, text=True, cwd=ROOT, env=user_env(),
-                          timeout=300)
+    proc = run(REGRESSION, "--data", "quartic", "--model", "mcdropout", "--epochs", "200",
+               "--test-samples", "20", "--out", out)
     assert proc.returncode == 0, proc.stderr
     metrics = json.loads((out / "metrics.json").read_text())
     assert metrics["problem"] == "quartic" and metrics["model"] == "mcdropout"
-    assert "band_holds_truth: %s" % metrics["band_holds_truth"] in proc.stdout
+    # what it does first, its progress, then the figures in words
+    lines = proc.stdout.splitlines()
+    assert lines[0] == "training mcdropout on quartic (6 points, 200 steps), writing to %s" % out
+    assert re.match(r"step 200/200  loss -?\d+\.\d \(mean of the last 100\)  \d+\.\d s$",
+                    lines[1]), lines
+    assert lines[2] == "95%% band holds the true curve at the inputs: %s" % (
+        "yes" if metrics["band_holds_truth"] else "no")
+    assert lines[3].startswith("band width: %.2f at the inputs" % metrics["band_width_at_data"])
     record = json.loads((out / "config.json").read_text())
     assert record["problem"] == "quartic" and record["epochs"] == 200
     assert record["scaling"]["x_sd"] == pytest.approx(np.std([-2, -1.8, -1, 1, 1.8, 2]))
@@ -215,12 +218,13 @@ def test_regression_command_writes_its_run_and_refuses_bad_input(tmp_path):
             (["--noise", "-2"], "--noise must be a standard deviation > 0, learned or "
                                 "heteroscedastic, got -2.0"),
             (["--dropout", "1.5"], "--dropout must be in (0, 1), got 1.5"),
-            (["--epochs", "-1"], "--epochs must be an integer >= 0, got -1")):
+            (["--epochs", "-5"], "--epochs must be an integer >= 1 (the training steps; 0 "
+                                 "trains nothing), got -5"),
+            (["--epochs", "0"], "--epochs must be an integer >= 1 (the training steps; 0 "
+                                "trains nothing), got 0")):
         target = out if not args else tmp_path / "other"
-        proc = subprocess.run(REGRESSION + ["--data", "quartic", "--model", "mcdropout",
-                                            "--out", str(target)] + args,
-                              capture_output=True, text=True, cwd=ROOT, env=user_env(),
-                              timeout=300)
+        proc = run(REGRESSION, "--data", "quartic", "--model", "mcdropout", "--out", target,
+                   *args)
         assert_one_line_error(proc, message)
         assert not (tmp_path / "other").exists()
     assert math.isfinite(metrics["width_ratio"])

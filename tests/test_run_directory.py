@@ -3,7 +3,6 @@ plain environment: a full disk, resuming with another command line, tampered run
 no data and no network, checks before any work, the advice on a non-finite loss, pipes, and what
 the commands print and record."""
 import importlib
-import importlib.util
 import json
 import os
 import re
@@ -15,7 +14,7 @@ import time
 
 import pytest
 
-from commands import (EVALUATE, PRUNE, ROOT, TRAIN, assert_one_line_error, run, user_env)
+from commands import EVALUATE, PRUNE, ROOT, TRAIN, assert_one_line_error, run, start
 
 SMALL = ["--train-size", "512", "--num-hidden-units", "20", "--test-samples", "2", "--seed", "1"]
 
@@ -66,8 +65,7 @@ def on_small_disk(tmp_path, size_kb, steps):
         script.append("(%s) >%s/%d.out 2>%s/%d.err; echo $? >%s/%d.rc"
                       % (step, results, i, results, i, results, i))
     script.append("rm -f $DISK/filler; cp -a $DISK %s/disk" % tmp_path)
-    proc = subprocess.run(["unshare", "-m", "bash", "-c", "\n".join(script)],
-                          capture_output=True, text=True, timeout=600, env=user_env())
+    proc = run(["unshare", "-m", "bash", "-c", "\n".join(script)], timeout=600)
     if proc.returncode == 97 or "unshare failed" in proc.stderr:
         pytest.skip("cannot mount a small filesystem here: %s" % proc.stderr.strip()[:200])
     assert proc.returncode == 0, proc.stderr
@@ -215,9 +213,7 @@ def test_a_checkpoint_that_is_a_directory_is_named_once(tmp_path, one_epoch):
 # 4. SIGTERM and SIGINT.
 
 def start_training(out, *args):
-    return subprocess.Popen(TRAIN + ["--out", str(out)] + [str(a) for a in args],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT,
-                            env=user_env())
+    return start(TRAIN, "--out", out, *args)
 
 
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
@@ -268,15 +264,13 @@ def test_a_signal_before_the_first_epoch_claims_nothing_saved(tmp_path, signum):
 
 def offline_env(home):
     """A user with no MNIST anywhere and a download host whose name never resolves."""
-    env = user_env(HOME=str(home), MXNET_GLUON_REPO="https://mnist-host.invalid/")
-    env.pop("GLUON_BBB_DATA", None)
-    return env
+    return {"HOME": str(home), "MXNET_GLUON_REPO": "https://mnist-host.invalid/",
+            "GLUON_BBB_DATA": None}
 
 
 def test_no_data_and_no_network_is_one_line_and_makes_no_run_directory(tmp_path):
     out = tmp_path / "run"
-    proc = subprocess.run(TRAIN + ["--out", str(out)], capture_output=True, text=True, cwd=ROOT,
-                          timeout=300, env=offline_env(tmp_path))
+    proc = run(TRAIN, "--out", out, env=offline_env(tmp_path))
     assert_one_line_error(proc, "train_mnist.py: error: MNIST not found: expected "
                                 "train-images-idx3-ubyte[.gz]")
     assert "downloading them failed: no network (the download host's name does not resolve)" \
@@ -290,13 +284,11 @@ def test_prune_and_evaluate_read_the_data_directory_the_run_was_trained_on(tmp_p
     out = tmp_path / "run"
     env = offline_env(tmp_path)
     data_dir = os.environ["GLUON_BBB_DATA"]
-    proc = subprocess.run(TRAIN + ["--out", str(out), "--data-dir", data_dir, "--epochs", "1"]
-                          + SMALL, capture_output=True, text=True, cwd=ROOT, timeout=300, env=env)
+    proc = run(TRAIN, "--out", out, "--data-dir", data_dir, "--epochs", "1", *SMALL, env=env)
     assert proc.returncode == 0, proc.stderr
     assert read_json(out / "config.json")["data_dir"] == os.path.abspath(data_dir)
     for cmd in (PRUNE, EVALUATE):
-        proc = subprocess.run(cmd + ["--checkpoint", str(out)], capture_output=True, text=True,
-                              cwd=ROOT, timeout=300, env=env)
+        proc = run(cmd, "--checkpoint", out, env=env)
         assert proc.returncode == 0, proc.stderr
     assert read_json(out / "pruning.json")["data_dir"] == os.path.abspath(data_dir)
 
@@ -351,31 +343,19 @@ def test_a_loss_that_diverges_later_names_the_rate(tmp_path):
 
 def test_prune_into_head_0_is_quiet_in_a_users_shell(one_epoch, tmp_path):
     out = tmp_path / "piped"
-    proc = subprocess.run("%s | head -0; echo ${PIPESTATUS[0]}" % command(
-        PRUNE, "--checkpoint", one_epoch, "--out", out), shell=True, executable="/bin/bash",
-        capture_output=True, text=True, cwd=ROOT, timeout=300, env=user_env())
+    proc = run(["/bin/bash", "-c", "%s | head -0; echo ${PIPESTATUS[0]}" % command(
+        PRUNE, "--checkpoint", one_epoch, "--out", out)])
     assert proc.stderr == "" and proc.stdout.strip() == str(128 + signal.SIGPIPE)
     assert files_of(out) == [".lock", "pruning.json", "pruning.png", "snr.png"]
 
 
 # 9. What the commands print and record.
 
-def command_parser(name):
-    """The ``build_parser()`` of a command-line script or a module of the package."""
-    if name.endswith(".py"):
-        spec = importlib.util.spec_from_file_location(name[:-3], os.path.join(ROOT, name))
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-    else:
-        module = importlib.import_module(name)
-    return module.build_parser()
-
-
-@pytest.mark.parametrize("name", ["train_mnist.py", "prune.py", "gluon_bbb.evaluate"])
+@pytest.mark.parametrize("name", ["train_mnist", "prune", "evaluate", "regression", "sweep"])
 def test_every_flag_has_a_description(name):
-    parser = command_parser(name)
+    parser = importlib.import_module("gluon_bbb." + name).build_parser()
     flags = [action for action in parser._actions if action.option_strings != ["-h", "--help"]]
-    assert len(flags) >= 6
+    assert len(flags) >= 5
     for action in flags:
         words = re.sub(r"\(?default:[^)]*\)?", "", action.help or "").split()
         assert len(words) >= 2, (action.option_strings, action.help)
@@ -389,7 +369,9 @@ def test_pruning_a_deterministic_run_says_magnitude(tmp_path):
     assert proc.returncode == 0, proc.stderr
     assert "| removed by magnitude |" in proc.stdout
     report = read_json(out / "pruning.json")
-    assert report["criterion"] == "magnitude" and report["model"] == "mlp"
+    # the old name of the model kind reads, and config.json and the report give its name
+    assert report["criterion"] == "magnitude" and report["model"] == "deterministic"
+    assert read_json(out / "config.json")["model"] == "deterministic"
 
 
 def test_training_labels_its_two_test_accuracies(one_epoch, tmp_path):

@@ -9,7 +9,8 @@ from mxnet import nd
 
 from gluon_bbb import (Config, ConfigError, TrainingStep, combined_loss_gradients,
                        init_variational_params, log_gaussian, prior_for, softplus)
-from gluon_bbb.model import FlatLayout, NetworkGraph
+from gluon_bbb import modes
+from gluon_bbb.ndarray_backend import FlatLayout, NetworkGraph
 from gluon_bbb.noise import DeviceNoise, PhiloxNoise, philox_key, philox_normals_reference
 from gluon_bbb.step import choose_backend
 from tutorial_reference import lrt_gradients, tutorial_gradients
@@ -60,7 +61,7 @@ def test_ndarray_estimators_equal_autograd(ctx, estimator, kl, prior):
     config = Config(num_inputs=6, num_hidden_units=5, num_outputs=3, prior=prior, sigma_p=0.8)
     layout, mu, rho, X, y, rng = small_problem(ctx, config, seed=11, batch=4)
     graph = NetworkGraph(layout.shapes)
-    size = graph.noise_size(4, estimator, kl)
+    size = modes.estimator(estimator).noise_size(graph, 4, modes.kl_estimate(kl))
     eps = nd.array(rng.normal(size=size), ctx=ctx, dtype="float64")
     got = combined_loss_gradients(X, y, mu, rho, [eps], prior_for(config), 0.2, graph,
                                   estimator, kl)
@@ -283,8 +284,8 @@ def test_lrt_is_refused_for_a_network_with_convolutions():
                                           "layers than dense and relu"):
         Config(network="lenet", estimator="lrt")
     for bad, detail in (("conv:3:3,relu,dense:7", "ending in dense:10"),
-                        ("conv:3", "unknown layer or wrong numbers"),
-                        ("spline:4", "unknown layer or wrong numbers"),
+                        ("conv:3", "conv takes conv:CHANNELS:KERNEL"),
+                        ("spline:4", "unknown layer .spline:4."),
                         ("conv:3:40,dense:10", "does not fit 28x28 inputs")):
         with pytest.raises(ConfigError, match="network must be .*%s" % detail):
             Config(network=bad)

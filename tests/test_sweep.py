@@ -1,8 +1,11 @@
-"""Sweeps on Dask: the spec, a local two-worker sweep against the same trials run one by one,
-a worker killed in the middle of a trial and the sweep itself stopped and rerun (same figures,
-nothing trained twice), and a sweep on a running ``dask scheduler`` with two ``dask worker``s."""
+"""Sweeps on Dask: the spec and the trials' identity, a local two-worker sweep against the same
+trials run one by one, a rerun (skipped, refused for a changed spec, finishing a trial whose
+training ended), a worker killed in the middle of a trial, the sweep itself stopped by SIGTERM
+or Ctrl-C and rerun (same figures, nothing trained twice), a trial's failure and its cause, and
+a sweep on a running ``dask scheduler`` with two ``dask worker``s."""
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -10,9 +13,8 @@ import time
 
 import pytest
 
-from commands import ROOT, TRAIN, PRUNE, assert_one_line_error, run, user_env
+from commands import PRUNE, SWEEP, TRAIN, assert_one_line_error, run, start
 
-SWEEP = [sys.executable, "-m", "gluon_bbb.sweep"]
 TINY = {"train-size": 512, "num-hidden-units": 20, "epochs": 2, "validation": 1000,
         "test-samples": 0}
 
@@ -32,13 +34,13 @@ def read_json(path):
 BY_HAND = {}
 
 
-def one_by_one(tmp_path, spec_path):
+def one_by_one(tmp_path, spec_path, directories=False):
     """The figures of the spec's trials run one after another, one thread each, as a user
-    would run them by hand."""
-    from gluon_bbb.sweep import load_spec, trial_figures, trials
+    would run them by hand (with ``directories``: the run directories of those runs)."""
+    from gluon_bbb.trials import load_spec, trial_figures, trials
     spec = load_spec(str(spec_path))
     proportions = ["%g" % p for p in spec["proportions"]]
-    figures = {}
+    found = {}
     for trial in trials(spec):
         key = (tuple(trial["train_args"]), tuple(proportions))
         if key not in BY_HAND:
@@ -47,9 +49,9 @@ def one_by_one(tmp_path, spec_path):
             assert run(TRAIN, *trial["train_args"], "--out", out, env=env).returncode == 0
             assert run(PRUNE, "--checkpoint", out, "--proportions", *proportions,
                        env=env).returncode == 0
-            BY_HAND[key] = trial_figures(str(out))
-        figures[trial["name"]] = BY_HAND[key]
-    return figures
+            BY_HAND[key] = trial_figures(str(out)), out
+        found[trial["name"]] = BY_HAND[key][1 if directories else 0]
+    return found
 
 
 def sweep_figures(out):
@@ -57,7 +59,7 @@ def sweep_figures(out):
 
 
 def test_the_spec_gives_one_trial_per_combination(tmp_path):
-    from gluon_bbb.sweep import load_spec, summarize, trials
+    from gluon_bbb.trials import load_spec, summarize, trials
     spec = load_spec(str(write_spec(tmp_path / "spec.json", {"preset": "paper-2x400",
                                                               "eval-train": True},
                                     {"prior": ["gaussian", "scale-mixture"], "seed": [0, 1]})))
@@ -81,7 +83,17 @@ def test_the_spec_gives_one_trial_per_combination(tmp_path):
     ("[]", "a sweep spec is a JSON object with base, grid"),
     ('{"base": {}, "grid": {"seed": []}}', "grid seed must be a non-empty list"),
     ('{"base": {"out": "x"}, "grid": {"seed": [0]}}', "out is the sweep's to set"),
-    ('{"grid": {"seed": [0]}, "proportions": [2]}', "proportions must be a list of numbers"),
+    ('{"base": {}, "grid": {"seed": [0]}, "proportions": [2]}',
+     "proportions must be a list of numbers"),
+    ('{"grid": {"seed": [0]}}', "a sweep spec names its base, the flags every trial takes"),
+    ('{"base": {"learning-rate": 0.1, "learning_rate": 0.2}, "grid": {"seed": [0]}}',
+     "base names --learning-rate twice (learning-rate and learning_rate)"),
+    ('{"base": {"sigma-p": -1}, "grid": {"seed": [0]}}',
+     "trial seed-0: --sigma-p must be a finite number > 0, got -1.0"),
+    ('{"base": {"network": "dense:0,dense:10"}, "grid": {"seed": [0]}}',
+     "trial seed-0: --network must be mlp, lenet, or layers"),
+    ('{"base": {"colour": "blue"}, "grid": {"seed": [0]}}',
+     "trial seed-0: unrecognized arguments: --colour blue"),
 ])
 def test_a_bad_spec_is_one_line(tmp_path, content, expected):
     spec = tmp_path / "spec.json"
@@ -96,19 +108,38 @@ def test_bad_sweep_flags_are_one_line(tmp_path):
                           "--workers must be an integer >= 1, got 0")
     assert_one_line_error(run(SWEEP, tmp_path / "missing.json", "--out", tmp_path / "out"),
                           "cannot read sweep spec")
+    assert_one_line_error(run(SWEEP, spec, "--out", tmp_path / "out", "--scheduler",
+                              "notanaddress"),
+                          "cannot use the Dask scheduler --scheduler notanaddress: missing port "
+                          "number in address 'notanaddress'")
+    assert not (tmp_path / "out").exists()
 
 
-def test_the_sweep_imports_no_mxnet():
-    proc = run([sys.executable, "-c", "import sys, gluon_bbb.sweep, gluon_bbb.rundir; "
-                                      "print(sorted(m for m in sys.modules if 'mxnet' in m))"])
+def test_the_sweep_imports_no_mxnet(tmp_path):
+    # what the sweep's process imports, its parsers of the trials' flags included
+    proc = run([sys.executable, "-c", "import sys, gluon_bbb.sweep, gluon_bbb.trials; "
+                "gluon_bbb.trials.trial_config(['--preset', 'lenet']); "
+                "print(sorted(m for m in sys.modules if 'mxnet' in m))"])
     assert proc.returncode == 0 and proc.stdout.strip() == "[]", proc.stdout + proc.stderr
 
 
-def test_a_local_sweep_equals_its_trials_run_one_by_one(tmp_path):
+@pytest.fixture(scope="module")
+def local_sweep(tmp_path_factory):
+    """(spec path, --out, the command's result) of a local two-worker sweep of four trials."""
+    tmp_path = tmp_path_factory.mktemp("local")
     spec = write_spec(tmp_path / "spec.json", TINY, {"prior": ["gaussian", "scale-mixture"],
                                                       "seed": [0, 1]})
     out = tmp_path / "sweep"
-    proc = run(SWEEP, spec, "--out", out, "--workers", "2")
+    return spec, out, run(SWEEP, spec, "--out", out, "--workers", "2")
+
+
+def trial_logs(out):
+    return {name: (out / name / "trial.log").read_text() for name in sorted(os.listdir(out))
+            if (out / name / "trial.log").exists()}
+
+
+def test_a_local_sweep_equals_its_trials_run_one_by_one(local_sweep, tmp_path):
+    spec, out, proc = local_sweep
     assert proc.returncode == 0, proc.stderr
     lines = proc.stdout.splitlines()
     assert lines[0] == "sweep: 4 trials on a local cluster of 2 workers, 1 thread each, into %s" % out
@@ -121,23 +152,104 @@ def test_a_local_sweep_equals_its_trials_run_one_by_one(tmp_path):
     # run again: every trial is skipped, nothing is trained
     proc = run(SWEEP, spec, "--out", out, "--workers", "2")
     assert proc.returncode == 0 and proc.stdout.count("skipped ") == 4, proc.stdout
-    for trial in read_json(out / "sweep.json")["trials"]:
-        log = (out / trial["name"] / "trial.log").read_text()
+    for log in trial_logs(out).values():
         assert log.count(" train") == 1 and " resume" not in log
 
 
-def test_a_failing_trial_is_reported_and_the_others_finish(tmp_path):
-    spec = write_spec(tmp_path / "spec.json", TINY, {"sigma-p": [1.0, -1.0]})
+def test_a_changed_spec_rerun_into_the_same_out_is_refused(local_sweep, tmp_path):
+    # the trials already in --out were trained at 0.001 (the default): a spec asking 0.0005
+    # names the flag and both values, and nothing runs
+    spec, out, _ = local_sweep
+    changed = json.loads(spec.read_text())
+    changed["base"]["learning-rate"] = 0.0005
+    changed_spec = tmp_path / "changed.json"
+    changed_spec.write_text(json.dumps(changed))
+    logs = trial_logs(out)
+    proc = run(SWEEP, changed_spec, "--out", out, "--workers", "2")
+    assert_one_line_error(proc, "%s holds a trial trained with --learning-rate 0.001; this spec "
+                                "gives it --learning-rate 0.0005: a changed spec needs another "
+                                "--out" % (out / "prior-gaussian_seed-0"))
+    assert trial_logs(out) == logs
+    # more epochs are other training too
+    changed["base"]["learning-rate"], changed["base"]["epochs"] = 0.001, 3
+    changed_spec.write_text(json.dumps(changed))
+    assert_one_line_error(run(SWEEP, changed_spec, "--out", out, "--workers", "2"),
+                          "trained with --epochs 2; this spec gives it --epochs 3")
+
+
+@pytest.mark.parametrize("grid, flags", [
+    ({"seed": [0, 0]}, "seed=0 and seed=0"),
+    ({"seed": [0, "0"]}, "seed=0 and seed='0'"),
+    ({"learning-rate": [0.001, "1e-3"], "seed": [0]}, "learning-rate=0.001, seed=0 and "
+                                                       "learning-rate=1e-3, seed=0"),
+    ({"kl-scale": [1, 1.0]}, "kl-scale=1 and kl-scale=1.0"),
+])
+def test_a_trial_given_twice_is_refused(tmp_path, grid, flags):
+    spec = write_spec(tmp_path / "spec.json", TINY, grid)
+    proc = run(SWEEP, spec, "--out", tmp_path / "out")
+    assert_one_line_error(proc, "the grid gives one trial twice: %s train the same network "
+                                "(their values are equal)" % flags)
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_trial_whose_training_ended_before_its_record_is_finished(local_sweep, tmp_path):
+    # stopped between the end of training and the trial's record: a rerun prunes it without
+    # training it again (its checkpoint holds all its epochs)
+    spec, out, _ = local_sweep
+    trial = one_by_one(tmp_path, spec, directories=True)["prior-gaussian_seed-1"]
+    stopped = tmp_path / "stopped"
+    shutil.copytree(trial, stopped / "prior-gaussian_seed-1")
+    for name in ("pruning.json", "pruning.png", "snr.png"):
+        os.remove(stopped / "prior-gaussian_seed-1" / name)
+    proc = run(SWEEP, spec, "--out", stopped, "--workers", "2")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "done prior-gaussian_seed-1: test error" in proc.stdout
+    log = (stopped / "prior-gaussian_seed-1" / "trial.log").read_text()
+    assert " train" not in log and log.count(" resume") == 1, log
+    assert [r["epoch"] for r in read_json(stopped / "prior-gaussian_seed-1" / "history.json")] \
+        == [1, 2]
+    assert sweep_figures(stopped) == one_by_one(tmp_path, spec)
+
+
+def test_a_failing_trial_is_reported_with_its_cause_and_the_others_finish(tmp_path):
+    spec = write_spec(tmp_path / "spec.json", TINY, {"learning-rate": [0.001, 1000.0]})
     proc = run(SWEEP, spec, "--out", tmp_path / "sweep", "--workers", "2")
     assert proc.returncode == 1
-    assert "failed sigma-p--1.0: train_mnist.py: error: --sigma-p must be a finite number > 0, " \
-           "got -1.0" in proc.stdout
+    assert ("failed learning-rate-1000.0: python -m gluon_bbb.train_mnist: error: loss became "
+            "non-finite") in proc.stdout
     trials = {t["name"]: t for t in read_json(tmp_path / "sweep" / "sweep.json")["trials"]}
-    assert trials["sigma-p-1.0"]["status"] == "done"
+    assert trials["learning-rate-0.001"]["status"] == "done"
+
+
+MXNET_TRACEBACK = """Traceback (most recent call last):
+  File "<frozen runpy>", line 198, in _run_module_as_main
+  File "/site/gluon_bbb/ndarray_backend.py", line 120, in _run
+    loss = op(*[inputs[name] for name in names])
+mxnet.base.MXNetError: Traceback (most recent call last):
+  File "../src/imperative/./imperative_utils.h", line 203
+MXNetError: Error in operator fullyconnected0: Shape inconsistent, Provided = [50,784], inferred shape=(50,10)
+operator attributes:
+num_hidden : 50
+"""
+
+
+def test_a_trial_that_crashes_is_reported_by_the_exception_not_the_last_line(tmp_path):
+    # a stand-in interpreter for the trial's command: it fails as MXNet does on a bug
+    from gluon_bbb.trials import failure_cause, run_trial
+    fake = tmp_path / "python"
+    fake.write_text("#!/bin/sh\ncat >&2 <<'EOF'\n%sEOF\nexit 1\n" % MXNET_TRACEBACK)
+    fake.chmod(0o755)
+    record = run_trial(str(tmp_path / "trial"), ["--seed", "0"], [0.0], 1, python=str(fake))
+    assert record == {"status": "failed", "error": "train ended with status 1: MXNetError: "
+                      "Error in operator fullyconnected0: Shape inconsistent, Provided = "
+                      "[50,784], inferred shape=(50,10)"}
+    assert failure_cause("x.py: error: --epochs must be at least 1\n", "train", 2) == \
+        "x.py: error: --epochs must be at least 1"
+    assert failure_cause("", "prune", -9) == "prune was killed by signal 9"
 
 
 def processes_training(out_dir):
-    """(pid, parent pid) of each train_mnist.py process writing into ``out_dir``."""
+    """(pid, parent pid) of each training command's process writing into ``out_dir``."""
     found = []
     for pid in os.listdir("/proc"):
         try:
@@ -147,7 +259,8 @@ def processes_training(out_dir):
                 parent = int(f.read().rsplit(")", 1)[1].split()[1])
         except (OSError, ValueError, IndexError):
             continue
-        if any(a.endswith(b"train_mnist.py") for a in argv) and str(out_dir).encode() in argv:
+        if (any(a.endswith(b"train_mnist.py") or a == b"gluon_bbb.train_mnist" for a in argv)
+                and str(out_dir).encode() in argv):
             found.append((int(pid), parent))
     return found
 
@@ -176,9 +289,7 @@ def epochs_done(trial_dir):
 def test_a_worker_killed_mid_trial_has_its_trial_resumed_elsewhere(tmp_path):
     spec = write_spec(tmp_path / "spec.json", SLOW, {"seed": [0, 1]})
     out = tmp_path / "sweep"
-    sweep = subprocess.Popen(SWEEP + [str(spec), "--out", str(out), "--workers", "2"],
-                             cwd=ROOT, env=user_env(), stdout=subprocess.PIPE,
-                             stderr=subprocess.PIPE, text=True)
+    sweep = start(SWEEP, spec, "--out", out, "--workers", "2")
     try:
         trial = out / "seed-0"
         wait_for(lambda: 1 <= epochs_done(trial) < 6)
@@ -197,9 +308,7 @@ def test_a_worker_killed_mid_trial_has_its_trial_resumed_elsewhere(tmp_path):
 def test_a_sweep_stopped_and_run_again_trains_nothing_twice(tmp_path):
     spec = write_spec(tmp_path / "spec.json", SLOW, {"seed": [0, 1, 2]})
     out = tmp_path / "sweep"
-    sweep = subprocess.Popen(SWEEP + [str(spec), "--out", str(out), "--workers", "2"],
-                             cwd=ROOT, env=user_env(), stdout=subprocess.PIPE,
-                             stderr=subprocess.PIPE, text=True)
+    sweep = start(SWEEP, spec, "--out", out, "--workers", "2")
     try:
         wait_for(lambda: (out / "seed-0" / "trial.json").exists()
                  or (out / "seed-1" / "trial.json").exists())
@@ -223,20 +332,38 @@ def test_a_sweep_stopped_and_run_again_trains_nothing_twice(tmp_path):
     assert sweep_figures(out) == one_by_one(tmp_path, spec)
 
 
+def test_ctrl_c_ends_a_sweep_with_one_line(tmp_path):
+    # a terminal sends SIGINT to its whole process group: the sweep, its local cluster's
+    # workers and their trials; the sweep alone speaks, and nothing is left running
+    spec = write_spec(tmp_path / "spec.json", SLOW, {"seed": [0, 1]})
+    out = tmp_path / "sweep"
+    sweep = start(SWEEP, spec, "--out", out, "--workers", "2", start_new_session=True)
+    try:
+        wait_for(lambda: epochs_done(out / "seed-0") >= 1)
+        os.killpg(sweep.pid, signal.SIGINT)
+        _, stderr = sweep.communicate(timeout=120)
+    finally:
+        sweep.kill()
+    assert sweep.returncode == 128 + signal.SIGINT, stderr
+    assert stderr.strip() == "python -m gluon_bbb.sweep: interrupted by SIGINT", stderr
+    wait_for(lambda: not any(processes_training(out / name) for name in ("seed-0", "seed-1")),
+             60)
+    assert epochs_done(out / "seed-0") >= 1  # its completed epochs are kept
+
+
 def test_a_sweep_on_a_running_scheduler_with_two_workers(tmp_path):
     dask = os.path.join(os.path.dirname(sys.executable), "dask")
     address_file = tmp_path / "scheduler.json"
-    processes = [subprocess.Popen([dask, "scheduler", "--port", "0", "--no-dashboard",
-                                   "--scheduler-file", str(address_file)],
-                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                                  env=user_env())]
+    processes = [start([dask, "scheduler", "--port", "0", "--no-dashboard",
+                        "--scheduler-file", address_file], stdout=subprocess.DEVNULL,
+                       stderr=subprocess.DEVNULL)]
     try:
         wait_for(lambda: address_file.exists() and address_file.read_text().strip(), 60)
         address = read_json(address_file)["address"]
         for _ in range(2):
-            processes.append(subprocess.Popen(
-                [dask, "worker", address, "--nthreads", "1", "--no-dashboard"],
-                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=user_env()))
+            processes.append(start([dask, "worker", address, "--nthreads", "1",
+                                    "--no-dashboard"], stdout=subprocess.DEVNULL,
+                                   stderr=subprocess.DEVNULL))
         from distributed import Client
         with Client(address, timeout="30s") as client:
             client.wait_for_workers(2, timeout=60)

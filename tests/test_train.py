@@ -1,8 +1,6 @@
 """Training on real MNIST (a few thousand images), resume, the KL weighting and the CLI."""
 import json
 import os
-import subprocess
-import sys
 from fractions import Fraction
 
 import mxnet as mx
@@ -12,19 +10,16 @@ from mxnet import nd
 
 from gluon_bbb import (CheckpointError, Config, TrainingDiverged, kl_weights, load_checkpoint,
                        train)
-from gluon_bbb.model import GaussianPrior, evaluate_accuracy, init_variational_params
-from gluon_bbb.train import best_validation_epoch
+from gluon_bbb.model import evaluate_accuracy, init_variational_params
+from gluon_bbb.priors import GaussianPrior
+from gluon_bbb.training import best_validation_epoch
 from conftest import OVERSHOOTING
-from commands import user_env
+from commands import EVALUATE, PRUNE, TRAIN, run
 from tutorial_reference import tutorial_loss
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-SCRIPT = os.path.join(ROOT, "train_mnist.py")
 
-
-def run_script(*args, cwd=None):
-    return subprocess.run([sys.executable, SCRIPT] + list(args), capture_output=True,
-                          text=True, cwd=cwd, timeout=300, env=user_env())
+def run_script(*args):
+    return run(TRAIN, *args)
 
 
 def params_of(path):
@@ -344,17 +339,13 @@ def test_lenet_from_the_command_line_through_prune_and_evaluate(tmp_path):
     assert [r["epoch"] for r in history] == [1, 2] and history[-1]["test_accuracy"] >= 0.85
     # prune.py and evaluate read the network from the run: no flag names it
     for checkpoint in (out, out / "best.params"):
-        proc = subprocess.run([sys.executable, os.path.join(ROOT, "prune.py"), "--checkpoint",
-                               str(checkpoint), "--proportions", "0", "0.5"],
-                              capture_output=True, text=True, timeout=300, env=user_env())
+        proc = run(PRUNE, "--checkpoint", checkpoint, "--proportions", "0", "0.5")
         assert proc.returncode == 0, proc.stderr
     with open(out / "pruning.json") as f:
         rows = json.load(f)["rows"]
     assert rows[0]["test_accuracy"] == pytest.approx(history[-1]["test_accuracy"], abs=1e-6)
     assert rows[0]["weights_remaining"] == 431080
-    proc = subprocess.run([sys.executable, "-m", "gluon_bbb.evaluate", "--checkpoint", str(out),
-                           "--test-samples", "2"], capture_output=True, text=True, timeout=300,
-                          cwd=ROOT, env=user_env())
+    proc = run(EVALUATE, "--checkpoint", out, "--test-samples", "2")
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout)["in_distribution"]["mean_weights_accuracy"] == pytest.approx(
         history[-1]["test_accuracy"], abs=1e-6)

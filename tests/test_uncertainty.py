@@ -3,8 +3,6 @@ import gzip
 import json
 import os
 import struct
-import subprocess
-import sys
 
 import mxnet as mx
 import numpy as np
@@ -16,7 +14,7 @@ from gluon_bbb.model import init_variational_params
 from gluon_bbb.uncertainty import (auroc, expected_calibration_error, negative_log_likelihood,
                                    predict, predictive_entropy, reliability)
 
-from commands import ROOT, user_env
+from commands import EVALUATE, TRAIN, run
 
 
 def test_entropy_of_uniform_and_certain():
@@ -94,10 +92,8 @@ def test_mlp_baseline_and_uncertainty_report(tmp_path, mnist):
     assert result.history[-1]["test_accuracy"] >= 0.6  # 0.73 measured: 16 SGD steps
     np.testing.assert_array_equal(result.rhos[0].asnumpy(), -3.0)  # rho is not trained
     bbb = tmp_path / "bbb"
-    proc = subprocess.run([sys.executable, os.path.join(ROOT, "train_mnist.py"), "--out",
-                           str(bbb), "--train-size", "2000", "--epochs", "1", "--seed", "0",
-                           "--num-hidden-units", "100", "--test-samples", "3"],
-                          capture_output=True, text=True, timeout=300, env=user_env())
+    proc = run(TRAIN, "--out", bbb, "--train-size", "2000", "--epochs", "1", "--seed", "0",
+               "--num-hidden-units", "100", "--test-samples", "3")
     assert proc.returncode == 0, proc.stderr
     assert "uncertainty (3 weight samples): test accuracy" in proc.stdout
     ood_dir = tmp_path / "ood"
@@ -105,39 +101,32 @@ def test_mlp_baseline_and_uncertainty_report(tmp_path, mnist):
     write_idx_images(str(ood_dir / "t10k-images-idx3-ubyte.gz"),
                      np.random.default_rng(0).integers(0, 256, size=(50, 28, 28)))
     # a deterministic network has no weights to sample: asking for samples is refused
-    proc = subprocess.run([sys.executable, "-m", "gluon_bbb.evaluate", "--checkpoint",
-                           str(tmp_path / "mlp"), "--test-samples", "3"], capture_output=True,
-                          text=True, timeout=300, cwd=ROOT, env=user_env())
+    proc = run(EVALUATE, "--checkpoint", tmp_path / "mlp", "--test-samples", "3")
     assert proc.returncode == 2 and proc.stderr == (
         "python -m gluon_bbb.evaluate: error: --test-samples must be 0 for a deterministic "
-        "network (model mlp has no weight distribution to sample), got 3\n")
-    for run, samples in ((tmp_path / "mlp", []), (bbb, ["--test-samples", "3"])):
-        proc = subprocess.run([sys.executable, "-m", "gluon_bbb.evaluate", "--checkpoint",
-                               str(run), "--ood-data-dir", str(ood_dir)] + samples,
-                              capture_output=True, text=True, timeout=300, cwd=ROOT,
-                              env=user_env())
+        "network (model deterministic has no weight distribution to sample), got 3\n")
+    for run_dir, samples in ((tmp_path / "mlp", []), (bbb, ["--test-samples", "3"])):
+        proc = run(EVALUATE, "--checkpoint", run_dir, "--ood-data-dir", ood_dir, *samples)
         assert proc.returncode == 0, proc.stderr
         # stdout is the report's JSON alone; what was written is said on stderr
-        assert json.loads(proc.stdout)["model"] == ("mlp" if not samples else "bbb")
-        assert proc.stderr == "wrote %s, %s\n" % (run / "uncertainty.json",
-                                                  run / "uncertainty.png")
-        with open(run / "uncertainty.json") as f:
+        assert json.loads(proc.stdout)["model"] == ("deterministic" if not samples else "bbb")
+        assert proc.stderr == "wrote %s, %s\n" % (run_dir / "uncertainty.json",
+                                                  run_dir / "uncertainty.png")
+        with open(run_dir / "uncertainty.json") as f:
             report = json.load(f)
         assert report["test_samples"] == (3 if samples else 0)
         assert report["ood_data_dir"] == str(ood_dir) and report["epoch"] == 1
-        assert report["checkpoint"] == str(run / "checkpoint.params")
+        assert report["checkpoint"] == str(run_dir / "checkpoint.params")
         assert set(report["in_distribution"]) >= {"accuracy", "nll", "ece", "mean_entropy"}
         assert 0 <= report["ood"]["auroc"] <= 1 and report["noise"]["mean_entropy"] > 0
         assert 0.4 < report["in_distribution"]["accuracy"] <= 1  # 0.58 and 0.73 measured
-        assert (run / "uncertainty.png").read_bytes()[:4] == b"\x89PNG"
+        assert (run_dir / "uncertainty.png").read_bytes()[:4] == b"\x89PNG"
 
 
 def test_evaluate_on_the_best_validation_epoch(overshooting_run, tmp_path):
     run_dir, history = overshooting_run
-    proc = subprocess.run([sys.executable, "-m", "gluon_bbb.evaluate", "--checkpoint",
-                           os.path.join(run_dir, "best.params"), "--test-samples", "2",
-                           "--out", str(tmp_path)], capture_output=True, text=True,
-                          timeout=300, cwd=ROOT, env=user_env())
+    proc = run(EVALUATE, "--checkpoint", os.path.join(run_dir, "best.params"),
+               "--test-samples", "2", "--out", tmp_path)
     assert proc.returncode == 0, proc.stderr
     with open(tmp_path / "best-uncertainty.json") as f:
         report = json.load(f)
@@ -148,9 +137,7 @@ def test_evaluate_on_the_best_validation_epoch(overshooting_run, tmp_path):
 
 
 def test_evaluate_errors(tmp_path):
-    proc = subprocess.run([sys.executable, "-m", "gluon_bbb.evaluate", "--checkpoint",
-                           str(tmp_path / "none")], capture_output=True, text=True, cwd=ROOT,
-                          env=user_env())
+    proc = run(EVALUATE, "--checkpoint", tmp_path / "none")
     assert proc.returncode == 2 and "does not exist" in proc.stderr
     assert "Traceback" not in proc.stderr
 

@@ -1,8 +1,8 @@
 """The training loop: Bayes by Backprop with SGD or Adam, checkpoints every epoch, resume.
 
-Callable from a notebook (``train(config, load_mnist(), mx.cpu())``); ``train_mnist.py``
-is the command-line wrapper around it. A run directory's files are written and read through
-``rundir.RunDirectory``.
+Callable from a notebook (``train(config, load_mnist(), mx.cpu())``); the command
+``gluon_bbb.train_mnist`` is the command-line shell around it. A run directory's files are
+written and read through ``rundir.RunDirectory``.
 """
 import contextlib
 import dataclasses
@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 import numpy as np
 from mxnet import nd
 
+from . import modes
 from .config import Config
 from .context import context_name
 from .errors import CheckpointError, ConfigError, Interrupted, TrainingDiverged
@@ -41,30 +42,23 @@ class TrainResult:
 
 
 def kl_weights(num_batches, scheme):
-    """Weight of the KL term for each mini-batch i = 1..M of an epoch (list of M floats).
-
-    ``uniform``: 1/M each. ``blundell`` (paper section 3.4): 2^(M-i) / (2^M - 1), written
-    as 2^-i / (1 - 2^-M) so that no 2^M is formed (it overflows a float for M > 1023).
-    Both sum to 1 over the epoch.
-    """
-    if scheme == "uniform":
-        return [1.0 / num_batches] * num_batches
-    if scheme == "blundell":
-        normalizer = -math.expm1(-num_batches * math.log(2.0))
-        return [math.ldexp(1.0, -i) / normalizer for i in range(1, num_batches + 1)]
-    raise ValueError("unknown kl weighting %r" % (scheme,))
+    """Weight of the KL term for each mini-batch i = 1..M of an epoch (list of M floats), by
+    the weighting ``scheme`` names (``modes.KLWeighting``): ``uniform``, 1/M each, or
+    ``blundell`` (paper section 3.4), 2^(M-i) / (2^M - 1). Both sum to 1 over the epoch."""
+    return modes.kl_weighting(scheme).weights(num_batches)
 
 
 def train(config, data, ctx, out_dir=None, resume=False, eval_train=False,
           log=print, progress=None, check_every=50, backend=None):
-    """Train a Bayes-by-Backprop MLP (or, with ``config.model == "mlp"``, its deterministic
-    baseline); returns a ``TrainResult``.
+    """Train the network ``config`` describes as its model kind says (Bayes by Backprop, Monte
+    Carlo dropout or a deterministic baseline); returns a ``TrainResult``.
 
     config: a ``Config``; data: an ``MNIST`` tuple of NumPy arrays (``load_mnist()``);
     ctx: the MXNet context everything runs on. ``out_dir``: a path or a ``RunDirectory``
     (locked here unless its caller holds it); config.json, history.json and an atomic
     checkpoint are written there after every epoch; ``resume`` continues from that checkpoint
-    (the rules: ``rundir``). The same seed gives the same parameters whether or not the run
+    (the rules: ``rundir``; a run that holds all ``config.epochs`` trains nothing and returns
+    its parameters and history). The same seed gives the same parameters whether or not the run
     was interrupted and resumed. ``log`` receives the backend line, then one line per epoch;
     ``progress`` (default: when stderr is a terminal) draws a progress bar within the epoch,
     else a line goes to ``log`` every minute of a long epoch.
@@ -135,7 +129,7 @@ def _train(config, data, ctx, run, resume, eval_train, log, progress, check_ever
     num_train = train_images.shape[0]
     num_batches = math.ceil(num_train / config.batch_size)
     batch_kl_weights = [config.kl_scale * weight
-                        for weight in kl_weights(num_batches, config.kl_weighting)]
+                        for weight in config.kl_weighting_kind.weights(num_batches)]
     start_epoch, history, state = 0, [], None
     if run is not None:
         if resume:
@@ -153,6 +147,8 @@ def _train(config, data, ctx, run, resume, eval_train, log, progress, check_ever
                             num_update=state["num_update"])
         step.load_state_arrays(state["optimizer_states"])
     log(step.describe())
+    if start_epoch == config.epochs:
+        log("%s has trained all its %d epochs: nothing to train" % (run.path, config.epochs))
 
     X_all = nd.array(train_images, ctx=ctx, dtype="float32")
     y_all = nd.array(train_labels, ctx=ctx, dtype="float32")

@@ -1,0 +1,183 @@
+"""The command ``python -m gluon_bbb.train_mnist`` (``gluon-bbb train``, ``train_mnist.py`` in a
+checkout): train on MNIST-format data into a run directory, then draw its plots and its
+uncertainty report. A thin shell over ``training.train``.
+
+    python -m gluon_bbb.train_mnist --ctx cpu --epochs 10 --out runs/default
+    python -m gluon_bbb.train_mnist --out runs/default --epochs 20 --resume  # 10 more epochs
+
+``build_parser`` and ``config_from_args`` need no MXNet: the sweep checks its trials' flags
+with them in its own process.
+"""
+import dataclasses
+import os
+import sys
+import time
+
+from .cli import ArgumentParser, flag_for, run_command
+from .config import MAX_SAMPLES, MAX_TEST_SAMPLES, PRESETS, Config
+from .errors import CheckpointError, ConfigError
+from .modes import ESTIMATORS, KL_ESTIMATES, KL_WEIGHTINGS, MODEL_KINDS, names
+from .network import SPEC_HELP
+from .priors import PRIORS
+
+PROG = "python -m gluon_bbb.train_mnist"
+
+# Config fields set from the flag of the same name (--batch-size -> batch_size): type, help.
+CONFIG_FLAGS = {
+    "epochs": (int, "epochs to train (in all, counting those of a resumed run)"),
+    "batch_size": (int, "images per mini-batch"),
+    "num_hidden_layers": (int, "hidden layers of the MLP (0: a linear softmax model)"),
+    "num_hidden_units": (int, "units per hidden layer"),
+    "learning_rate": (float, "optimizer step size, on the summed mini-batch loss"),
+    "lr_decay_every": (int, "multiply the rate by --lr-decay-factor every N epochs (0: never)"),
+    "lr_decay_factor": (float, "factor of the step decay, in (0, 1]"),
+    "num_samples": (int, "weight samples averaged per step, 1 to %d" % MAX_SAMPLES),
+    "sigma_p": (float, "standard deviation of the Gaussian prior"),
+    "pi": (float, "weight of the scale mixture's first (wide) component, in [0, 1]"),
+    "sigma_p1": (float, "standard deviation of the scale mixture's first component"),
+    "sigma_p2": (float, "standard deviation of the scale mixture's second component"),
+    "mu_scale": (float, "standard deviation of the initial means mu"),
+    "rho_offset": (float, "initial rho (sigma = softplus(rho))"),
+    "kl_scale": (float, "multiplies every mini-batch's KL term (1: the paper's objective)"),
+    "train_size": (int, "train on the first N images (after --validation)"),
+    "validation": (int, "hold out the last N training images, scored every epoch"),
+    "seed": (int, "seed of the initial weights, the shuffles and the noise"),
+    "network": (str, "the network: %s" % SPEC_HELP),
+    "dropout": (float, "dropout rate after every hidden ReLU of --model mcdropout, in (0, 1)"),
+}
+# what a default of None means, in --help
+DEFAULT_WORDS = {"seed": "a fresh one, recorded in config.json", "train_size": "all"}
+CHOICE_FLAGS = {
+    "optimizer": (("sgd", "adam"), "update rule"),
+    "prior": (tuple(name.replace("_", "-") for name in PRIORS), "prior over every weight"),
+    "kl_weighting": (names(KL_WEIGHTINGS), "KL weight of each mini-batch: 1/M, or "
+                     "2^(M-i)/(2^M-1) (the paper's section 3.4)"),
+    "estimator": (names(ESTIMATORS), "draw weights, or pre-activations (local "
+                  "reparametrization)"),
+    "kl": (names(KL_ESTIMATES), "one-sample Monte Carlo KL, or the closed form (Gaussian "
+           "prior)"),
+    "model": (names(MODEL_KINDS) + ("mlp",), "Bayes by Backprop, Monte Carlo dropout (the "
+              "mean weights trained with dropout and the prior as weight decay; predictions "
+              "average --test-samples dropout masks), or a deterministic network of the same "
+              "shape as a baseline (mlp: the same)"),
+}
+
+
+def build_parser(prog=PROG, raise_errors=False):
+    """The command's parser; ``raise_errors``: raise ``cli.FlagError`` instead of exiting."""
+    defaults = Config()
+    parser = ArgumentParser(prog=prog, raise_errors=raise_errors,
+                            description="Bayes by Backprop on MNIST (Blundell et al. 2015).")
+    parser.add_argument("--data-dir", help="directory with the four MNIST IDX files "
+                        "(default: $GLUON_BBB_DATA, else ~/.mxnet/datasets/mnist, else download; "
+                        "on --resume, the run's)")
+    parser.add_argument("--out", help="run directory (default: runs/<timestamp>)")
+    parser.add_argument("--ctx", default="cpu", help="device to train on: cpu, gpu or gpu:N "
+                        "(default: cpu)")
+    parser.add_argument("--resume", action="store_true",
+                        help="continue the run in --out from its last checkpoint (a run that "
+                        "has trained all its epochs draws its plots and report again)")
+    parser.add_argument("--preset", choices=sorted(PRESETS),
+                        help="start from the paper's MLP and prior, or the Bayesian LeNet's "
+                        "settings (flags override)")
+    parser.add_argument("--eval-train", action="store_true",
+                        help="also measure training-set accuracy after every epoch")
+    parser.add_argument("--test-samples", type=int, default=10,
+                        help="draws for the uncertainty report after training, 0 to %d "
+                        "(default 10; 0 skips the report)" % MAX_TEST_SAMPLES)
+    parser.add_argument("--ood-data-dir", help="another MNIST-format dataset's test images "
+                        "for the out-of-distribution part of the report")
+    parser.add_argument("--backend", choices=("native", "ndarray"),
+                        help="native: the C kernels (CPU, weight sampling); ndarray: MXNet "
+                        "operators (any context, any estimator); default: native where it "
+                        "serves")
+    for field, (kind, text) in CONFIG_FLAGS.items():
+        default = getattr(defaults, field)
+        parser.add_argument(flag_for(field), type=kind, metavar=field.upper(),
+                            help="%s (default: %s)" % (text, DEFAULT_WORDS.get(field, default)
+                                                       if default is None else default))
+    for field, (choices, text) in CHOICE_FLAGS.items():
+        parser.add_argument(flag_for(field), choices=choices, help="%s (default: %s)" % (
+            text, getattr(defaults, field).replace("_", "-")))
+    return parser
+
+
+def config_from_args(args, run=None):
+    """The run's Config: the flags given over the preset, over the defaults, or, resuming,
+    over the run's own config.json (``run``, a ``RunDirectory``). A preset given on resume
+    counts as its flags: the command that started a run continues it with --resume added."""
+    given = dict(PRESETS[args.preset]) if args.preset else {}
+    given.update({field: getattr(args, field) for field in list(CONFIG_FLAGS) + list(CHOICE_FLAGS)
+                  if getattr(args, field) is not None})
+    base = run.read_config() if args.resume else Config()
+    return Config(**dict(dataclasses.asdict(base), **given))
+
+
+def main(argv=None, prog=PROG):
+    args = build_parser(prog).parse_args(argv)
+    from .context import parse_context
+    from .data import load_mnist
+    from .evaluation import load_ood_images
+    from .rundir import RunDirectory
+    from .training import check_training
+    if args.resume and args.out is None:
+        raise CheckpointError("{resume} needs {out_dir} naming the run to continue")
+    run = RunDirectory(time.strftime(os.path.join("runs", "%Y%m%d-%H%M%S"))
+                       if args.out is None else args.out)
+    config = config_from_args(args, run)
+    if not 0 <= args.test_samples <= MAX_TEST_SAMPLES:  # 0 skips the report
+        raise ConfigError("test_samples", args.test_samples,
+                          "an integer in [0, %d]" % MAX_TEST_SAMPLES)
+    ctx = parse_context(args.ctx)
+    data = load_mnist(args.data_dir or (run.recorded_data_dir() if args.resume else None))
+    ood_images = load_ood_images(args.ood_data_dir) if args.ood_data_dir else None
+    check_training(config, data, args.resume)
+    # every check is passed: only now is the run directory made
+    with run.create().locked():
+        return train_and_report(args, config, ctx, run, data, ood_images)
+
+
+def train_and_report(args, config, ctx, run, data, ood_images):
+    """Train into ``run`` (locked by the caller), then draw the plots and the uncertainty
+    report there."""
+    from .evaluation import evaluate_run
+    from .plots import plot_accuracy, plot_weights
+    from .rundir import BEST_CHECKPOINT_FILE
+    from .training import best_validation_epoch, train
+    print("training on %s, writing to %s" % (ctx, run.path), flush=True)
+    result = train(config, data, ctx, out_dir=run, resume=args.resume,
+                   eval_train=args.eval_train, log=lambda line: print(line, flush=True),
+                   backend=args.backend)
+    plot_accuracy(result.history, run.file("accuracy.png"))
+    plot_weights(result.mus, result.sigmas, run.file("weights.png"))
+    kind = config.model_kind
+    if args.test_samples > 0:
+        draws = args.test_samples if kind.prediction_draws else 0
+        print("uncertainty report: %s over the %d test images, noise%s ..." % (
+            "%d %s" % (draws, kind.prediction_draws) if draws else "the weights",
+            data.test_images.shape[0], " and the OOD images" if ood_images is not None else ""),
+            flush=True)
+        report, _ = evaluate_run(run.path, data, ctx, draws, ood_images, run,
+                                 args.ood_data_dir and os.path.abspath(args.ood_data_dir))
+        print("uncertainty (%s): test accuracy %.4f, ECE %.4f, mean entropy %.3f bits on MNIST "
+              "and %.3f on noise" % (
+                  "%d %s" % (draws, kind.prediction_draws) if draws else "the weights",
+                  report["in_distribution"]["accuracy"], report["in_distribution"]["ece"],
+                  report["in_distribution"]["mean_entropy"], report["noise"]["mean_entropy"]))
+    best = best_validation_epoch(result.history)
+    if best is not None:
+        print("best validation accuracy %.4f at epoch %d (test accuracy with the mean weights "
+              "%.4f), kept in %s" % (best["validation_accuracy"], best["epoch"],
+                                     best["test_accuracy"], BEST_CHECKPOINT_FILE))
+    print("final test accuracy (mean weights) %.4f; wrote %s" % (
+        result.history[-1]["test_accuracy"], run.path))
+    return 0
+
+
+def run(argv=None, prog=PROG):
+    """The command as a program: its exit status."""
+    return run_command(lambda args: main(args, prog), argv, prog)
+
+
+if __name__ == "__main__":
+    sys.exit(run())
