@@ -8,12 +8,12 @@ import sys
 
 from setuptools import Extension, setup
 
-# pip checks python_requires only after it has started building the dependencies, and
-# numpy<1.24 has no wheels for Python 3.12+: its source build fails with a long traceback.
+# pip checks python_requires only after it has started building the dependencies: say it first.
 if sys.version_info >= (3, 12):
-    sys.exit("gluon-bbb needs Python 3.8 to 3.11 (this is %d.%d): it depends on mxnet==1.9.1, "
-             "which imports only with numpy<1.24, and numpy<1.24 has no wheels for Python 3.12 "
-             "or newer. Create the virtual environment with python3.11." % sys.version_info[:2])
+    sys.exit("gluon-bbb needs Python 3.8 to 3.11 (this is %d.%d): it depends on mxnet==1.9.1, the "
+             "last MXNet release, which imports distutils (gone in Python 3.12) and was never "
+             "built or tested for 3.12. Create the virtual environment with python3.11."
+             % sys.version_info[:2])
 
 setup(ext_modules=[Extension(
     "gluon_bbb._fused", ["gluon_bbb/_fused.c"],

@@ -51,8 +51,10 @@ class _LoaderWithNumPyBool(_importlib_abc.Loader):
     def exec_module(self, module):
         import numpy
         import warnings
-        with warnings.catch_warnings():  # NumPy 1.20-1.23 warn that the alias is deprecated
+        # NumPy 1.20-1.23 warn that the alias is deprecated, 1.24-1.26 that it will return
+        with warnings.catch_warnings():
             warnings.simplefilter("ignore", DeprecationWarning)
+            warnings.simplefilter("ignore", FutureWarning)
             lent = not hasattr(numpy, "bool")
         if lent:
             numpy.bool = bool

@@ -12,6 +12,9 @@ COMMANDS = {
     "regression": ("regression", "a toy regression problem with aleatoric and epistemic "
                                  "uncertainty"),
     "sweep": ("sweep", "seeds x settings of training runs on Dask, with error bars"),
+    "compress": ("compress", "a run as one compact file a NumPy-only program predicts with"),
+    "predict": ("predict", "classify images with a compressed file or a run, and its "
+                           "uncertainty"),
 }
 USAGE = "usage: gluon-bbb COMMAND [FLAGS]   (gluon-bbb COMMAND --help)\n\ncommands:\n%s\n" % (
     "\n".join("  %-11s %s" % (name, words) for name, (_, words) in COMMANDS.items()))

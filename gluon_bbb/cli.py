@@ -5,8 +5,8 @@ cannot be loaded, and (``run_main``) every error a user can cause turned into
 
 Every command is a module of the package with ``main(argv)`` and ``run(argv, prog)``:
 ``python -m gluon_bbb.train_mnist``, ``.prune``, ``.evaluate``, ``.regression``, ``.sweep``,
-``.compress``, ``.predict``; ``gluon-bbb COMMAND`` (``__main__.py``) runs the same, and
-``train_mnist.py`` and ``prune.py`` at the top of a checkout are wrappers of the first two. A
+``.compress``, ``.predict``; ``gluon-bbb COMMAND`` (``__main__.py``) runs the same, and the
+two scripts at the top of a checkout are wrappers of the first two. A
 command module imports no MXNet when it is imported: its ``main`` loads what it needs.
 
 Library errors name config fields (``{learning_rate}``); only here does a field become the flag

@@ -109,25 +109,11 @@ class Config:
         network = self.build_network()  # ConfigError where the description is not one
         self.estimator_kind.check(network)
 
-    @property
-    def model_kind(self):
-        """The ``modes.ModelKind`` ``model`` names."""
-        return modes.model_kind(self.model)
-
-    @property
-    def estimator_kind(self):
-        """The ``modes.Estimator`` ``estimator`` names."""
-        return modes.estimator(self.estimator)
-
-    @property
-    def kl_kind(self):
-        """The ``modes.KLEstimate`` ``kl`` names."""
-        return modes.kl_estimate(self.kl)
-
-    @property
-    def kl_weighting_kind(self):
-        """The ``modes.KLWeighting`` ``kl_weighting`` names."""
-        return modes.kl_weighting(self.kl_weighting)
+    # the choices' objects (modes.py), from the names config.json keeps
+    model_kind = property(lambda self: modes.model_kind(self.model))
+    estimator_kind = property(lambda self: modes.estimator(self.estimator))
+    kl_kind = property(lambda self: modes.kl_estimate(self.kl))
+    kl_weighting_kind = property(lambda self: modes.kl_weighting(self.kl_weighting))
 
     def build_prior(self):
         """The prior object (``priors.py``) of this config's ``prior`` and its scales."""

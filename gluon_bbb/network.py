@@ -103,9 +103,11 @@ def convolution(F, h, W, b, num_filter, kernel, in_channels, stride=(1, 1), pad=
 
 def _differentiated(F):
     """True for operators whose result may be differentiated: symbols, or NDArrays while
-    autograd records."""
+    autograd records (never NumPy's operators, ``compressed.NumPyOperators``)."""
     if F.__name__.startswith("mxnet.symbol"):
         return True
+    if not F.__name__.startswith("mxnet"):
+        return False
     from mxnet import autograd
     return autograd.is_recording()
 

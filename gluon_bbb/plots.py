@@ -30,13 +30,15 @@ def plain_number(value, position=None):
     return "%g" % float("%.3g" % value)
 
 
-def readable_log_axis(axis):
-    """Label a logarithmic ``axis`` (``ax.yaxis``) at 1, 2 and 5 times each power of ten with
-    plain numbers; the other minor ticks stay unlabelled."""
-    axis.set_major_locator(LogLocator(base=10.0, subs=(1.0, 2.0, 5.0)))
-    axis.set_major_formatter(FuncFormatter(plain_number))
-    axis.set_minor_locator(LogLocator(base=10.0, subs=np.arange(1.0, 10.0)))
-    axis.set_minor_formatter(NullFormatter())
+def readable_log_axis(ax):
+    """Make ``ax``'s y axis logarithmic, labelled at 1, 2 and 5 times each power of ten with
+    plain numbers (the other minor ticks unlabelled), with a grid at every tick."""
+    ax.set_yscale("log")
+    ax.yaxis.set_major_locator(LogLocator(base=10.0, subs=(1.0, 2.0, 5.0)))
+    ax.yaxis.set_major_formatter(FuncFormatter(plain_number))
+    ax.yaxis.set_minor_locator(LogLocator(base=10.0, subs=np.arange(1.0, 10.0)))
+    ax.yaxis.set_minor_formatter(NullFormatter())
+    ax.grid(alpha=0.3, which="both")
 
 
 def accuracy_figure(history):
@@ -94,9 +96,7 @@ def pruning_figure(rows, criterion="signal-to-noise ratio |mu|/sigma"):
     ax.plot([r["proportion"] * 100 for r in rows], [r["test_error"] * 100 for r in rows], "o-")
     ax.set_xlabel("parameters removed (%%), lowest %s first" % criterion)
     ax.set_ylabel("test error (%)")
-    ax.set_yscale("log")
-    readable_log_axis(ax.yaxis)
-    ax.grid(alpha=0.3, which="both")
+    readable_log_axis(ax)
     return fig
 
 
@@ -171,9 +171,7 @@ def sweep_figure(table, proportions):
                     label="%s (n=%d)" % (row["setting"], row["n"]))
     ax.set_xlabel("parameters removed by signal-to-noise ratio (%)")
     ax.set_ylabel("test error (%), mean +- sd over seeds")
-    ax.set_yscale("log")
-    readable_log_axis(ax.yaxis)
-    ax.grid(alpha=0.3, which="both")
+    readable_log_axis(ax)
     ax.legend(fontsize=8)
     return fig
 
@@ -214,9 +212,7 @@ def regression_figure(problem, x, y, grid, split, title):
         ax.axhline(problem.noise_sd, color="k", ls="--", lw=1, label="noise sd of the data")
         ax.set_xlabel("x")
         ax.set_ylabel("standard deviation (y's units)")
-        ax.set_yscale("log")
-        readable_log_axis(ax.yaxis)
-        ax.grid(alpha=0.3, which="both")
+        readable_log_axis(ax)
         ax.legend(fontsize=8)
     return fig
 

@@ -34,11 +34,29 @@ def num_pruned(proportion, num_params):
 
 def snr_ranks(mus, sigmas):
     """Rank (0 = lowest SNR) of every parameter in the flat concatenation of all arrays."""
-    snr = np.concatenate([s.asnumpy().ravel() for s in signal_to_noise_ratio(mus, sigmas)])
-    order = np.argsort(snr, kind="stable")
+    return _ranks(np.concatenate([s.asnumpy().ravel()
+                                  for s in signal_to_noise_ratio(mus, sigmas)]))
+
+
+def _ranks(values):
+    order = np.argsort(values, kind="stable")
     ranks = np.empty_like(order)
     ranks[order] = np.arange(order.size)
     return ranks
+
+
+def keep_masks(mus, sigmas, proportion):
+    """For NumPy arrays ``mus`` and ``sigmas``: a boolean array per parameter array, False for
+    the floor(proportion * N) lowest |mu| / sigma of all N entries (float32, as ``snr_ranks``
+    computes it: the same entries as ``prune_weights``)."""
+    snr = np.concatenate([(np.abs(np.float32(1) * m) / s).astype(np.float32).ravel()
+                          for m, s in zip(mus, sigmas)])
+    keep = _ranks(snr) >= num_pruned(proportion, snr.size)
+    masks, start = [], 0
+    for mu in mus:
+        masks.append(keep[start:start + mu.size].reshape(mu.shape))
+        start += mu.size
+    return masks
 
 
 def _masked(mus, keep_flat):

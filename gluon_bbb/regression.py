@@ -29,6 +29,9 @@ def build_parser(prog=PROG):
                         "least 1 (default: the problem's)")
     parser.add_argument("--noise", help="the likelihood's noise: a standard deviation in the "
                         "data's units, learned or heteroscedastic (default: the problem's)")
+    parser.add_argument("--kl-scale", type=float, help="multiplies the KL term (the prior's "
+                        "term for mcdropout): 1 is the ELBO (default: the problem's, 0.3 for the "
+                        "sine, 1 for the quartic)")
     parser.add_argument("--dropout", type=float, help="dropout rate of --model mcdropout "
                         "(default %g)" % MODEL_SETTINGS["mcdropout"]["dropout"])
     parser.add_argument("--test-samples", type=int,
@@ -41,7 +44,7 @@ def build_parser(prog=PROG):
 def main(argv=None, prog=PROG):
     args = build_parser(prog).parse_args(argv)
     from .context import parse_context
-    fields = {name: getattr(args, name) for name in ("epochs", "dropout")
+    fields = {name: getattr(args, name) for name in ("epochs", "dropout", "kl_scale")
               if getattr(args, name) is not None}
     if args.noise is not None:
         fields["noise"] = (args.noise if args.noise in ("learned", "heteroscedastic")

@@ -75,11 +75,17 @@ class Problem:
 _TRAINING = dict(num_inputs=1, num_outputs=1, optimizer="adam", learning_rate=0.01,
                  rho_offset=-5.0, num_samples=4, epochs=3000)
 PROBLEMS = {
-    # 92 evenly spaced points of a sine with noise of standard deviation 2
+    # 92 evenly spaced points of a sine with noise of standard deviation 2. The KL term is
+    # tempered by 0.3: with all of it, 92 points cannot hold the 2x20 network's weights away
+    # from the prior, the mean function flattens the sine's peaks as training goes on (its
+    # error against the sine grows from 1.1 to 2.0 while the KL term falls) and the noise
+    # head takes up the misfit: aleatoric sd 3.0 against the data's 2 and 99.5% coverage of
+    # 95% intervals (medians over seeds 0-4, docs/REGRESSION.md)
     "sine": Problem(
         "sine", tuple(np.linspace(-0.5, 0.5, 92)), lambda x: 10.0 * np.sin(2 * np.pi * x),
         2.0, "heteroscedastic", (-1.0, 1.0),
-        dict(_TRAINING, num_hidden_layers=2, num_hidden_units=20, lr_decay_every=2000),
+        dict(_TRAINING, num_hidden_layers=2, num_hidden_units=20, lr_decay_every=2000,
+             kl_scale=0.3),
         fresh_range=(-0.5, 0.5)),
     # six exact points of a quartic, a fixed noise of 0.1; two hidden layers of 32 units under
     # a prior twice as wide as the sine's, so that the functions it allows bend away outside

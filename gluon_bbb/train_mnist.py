@@ -1,6 +1,6 @@
-"""The command ``python -m gluon_bbb.train_mnist`` (``gluon-bbb train``, ``train_mnist.py`` in a
-checkout): train on MNIST-format data into a run directory, then draw its plots and its
-uncertainty report. A thin shell over ``training.train``.
+"""The command ``python -m gluon_bbb.train_mnist`` (``gluon-bbb train``; a checkout's top-level
+wrapper runs it too): train on MNIST-format data into a run directory, then draw its plots and
+its uncertainty report. A thin shell over ``training.train``.
 
     python -m gluon_bbb.train_mnist --ctx cpu --epochs 10 --out runs/default
     python -m gluon_bbb.train_mnist --out runs/default --epochs 20 --resume  # 10 more epochs
@@ -12,6 +12,7 @@ import dataclasses
 import os
 import sys
 import time
+from typing import Optional
 
 from .cli import ArgumentParser, flag_for, run_command
 from .config import MAX_SAMPLES, MAX_TEST_SAMPLES, PRESETS, Config
@@ -22,29 +23,32 @@ from .priors import PRIORS
 
 PROG = "python -m gluon_bbb.train_mnist"
 
-# Config fields set from the flag of the same name (--batch-size -> batch_size): type, help.
-CONFIG_FLAGS = {
-    "epochs": (int, "epochs to train (in all, counting those of a resumed run)"),
-    "batch_size": (int, "images per mini-batch"),
-    "num_hidden_layers": (int, "hidden layers of the MLP (0: a linear softmax model)"),
-    "num_hidden_units": (int, "units per hidden layer"),
-    "learning_rate": (float, "optimizer step size, on the summed mini-batch loss"),
-    "lr_decay_every": (int, "multiply the rate by --lr-decay-factor every N epochs (0: never)"),
-    "lr_decay_factor": (float, "factor of the step decay, in (0, 1]"),
-    "num_samples": (int, "weight samples averaged per step, 1 to %d" % MAX_SAMPLES),
-    "sigma_p": (float, "standard deviation of the Gaussian prior"),
-    "pi": (float, "weight of the scale mixture's first (wide) component, in [0, 1]"),
-    "sigma_p1": (float, "standard deviation of the scale mixture's first component"),
-    "sigma_p2": (float, "standard deviation of the scale mixture's second component"),
-    "mu_scale": (float, "standard deviation of the initial means mu"),
-    "rho_offset": (float, "initial rho (sigma = softplus(rho))"),
-    "kl_scale": (float, "multiplies every mini-batch's KL term (1: the paper's objective)"),
-    "train_size": (int, "train on the first N images (after --validation)"),
-    "validation": (int, "hold out the last N training images, scored every epoch"),
-    "seed": (int, "seed of the initial weights, the shuffles and the noise"),
-    "network": (str, "the network: %s" % SPEC_HELP),
-    "dropout": (float, "dropout rate after every hidden ReLU of --model mcdropout, in (0, 1)"),
-}
+# Config fields set from the flag of the same name (--batch-size -> batch_size), with their
+# help; the flag's type is the field's
+CONFIG_FLAGS = dict(line.split(": ", 1) for line in """
+epochs: epochs to train (in all, counting those of a resumed run)
+batch_size: images per mini-batch
+num_hidden_layers: hidden layers of the MLP (0: a linear softmax model)
+num_hidden_units: units per hidden layer
+learning_rate: optimizer step size, on the summed mini-batch loss
+lr_decay_every: multiply the rate by --lr-decay-factor every N epochs (0: never)
+lr_decay_factor: factor of the step decay, in (0, 1]
+num_samples: weight samples averaged per step, 1 to MAX_SAMPLES
+sigma_p: standard deviation of the Gaussian prior
+pi: weight of the scale mixture's first (wide) component, in [0, 1]
+sigma_p1: standard deviation of the scale mixture's first component
+sigma_p2: standard deviation of the scale mixture's second component
+mu_scale: standard deviation of the initial means mu
+rho_offset: initial rho (sigma = softplus(rho))
+kl_scale: multiplies every mini-batch's KL term (1: the paper's objective)
+train_size: train on the first N images (after --validation)
+validation: hold out the last N training images, scored every epoch
+seed: seed of the initial weights, the shuffles and the noise
+network: the network: SPEC_HELP
+dropout: dropout rate after every hidden ReLU of --model mcdropout, in (0, 1)
+""".replace("MAX_SAMPLES", str(MAX_SAMPLES)).replace("SPEC_HELP", SPEC_HELP).strip().splitlines())
+# what a Config field's type annotation means for its flag
+FLAG_TYPES = {int: int, float: float, str: str, Optional[int]: int}
 # what a default of None means, in --help
 DEFAULT_WORDS = {"seed": "a fresh one, recorded in config.json", "train_size": "all"}
 CHOICE_FLAGS = {
@@ -91,9 +95,10 @@ def build_parser(prog=PROG, raise_errors=False):
                         help="native: the C kernels (CPU, weight sampling); ndarray: MXNet "
                         "operators (any context, any estimator); default: native where it "
                         "serves")
-    for field, (kind, text) in CONFIG_FLAGS.items():
+    types = {field.name: FLAG_TYPES[field.type] for field in dataclasses.fields(Config)}
+    for field, text in CONFIG_FLAGS.items():
         default = getattr(defaults, field)
-        parser.add_argument(flag_for(field), type=kind, metavar=field.upper(),
+        parser.add_argument(flag_for(field), type=types[field], metavar=field.upper(),
                             help="%s (default: %s)" % (text, DEFAULT_WORDS.get(field, default)
                                                        if default is None else default))
     for field, (choices, text) in CHOICE_FLAGS.items():

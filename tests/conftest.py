@@ -1,5 +1,6 @@
 import os
 
+import gluon_bbb  # noqa: F401  (before MXNet: it lends NumPy >= 1.24 the name MXNet reads)
 import mxnet as mx
 import pytest
 

@@ -8,14 +8,12 @@ import numpy as np
 import pytest
 from mxnet import nd
 
-from gluon_bbb import (CheckpointError, Config, TrainingDiverged, kl_weights, load_checkpoint,
-                       train)
-from gluon_bbb.model import evaluate_accuracy, init_variational_params
-from gluon_bbb.priors import GaussianPrior
+from gluon_bbb import (CheckpointError, Config, TrainingDiverged, TrainingStep, kl_weights,
+                       load_checkpoint, train)
+from gluon_bbb.model import evaluate_accuracy
 from gluon_bbb.training import best_validation_epoch
 from conftest import OVERSHOOTING
 from commands import EVALUATE, PRUNE, TRAIN, run
-from tutorial_reference import tutorial_loss
 
 
 def run_script(*args):
@@ -36,19 +34,27 @@ def test_kl_weights_uniform_and_blundell():
         assert w[0] == pytest.approx(0.5) and all(a >= b for a, b in zip(w, w[1:]))
 
 
-def test_num_samples_averages_independent_samples(ctx):
-    shapes = Config(num_hidden_units=20).layer_shapes()
-    mus, rhos = init_variational_params(shapes, ctx, seed=0)
-    X = nd.random.uniform(shape=(5, 784), ctx=ctx)
+@pytest.mark.parametrize("backend", ["native", "ndarray"])
+def test_a_step_of_two_samples_averages_its_two_draws(ctx, backend, request):
+    if backend == "native":
+        request.getfixturevalue("native_kernels")
+    X = nd.array(np.random.default_rng(0).uniform(size=(5, 784)), ctx=ctx)
     y = nd.one_hot(nd.array([0, 1, 2, 3, 4], ctx=ctx), 10)
-    prior = GaussianPrior(1.0)
-    mx.random.seed(11, ctx=ctx)
-    two = tutorial_loss(X, y, mus, rhos, prior, 0.1, num_samples=2).asscalar()
-    mx.random.seed(11, ctx=ctx)
-    first = tutorial_loss(X, y, mus, rhos, prior, 0.1, num_samples=1).asscalar()
-    second = tutorial_loss(X, y, mus, rhos, prior, 0.1, num_samples=1).asscalar()
+
+    def step(num_samples, first_stream):
+        """(loss, the update of mu) of one SGD step drawing from stream ``first_stream`` on."""
+        training = TrainingStep(Config(num_hidden_units=20, seed=0, num_samples=num_samples,
+                                       learning_rate=0.01), ctx, backend=backend)
+        training.noise.stream = first_stream
+        before = training.mu.asnumpy()
+        loss = training(X, y, 0.1).asscalar()
+        return loss, training.mu.asnumpy() - before
+    two, update_two = step(2, 0)
+    (first, update_first), (second, update_second) = step(1, 0), step(1, 1)
     assert first != second
     assert two == pytest.approx((first + second) / 2, rel=1e-5)
+    np.testing.assert_allclose(update_two, (update_first + update_second) / 2, rtol=1e-4,
+                               atol=1e-7)
 
 
 def test_short_run_on_real_mnist(tmp_path, mnist, ctx):

@@ -1,0 +1,308 @@
+"""A compressed model, read and run with NumPy alone: the file ``gluon_bbb.compress`` writes,
+and the predictor that a program without MXNet uses (``load``, ``CompressedModel.predict``).
+
+The file: ``MAGIC``, a format version (uint16), the CRC-32 of the rest (uint32), then LZMA2
+(raw) of a JSON header (its length a uint32 before it) and the arrays it names, back to back.
+The header holds all a predictor needs: the network as a description (``network.py``) of the
+layers left after pruning, the likelihood, the class count, how inputs are scaled, the
+entropy above which a prediction is flagged unsure, and per parameter array (``tensors``,
+weight then bias of each layer with weights, in the network's order) how it is stored:
+
+- ``indices``: the kept (nonzero) entries' flat positions, as the gaps between them (each
+  position minus the one before, the first minus -1) in LEB128 varints (one byte for a gap
+  below 128);
+- ``values``: the kept means as integers ``q`` of the narrowest signed type, the mean being
+  ``q * step``; float32 means where ``step`` is 0;
+- ``sigmas`` (where the file keeps them): ``sigma_bits``-bit codes of log sigma, evenly spaced
+  over ``log_sigma_range``, for a Monte Carlo predictive.
+
+Pruned entries are exactly 0 and draw no noise. The same file loads into MXNet with
+``compression.load_compressed``.
+"""
+import json
+import lzma
+import math
+import struct
+import zlib
+
+import numpy as np
+
+from .errors import GluonBBBError
+from .network import Network, parse_network
+
+MAGIC = b"GLUONBBB"
+VERSION = 1
+# raw LZMA2 with a dictionary of 1 MiB: the payloads are far smaller, and a raw stream has no
+# container header (an .xz file spends about 60 bytes on one)
+FILTERS = [{"id": lzma.FILTER_LZMA2, "preset": 9 | lzma.PRESET_EXTREME, "dict_size": 1 << 20}]
+DECODE_FILTERS = [{"id": lzma.FILTER_LZMA2, "dict_size": 1 << 20}]
+FORMAT_NAME = "gluon-bbb compressed model"
+
+
+class ModelFileError(GluonBBBError):
+    """A file that is not a compressed model of a version this package reads."""
+
+
+# LEB128 varints, vectorized.
+
+def encode_varints(values):
+    """Non-negative integers as LEB128: 7 bits a byte, low bits first, the high bit set on every
+    byte but a number's last. Returns bytes."""
+    values = np.asarray(values, dtype=np.uint64)
+    if values.size == 0:
+        return b""
+    lengths = np.ones(values.size, dtype=np.int64)
+    rest = values >> np.uint64(7)
+    while np.any(rest):
+        lengths += rest > 0
+        rest >>= np.uint64(7)
+    starts = np.concatenate([[0], np.cumsum(lengths)[:-1]])
+    out = np.empty(int(lengths.sum()), dtype=np.uint8)
+    for k in range(int(lengths.max())):
+        has = lengths > k
+        byte = ((values[has] >> np.uint64(7 * k)) & np.uint64(0x7F)).astype(np.uint8)
+        byte |= np.where(lengths[has] > k + 1, 0x80, 0).astype(np.uint8)
+        out[starts[has] + k] = byte
+    return out.tobytes()
+
+
+def decode_varints(data, count):
+    """``count`` integers from LEB128 bytes ``data`` (int64)."""
+    raw = np.frombuffer(data, dtype=np.uint8)
+    ends = np.flatnonzero(raw < 0x80)
+    if ends.size != count or (count and ends[-1] != raw.size - 1):
+        raise ModelFileError("the file's indices do not hold %d varints", count)
+    starts = np.concatenate([[0], ends[:-1] + 1])
+    values = np.zeros(count, dtype=np.int64)
+    for k in range(int((ends - starts).max()) + 1 if count else 0):
+        has = starts + k <= ends
+        values[has] |= (raw[starts[has] + k].astype(np.int64) & 0x7F) << (7 * k)
+    return values
+
+
+def positions_from_gaps(gaps):
+    return np.cumsum(gaps) - 1
+
+
+def gaps_from_positions(positions):
+    return np.diff(np.concatenate([[-1], positions]))
+
+
+# The operators a network description's layers call, on NumPy arrays.
+
+class NumPyOperators:
+    """The few MXNet operators that ``network.Network`` calls, written in NumPy (float32, NCHW),
+    so that the same network description runs without MXNet."""
+
+    @staticmethod
+    def reshape(h, shape):
+        return h.reshape(shape)
+
+    @staticmethod
+    def flatten(h):
+        return h.reshape(h.shape[0], -1)
+
+    @staticmethod
+    def relu(h):
+        return np.maximum(h, 0.0)
+
+    @staticmethod
+    def FullyConnected(h, W, b, num_hidden, flatten=True):
+        if flatten:
+            h = h.reshape(h.shape[0], -1)
+        return h @ W.T + b
+
+    @staticmethod
+    def Convolution(h, W, b, num_filter, kernel, stride=(1, 1), pad=(0, 0), dilate=(1, 1)):
+        if any(p for p in pad):
+            h = np.pad(h, ((0, 0), (0, 0), (pad[0], pad[0]), (pad[1], pad[1])))
+        n, c, height, width = h.shape
+        (kh, kw), (sh, sw), (dh, dw) = kernel, stride, dilate
+        out_h = (height - dh * (kh - 1) - 1) // sh + 1
+        out_w = (width - dw * (kw - 1) - 1) // sw + 1
+        # patches (n, c, kh, kw, out_h, out_w) as a view, then one product with W
+        s = h.strides
+        patches = np.lib.stride_tricks.as_strided(
+            h, (n, c, kh, kw, out_h, out_w),
+            (s[0], s[1], s[2] * dh, s[3] * dw, s[2] * sh, s[3] * sw), writeable=False)
+        out = np.tensordot(W, patches, axes=([1, 2, 3], [1, 2, 3]))  # (filters, n, oh, ow)
+        return out.transpose(1, 0, 2, 3) + b[None, :, None, None]
+
+    @staticmethod
+    def Pooling(h, kernel, stride, pool_type="max"):
+        if pool_type != "max" or tuple(kernel) != tuple(stride):
+            raise ValueError("the NumPy operators pool with non-overlapping max windows only")
+        k0, k1 = kernel
+        n, c, height, width = h.shape
+        h = h[:, :, :height // k0 * k0, :width // k1 * k1]
+        return h.reshape(n, c, height // k0, k0, width // k1, k1).max(axis=(3, 5))
+
+
+# The model.
+
+class CompressedModel:
+    """A compressed model: ``network`` (a ``network.Network``), ``mus`` and, where the file
+    keeps them, ``sigmas`` (dense float32 arrays, pruned entries 0), the positions of the kept
+    entries (``kept``) and the file's ``header``."""
+
+    def __init__(self, header, network, mus, sigmas, kept):
+        self.header, self.network, self.mus, self.sigmas, self.kept = (
+            header, network, mus, sigmas, kept)
+
+    @property
+    def num_classes(self):
+        return self.header["classes"]
+
+    @property
+    def unsure_entropy(self):
+        """The predictive entropy (bits) above which a prediction is flagged unsure."""
+        return self.header["unsure_entropy_bits"]
+
+    def inputs(self, pixels):
+        """Raw pixel values (N, H, W) or (N, H * W), 0 to 255, as the network takes them."""
+        pixels = np.asarray(pixels, dtype=np.float32)
+        return pixels.reshape(pixels.shape[0], -1) / np.float32(self.header["input"]["pixel_scale"])
+
+    def logits(self, X, params=None):
+        """The network's outputs for scaled inputs X (N, features), with the mean weights."""
+        return self.network(X, self.mus if params is None else params, F=NumPyOperators)
+
+    def predict(self, X, num_samples=0, seed=0, batch_size=1000):
+        """The predictive probabilities (N, classes) for scaled inputs ``X``: softmax of the
+        mean network (``num_samples=0``), or the mean of ``num_samples`` draws of the kept
+        weights from N(mu, sigma^2) (the file must keep sigmas)."""
+        if num_samples and self.sigmas is None:
+            raise ModelFileError("this file keeps no sigmas: it predicts with its mean weights "
+                                 "only (num_samples 0)")
+        X = np.asarray(X, dtype=np.float32)
+        if num_samples == 0:
+            return np.concatenate([softmax(self.logits(X[i:i + batch_size]))
+                                   for i in range(0, X.shape[0], batch_size)])
+        rng = np.random.default_rng(seed)
+        total = np.zeros((X.shape[0], self.num_classes), dtype=np.float64)
+        for _ in range(num_samples):
+            weights = []
+            for mu, sigma, kept in zip(self.mus, self.sigmas, self.kept):
+                w = mu.copy().reshape(-1)
+                w[kept] += sigma.reshape(-1)[kept] * rng.standard_normal(kept.size,
+                                                                        dtype=np.float32)
+                weights.append(w.reshape(mu.shape))
+            for i in range(0, X.shape[0], batch_size):
+                total[i:i + batch_size] += softmax(self.logits(X[i:i + batch_size], weights))
+        return (total / num_samples).astype(np.float32)
+
+
+def softmax(logits):
+    shifted = logits - logits.max(axis=1, keepdims=True)
+    e = np.exp(shifted)
+    return e / e.sum(axis=1, keepdims=True)
+
+
+def entropy_bits(probs):
+    """The entropy of each predictive distribution (N,), in bits."""
+    p = np.asarray(probs, dtype=np.float64)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return -np.where(p > 0, p * np.log2(p), 0.0).sum(axis=1)
+
+
+# Reading and writing the file.
+
+def pack(header, blobs):
+    """The file's bytes for ``header`` (a dict; each tensor's blobs named in it) and ``blobs``
+    (bytes, in order)."""
+    text = json.dumps(header, separators=(",", ":"), sort_keys=True).encode()
+    payload = lzma.compress(struct.pack("<I", len(text)) + text + b"".join(blobs),
+                            format=lzma.FORMAT_RAW, filters=FILTERS)
+    return MAGIC + struct.pack("<HI", VERSION, zlib.crc32(payload)) + payload
+
+
+def unpack(data, source="the file"):
+    """``(header, body)`` of a file's bytes; ModelFileError saying what is wrong."""
+    if len(data) < len(MAGIC) + 6 or not data.startswith(MAGIC):
+        raise ModelFileError("%s is not a compressed gluon-bbb model (it does not start with "
+                             "%r)", source, MAGIC.decode())
+    version, crc = struct.unpack("<HI", data[len(MAGIC):len(MAGIC) + 6])
+    if version != VERSION:
+        raise ModelFileError("%s is a compressed model of format version %d; this gluon-bbb "
+                             "reads version %d", source, version, VERSION)
+    payload = data[len(MAGIC) + 6:]
+    if zlib.crc32(payload) != crc:
+        raise ModelFileError("%s is damaged: its checksum does not match its contents", source)
+    try:
+        raw = lzma.decompress(payload, format=lzma.FORMAT_RAW, filters=DECODE_FILTERS)
+        (length,) = struct.unpack("<I", raw[:4])
+        header = json.loads(raw[4:4 + length])
+    except (lzma.LZMAError, struct.error, ValueError) as exc:
+        raise ModelFileError("%s cannot be read: %s", source, exc) from None
+    return header, raw[4 + length:]
+
+
+def read(path):
+    """The ``CompressedModel`` in the file ``path``."""
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+    except OSError as exc:
+        raise ModelFileError("cannot read %s: %s", path, exc.strerror or exc) from None
+    return decode(data, path)
+
+
+load = read
+
+
+def decode(data, source="the file"):
+    """The ``CompressedModel`` of a file's bytes."""
+    header, body = unpack(data, source)
+    if header.get("format") != FORMAT_NAME:
+        raise ModelFileError("%s holds no compressed model", source)
+    try:
+        network = parse_network(header["network"], header["input"]["features"],
+                                header["classes"])
+        shapes = network.param_shapes()
+        tensors = header["tensors"]
+        if len(tensors) != len(shapes):
+            raise ValueError("%d arrays for a network of %d" % (len(tensors), len(shapes)))
+        mus, sigmas, kept, offset = [], [], [], 0
+        for shape, tensor in zip(shapes, tensors):
+            mu, sigma, positions, offset = _decode_tensor(tuple(shape), tensor, body, offset)
+            mus.append(mu)
+            sigmas.append(sigma)
+            kept.append(positions)
+    except (KeyError, TypeError, ValueError, GluonBBBError) as exc:
+        raise ModelFileError("%s is not a model this gluon-bbb can read: %s", source,
+                             exc.describe() if isinstance(exc, GluonBBBError) else exc) from None
+    return CompressedModel(header, network, mus,
+                           sigmas if all(s is not None for s in sigmas) else None, kept)
+
+
+def _take(body, offset, size):
+    if offset + size > len(body):
+        raise ValueError("the file ends %d bytes early" % (offset + size - len(body)))
+    return body[offset:offset + size], offset + size
+
+
+def _decode_tensor(shape, tensor, body, offset):
+    size = math.prod(shape)
+    count = tensor["kept"]
+    data, offset = _take(body, offset, tensor["index_bytes"])
+    positions = positions_from_gaps(decode_varints(data, count))
+    if count != positions.size or (count and (positions[0] < 0 or positions[-1] >= size)):
+        raise ValueError("kept positions outside an array of %d entries" % size)
+    dtype = np.dtype(tensor["value_dtype"])
+    data, offset = _take(body, offset, count * dtype.itemsize)
+    values = np.frombuffer(data, dtype=dtype).astype(np.float32)
+    if tensor["step"]:
+        values = values * np.float32(tensor["step"])
+    mu = np.zeros(size, dtype=np.float32)
+    mu[positions] = values
+    sigma = None
+    if "sigma_bits" in tensor:
+        data, offset = _take(body, offset, count)
+        codes = np.frombuffer(data, dtype=np.uint8).astype(np.float32)
+        low, high = tensor["log_sigma_range"]
+        levels = (1 << tensor["sigma_bits"]) - 1
+        sigma = np.zeros(size, dtype=np.float32)
+        sigma[positions] = np.exp(low + codes * np.float32((high - low) / levels if levels
+                                                           else 0.0))
+        sigma = sigma.reshape(shape)
+    return mu.reshape(shape), sigma, positions, offset

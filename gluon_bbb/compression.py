@@ -1,0 +1,293 @@
+"""Compression of a trained run into a file a NumPy-only program predicts with
+(``compressed.py`` reads it): pruning by signal-to-noise ratio, the removal of whole units and
+channels the pruning leaves without inputs or outputs, means quantized no finer than the
+posterior's own uncertainty, compact indices and, optionally, the kept weights' sigmas at low
+precision for a Monte Carlo predictive. The command is ``gluon_bbb.compress``.
+
+The steps, on the mean network of a run (``compress_parameters``):
+
+1. **Pruning**: all parameters ranked by |mu| / sigma together, the lowest ``proportion`` set to
+   0, as ``pruning.prune_weights`` does (magnitude for a run without sigmas).
+2. **Structure**: a hidden unit (a dense layer's output, a convolution's channel) whose outgoing
+   weights are all pruned is removed with its incoming weights and its bias; one whose incoming
+   weights are all pruned puts out a constant, relu(bias), which is added to the next layer's
+   biases (times the sum of the weights that read it), and is removed too. Repeated until
+   nothing changes, the stored network is narrower: its description names the units left.
+   The mean network computes what the pruned one does (up to float rounding); the Monte Carlo
+   predictive loses the noise of a removed unit's bias.
+3. **Precision**: each array's kept means are stored as integers times a step of ``precision``
+   times the median sigma of its kept entries (Louizos et al. 2017: no finer than the weights'
+   own uncertainty); ``precision=0`` keeps float32.
+4. **Indices**: the kept entries' positions as LEB128 varints of the gaps between them.
+5. **Sigmas** (``sigma_bits`` > 0): log sigma of each kept entry in ``sigma_bits`` bits.
+"""
+import math
+
+import numpy as np
+
+from . import compressed
+from .compressed import FORMAT_NAME, encode_varints, entropy_bits, gaps_from_positions
+from .data import IMAGE_SHAPE, PIXEL_SCALE
+from .errors import CheckpointError, ConfigError
+from .network import Conv2D, Dense, Dropout, Flatten, MaxPool2D, ReLU
+
+# the proportions --max-error-increase chooses among
+SEARCH_PROPORTIONS = (0.5, 0.6, 0.7, 0.8, 0.85, 0.9, 0.92, 0.94, 0.95, 0.96, 0.97, 0.975, 0.98,
+                      0.985, 0.99, 0.993, 0.995, 0.997, 0.998, 0.999)
+# the share of validation digits a calibrated threshold flags unsure
+UNSURE_SHARE = 0.05
+
+
+# The network as a chain of layers with weights and what lies between them.
+
+class _Stage:
+    """A layer with weights and the layers without weights after it (up to the next one)."""
+
+    def __init__(self, layer, W, b, sW, sb):
+        self.layer, self.after = layer, []
+        self.W, self.b, self.sW, self.sb = W, b, sW, sb
+
+    @property
+    def units(self):
+        return self.W.shape[0]
+
+    def incoming_pruned(self):
+        """Units whose incoming weights are all 0."""
+        return ~np.any(self.W.reshape(self.units, -1) != 0, axis=1)
+
+    def constant_output(self, unit):
+        """What unit ``unit`` puts out once its incoming weights are all 0: its bias after the
+        layers that follow (ReLU; max pooling and flattening keep a constant)."""
+        value = float(self.b[unit])
+        if any(isinstance(layer, ReLU) for layer in self.after):
+            value = max(value, 0.0)
+        return value
+
+    def keep_units(self, keep):
+        self.W, self.b = self.W[keep], self.b[keep]
+        if self.sW is not None:
+            self.sW, self.sb = self.sW[keep], self.sb[keep]
+
+    def columns_of(self, previous):
+        """For each unit of ``previous``, the indices of this layer's inputs that read it (along
+        axis 1 of W), as a (units, k) array."""
+        if isinstance(self.layer, Conv2D):
+            return np.arange(previous.units)[:, None]
+        per_unit = self.W.shape[1] // previous.units
+        return np.arange(previous.units * per_unit).reshape(previous.units, per_unit)
+
+    def reads_nothing_of(self, previous):
+        """Units of ``previous`` whose every weight in this layer is 0."""
+        columns = self.columns_of(previous)
+        W = np.moveaxis(self.W, 1, 0)  # (inputs, outputs, ...)
+        return np.array([not np.any(W[cols] != 0) for cols in columns])
+
+    def add_constant_input(self, previous, unit, value):
+        """Fold a constant ``value`` put out by ``previous``'s unit ``unit`` into the biases."""
+        cols = self.columns_of(previous)[unit]
+        W = np.moveaxis(self.W, 1, 0)[cols]  # (k, outputs, ...)
+        self.b = self.b + value * W.reshape(len(cols), self.units, -1).sum(axis=(0, 2))
+
+    def drop_inputs_of(self, previous, keep):
+        cols = self.columns_of(previous)[keep].reshape(-1)
+        self.W = np.take(self.W, cols, axis=1)
+        if self.sW is not None:
+            self.sW = np.take(self.sW, cols, axis=1)
+
+
+def _stages(network, mus, sigmas):
+    """The network's layers with weights as ``_Stage``s; ValueError for a layer compression
+    cannot take."""
+    stages, index = [], 0
+    for layer in network.without_dropout().layers:
+        if isinstance(layer, (Dense, Conv2D)):
+            W, b = mus[index], mus[index + 1]
+            sW, sb = (sigmas[index], sigmas[index + 1]) if sigmas is not None else (None, None)
+            stages.append(_Stage(layer, W, b, sW, sb))
+            index += 2
+        elif isinstance(layer, (ReLU, MaxPool2D, Flatten)) and stages:
+            stages[-1].after.append(layer)
+        elif not isinstance(layer, Dropout):
+            raise ValueError("compression takes dense, conv, relu, pool, flatten and dropout "
+                             "layers after a layer with weights, not %s" % layer)
+    return stages
+
+
+def remove_units(stages):
+    """Step 2 in place: remove the hidden units that read nothing or are read by nothing.
+    Returns the counts removed per stage."""
+    removed = [0] * len(stages)
+    changed = True
+    while changed:
+        changed = False
+        for i in range(len(stages) - 1):
+            stage, following = stages[i], stages[i + 1]
+            constant = stage.incoming_pruned()
+            for unit in np.flatnonzero(constant):
+                value = stage.constant_output(unit)
+                if value:
+                    following.add_constant_input(stage, unit, value)
+            keep = ~(constant | following.reads_nothing_of(stage))
+            if keep.all():
+                continue
+            silenced = not keep.any()
+            if silenced:  # a layer keeps one unit, which then puts out 0
+                keep[0] = True
+            following.drop_inputs_of(stage, keep)
+            stage.keep_units(keep)
+            if silenced:
+                stage.W[0], stage.b[0] = 0.0, 0.0
+            removed[i] += int((~keep).sum())
+            changed = not silenced
+    return removed
+
+
+def _described(network, stages):
+    """The description of ``network`` with each layer's units as ``stages`` left them."""
+    parts, stage = [], iter(stages)
+    for layer in network.without_dropout().layers:
+        if isinstance(layer, Dense):
+            parts.append("dense:%d" % next(stage).units)
+        elif isinstance(layer, Conv2D):
+            parts.append("conv:%d:%d" % (next(stage).units, layer.kernel))
+        else:
+            parts.append(str(layer))
+    return ",".join(parts)
+
+
+# Quantization and the file's arrays.
+
+def _narrowest_int(values):
+    largest = int(np.abs(values).max()) if values.size else 0
+    for dtype in (np.int8, np.int16, np.int32):
+        if largest <= np.iinfo(dtype).max:
+            return np.dtype(dtype)
+    raise ValueError("a quantized value does not fit 32 bits")
+
+
+def encode_tensor(mu, sigma, precision, sigma_bits):
+    """(tensor header, blobs) of one array: its nonzero means as gaps and integers times a
+    step of ``precision`` times the median of their ``sigma`` (float32
+    where either is 0 or None), and, with ``sigma_bits``, their sigmas' codes."""
+    flat = mu.reshape(-1).astype(np.float32)
+    positions = np.flatnonzero(flat)
+    values = flat[positions]
+    indices = encode_varints(gaps_from_positions(positions))
+    tensor, blobs = {"kept": int(positions.size), "index_bytes": len(indices)}, [indices]
+    kept_sigmas = (sigma.reshape(-1)[positions].astype(np.float64) if sigma is not None
+                   else None)
+    step = 0.0
+    if precision and values.size and kept_sigmas is not None:
+        step = float(precision * np.median(kept_sigmas))
+    if step > 0:
+        q = np.round(values / step)
+        dtype = _narrowest_int(q)
+        blobs.append(q.astype(dtype).tobytes())
+    else:
+        dtype = np.dtype(np.float32)
+        blobs.append(values.tobytes())
+    tensor.update(step=step, value_dtype=dtype.name)
+    if sigma_bits and kept_sigmas is not None:
+        logs = np.log(np.maximum(kept_sigmas, 1e-30))
+        low, high = (float(logs.min()), float(logs.max())) if logs.size else (0.0, 0.0)
+        levels = (1 << sigma_bits) - 1
+        codes = np.round((logs - low) / (high - low) * levels) if high > low else 0 * logs
+        tensor.update(sigma_bits=sigma_bits, log_sigma_range=[low, high])
+        blobs.append(codes.astype(np.uint8).tobytes())
+    return tensor, blobs
+
+
+def compress_parameters(network, mus, sigmas, ranking_sigmas, proportion, precision=1.0,
+                        sigma_bits=0, num_classes=10):
+    """The compressed model of a network with means ``mus`` and posterior ``sigmas`` (NumPy
+    arrays; None for a model without them), pruned at ``proportion`` of all parameters by
+    |mu| / ``ranking_sigmas``: ``(CompressedModel, header, blobs, report)``, ``report`` saying
+    what each step kept."""
+    from .pruning import keep_masks
+    keep = keep_masks(mus, ranking_sigmas, proportion)
+    stages = _stages(network, [mu * k for mu, k in zip(mus, keep)], sigmas)
+    before = [stage.units for stage in stages]
+    removed = remove_units(stages)
+    description = _described(network, stages)
+    features = math.prod(network.input_shape)
+    header = {"format": FORMAT_NAME, "network": description, "classes": num_classes,
+              "likelihood": "categorical",
+              "input": {"features": features, "pixel_scale": PIXEL_SCALE,
+                        "image": list(IMAGE_SHAPE) if features == math.prod(IMAGE_SHAPE)
+                        else None,
+                        "polarity": "light digits on a dark background, as MNIST's"},
+              "tensors": []}
+    blobs = []
+    for stage in stages:
+        for mu, sigma in ((stage.W, stage.sW), (stage.b, stage.sb)):
+            tensor, tensor_blobs = encode_tensor(mu, sigma, precision, sigma_bits)
+            header["tensors"].append(tensor)
+            blobs += tensor_blobs
+    model = compressed.decode(compressed.pack(dict(header, unsure_entropy_bits=None), blobs))
+    total = sum(mu.size for mu in mus)
+    report = {"proportion": proportion, "parameters": total,
+              "kept_after_pruning": int(sum(k.sum() for k in keep)),
+              "kept_after_structure": int(sum(int(np.count_nonzero(s.W)) + s.b.size
+                                              for s in stages)),
+              "units_before": before, "units_removed": removed, "network": description,
+              "precision": precision, "sigma_bits": sigma_bits if sigmas is not None else 0}
+    return model, header, blobs, report
+
+
+def calibrate_unsure(model, X, num_samples, seed=0):
+    """The predictive entropy (bits) above which ``UNSURE_SHARE`` of ``X`` lies."""
+    return float(np.quantile(entropy_bits(model.predict(X, num_samples, seed)),
+                             1.0 - UNSURE_SHARE))
+
+
+def error_rate(model, X, labels, num_samples=0, seed=0):
+    return float(np.mean(model.predict(X, num_samples, seed).argmax(axis=1) != labels))
+
+
+def write_model(path, header, blobs):
+    """Write the file atomically; returns its size in bytes."""
+    from .files import write_atomically
+    data = compressed.pack(header, blobs)
+
+    def write(tmp):
+        with open(tmp, "wb") as f:
+            f.write(data)
+    write_atomically(path, write)
+    return len(data)
+
+
+# The run's side (MXNet).
+
+def run_parameters(run, checkpoint_path):
+    """``(config, network, mus, sigmas, ranking sigmas, state)`` of a run's parameter file as
+    NumPy arrays: ``sigmas`` None for a model kind without a posterior."""
+    config = run.read_classifier_config()
+    kind = config.model_kind
+    state = run.load_parameters(config, None, checkpoint_path)
+    mus = [m.asnumpy() for m in state["mus"]]
+    sigmas = kind.prediction_sigmas(state["rhos"])
+    sigmas = None if sigmas is None else [s.asnumpy() for s in sigmas]
+    ranking = sigmas if sigmas is not None else [np.ones_like(m) for m in mus]
+    if config.build_likelihood().head:
+        raise CheckpointError("%s: a network with a learned noise head cannot be compressed",
+                              run.path)
+    return config, config.build_network(), mus, sigmas, ranking, state
+
+
+def load_compressed(path, ctx=None):
+    """A compressed file in MXNet: ``(network, mus, sigmas or None, header)``, the arrays
+    NDArrays on ``ctx``, for ``net``, ``evaluate_accuracy`` and ``uncertainty.predict``."""
+    import mxnet as mx
+    from mxnet import nd
+    ctx = ctx or mx.cpu()
+    model = compressed.read(path)
+    to = lambda arrays: [nd.array(a, ctx=ctx, dtype="float32") for a in arrays]  # noqa: E731
+    return (model.network, to(model.mus), None if model.sigmas is None else to(model.sigmas),
+            model.header)
+
+
+def check_precision(precision, sigma_bits):
+    if not (isinstance(precision, (int, float)) and math.isfinite(precision) and precision >= 0):
+        raise ConfigError("precision", precision, "a number >= 0 (0: float32 means)")
+    if sigma_bits not in range(0, 9):
+        raise ConfigError("sigma_bits", sigma_bits, "an integer in [0, 8] (0: no sigmas)")

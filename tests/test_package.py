@@ -1,0 +1,102 @@
+"""The package as a user installs it: what importing it loads, MXNet with today's NumPy, the
+console entry point, and a wheel installed (not editable) in a fresh virtual environment running
+every command from a directory outside the checkout, a two-trial sweep included."""
+import json
+import os
+import shutil
+import subprocess
+import sys
+import sysconfig
+
+import pytest
+
+from commands import PYTHON, ROOT, assert_one_line_error, run
+
+
+def test_importing_the_package_loads_no_mxnet_and_leaves_numpy_as_it_was():
+    code = ("import sys, warnings; warnings.simplefilter('ignore'); import numpy; "
+            "before = hasattr(numpy, 'bool'); import gluon_bbb; "
+            "loaded = 'mxnet' in sys.modules; import mxnet; from mxnet import nd; "
+            "a = nd.array([1.5, 2.5]); nd.save('/dev/null', {'a': a}); "
+            "print(before, loaded, hasattr(numpy, 'bool'), float((a * 2).sum().asscalar()), "
+            "numpy.__version__)")
+    proc = run([PYTHON, "-c", code])
+    assert proc.returncode == 0, proc.stderr
+    before, loaded, after, total, version = proc.stdout.split()
+    # NumPy 1.24 and later have no numpy.bool, and have none after MXNet's import either
+    assert before == after and loaded == "False" and float(total) == 8.0
+    assert (before == "False") == (tuple(map(int, version.split(".")[:2])) >= (1, 24))
+
+
+def test_the_console_entry_point_lists_and_runs_the_commands():
+    proc = run([PYTHON, "-m", "gluon_bbb", "--help"])
+    assert proc.returncode == 0
+    for name in ("train", "prune", "evaluate", "regression", "sweep", "compress", "predict"):
+        assert "\n  %s " % name in proc.stdout
+    assert_one_line_error(run([PYTHON, "-m", "gluon_bbb", "fly"]), "gluon-bbb: error: no command "
+                                                                  "'fly'")
+    assert_one_line_error(run([PYTHON, "-m", "gluon_bbb", "train", "--epochs", "x"]),
+                          "gluon-bbb train: error: argument --epochs: invalid int value: 'x'")
+
+
+SHIPPED = ("setup.py", "setup.cfg", "pyproject.toml", "README.md", "gluon_bbb")
+
+
+@pytest.mark.slow
+def test_a_wheel_installed_in_a_fresh_environment_runs_every_command(tmp_path, mnist):
+    # the wheel, built from the files a release ships
+    source = tmp_path / "source"
+    source.mkdir()
+    for name in SHIPPED:
+        copy = shutil.copytree if os.path.isdir(os.path.join(ROOT, name)) else shutil.copy
+        copy(os.path.join(ROOT, name), source / name,
+             **({"ignore": shutil.ignore_patterns("__pycache__", "*.so")}
+                if name == "gluon_bbb" else {}))
+    proc = run([PYTHON, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w",
+                tmp_path / "dist", source], timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    wheel, = (tmp_path / "dist").iterdir()
+    # a fresh environment: the wheel installed into it, its dependencies (MXNet, NumPy,
+    # matplotlib, distributed) lent by this one's site-packages without its gluon_bbb
+    venv = tmp_path / "venv"
+    assert run([sys.executable, "-m", "venv", "--without-pip", venv]).returncode == 0
+    python = str(venv / "bin" / "python")
+    site = run([python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"])
+    site = site.stdout.strip()
+    with open(os.path.join(site, "lent-dependencies.pth"), "w") as f:
+        f.write(sysconfig.get_paths()["purelib"] + "\n")
+    assert run([PYTHON, "-m", "pip", "--python", python, "install", "--no-deps", "-q",
+                wheel], timeout=300).returncode == 0
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    env = {"PATH": "%s:%s" % (venv / "bin", os.environ["PATH"])}
+
+    def command(*args):
+        proc = run(list(args), cwd=elsewhere, env=env, timeout=300)
+        assert proc.returncode == 0, (args, proc.stdout, proc.stderr)
+        return proc
+
+    where = command(python, "-c", "import gluon_bbb, gluon_bbb.native as n; "
+                    "print(gluon_bbb.__file__, n.available())").stdout.split()
+    assert where[0].startswith(str(venv)) and where[1] == "True"  # the wheel's, kernels built
+    small = ["--train-size", "500", "--num-hidden-units", "20", "--epochs", "1", "--seed", "0",
+             "--validation", "1000"]
+    command("gluon-bbb", "train", "--out", "run", "--test-samples", "2", *small)
+    command(python, "-m", "gluon_bbb.train_mnist", "--out", "run", "--resume", "--epochs", "2")
+    command("gluon-bbb", "prune", "--checkpoint", "run", "--proportions", "0", "0.5")
+    command("gluon-bbb", "evaluate", "--checkpoint", "run", "--test-samples", "2")
+    command("gluon-bbb", "compress", "run", "--proportion", "0.5", "--out", "model.gbbb")
+    idx = os.path.join(os.environ["GLUON_BBB_DATA"], "t10k-images-idx3-ubyte.gz")
+    predictions = json.loads(command("gluon-bbb", "predict", "model.gbbb", idx,
+                                     "--json").stdout)["predictions"]
+    assert len(predictions) == 10000
+    command("gluon-bbb", "regression", "--data", "quartic", "--epochs", "50",
+            "--test-samples", "5", "--out", "quartic")
+    (elsewhere / "spec.json").write_text(json.dumps({
+        "base": {"train-size": 500, "num-hidden-units": 20, "epochs": 1, "test-samples": 0},
+        "grid": {"seed": [0, 1]}, "proportions": [0, 0.5]}))
+    proc = command("gluon-bbb", "sweep", "spec.json", "--out", "sweep", "--workers", "2")
+    assert proc.stdout.count("done seed-") == 2
+    for name in ("run/checkpoint.params", "run/pruning.json", "run/uncertainty.json",
+                 "quartic/metrics.json", "sweep/sweep.md", "sweep/seed-1/trial.json"):
+        assert (elsewhere / name).exists(), name
