@@ -1,12 +1,13 @@
 /* Fused CPU kernels for the Bayes-by-Backprop step over flat float32 parameter vectors.
  *
  * Loaded with ctypes by gluon_bbb/native.py (no Python API here): the native backend of the
- * training step, for weight sampling (the tutorial's estimator). Two passes per step replace
+ * training step, for every weight estimator. Two passes per step replace
  * about 40 MXNet elementwise operators, each of which reads and writes every parameter:
  *
  *   bbb_sample_weights: eps ~ N(0, 1) (Philox4x64-10 + Box-Muller), w = mu + softplus(rho) * eps
+ *   bbb_perturb:        sigma, sigma * eps and w for given eps (Flipout, local reparametrization)
  *   bbb_kl_gradients:   the KL term (Monte Carlo or closed form) and dL/dmu, dL/drho given
- *                       the data term's gradient dNLL/dw
+ *                       the data term's gradients
  *   bbb_sgd_update, bbb_adam_update: MXNet's optimizer updates, in place
  *
  * Normal draws: element i of stream s belongs to chunk c = i / CHUNK; chunk c takes its
@@ -24,7 +25,7 @@
 
 /* native.py refuses a library whose version differs from its own ABI_VERSION: raise both
  * whenever a function's signature or meaning changes. */
-#define ABI_VERSION 3
+#define ABI_VERSION 4
 #define CHUNK 8192
 #define BLOCKS_PER_CHUNK 1024 /* CHUNK / 2 words per pair of normals / 4 words per block */
 #define LOG_SQRT_2PI 0.91893853320467274178f
@@ -242,20 +243,78 @@ static double kl_closed_form(int64_t n, const float *mu, const float *rho, const
     return total;
 }
 
+/* The data term's gradients (the negative log-likelihood's, NLL) as an estimator gives them:
+ * WEIGHTS_SAMPLED: dNLL/dw, which is dNLL/dmu and, times eps, dNLL/dsigma; EPS_COEFFICIENT:
+ * dNLL/dmu, and the coefficient of eps in dNLL/dsigma (Flipout's dNLL/d(sigma eps));
+ * SIGMA_GIVEN: dNLL/dmu and dNLL/dsigma (the local reparametrization). */
+struct data_gradients { const float *mu, *sigma; };
+enum { WEIGHTS_SAMPLED = 0, EPS_COEFFICIENT = 1, SIGMA_GIVEN = 2 };
+
+/* The entries above take weight sampling's dNLL/dw; the other estimators' gradients go through
+ * them too, as dNLL/dw the one of their two arrays the entry uses where it matters most (the
+ * eps coefficient for Flipout, dNLL/dmu for the local reparametrization), and the other term
+ * corrected here. Weight sampling's arithmetic is left as it is: the presets' runs stay the
+ * same to the bit. */
+static inline void correct_for_data(int64_t i, const float *rho, const float *eps,
+                                    struct data_gradients data, int kind, float *grad_mu,
+                                    float *grad_rho) {
+    float sigmoid;
+    softplus_and_sigmoid(rho[i], &sigmoid);
+    if (kind == EPS_COEFFICIENT)
+        grad_mu[i] += data.mu[i] - data.sigma[i];
+    else
+        grad_rho[i] += (data.sigma[i] - data.mu[i] * eps[i]) * sigmoid;
+}
+
+VECTOR_CLONES
+static void correct_all_for_data(int64_t n, const float *rho, const float *eps,
+                                 struct data_gradients data, int kind, float *grad_mu,
+                                 float *grad_rho) {
+#pragma omp parallel for simd schedule(static)
+    for (int64_t i = 0; i < n; ++i) correct_for_data(i, rho, eps, data, kind, grad_mu, grad_rho);
+}
+
 /* The KL term of the step and the gradients of the whole loss with respect to mu and rho, for
  * the prior GAUSSIAN_PRIOR, N(0, s1^2), or SCALE_MIXTURE_PRIOR, (pi, s1, s2) with 0 < pi < 1,
  * estimated by MONTE_CARLO_KL (the sum of log q(w) - log P(w)) or CLOSED_FORM_KL (the sum of
- * KL(q || P) per entry; the Gaussian prior only), at w = mu + sigma * eps, given
- * grad_w = dNLL/dw. Writes grad_mu and grad_rho = dL/dsigma * sigmoid(rho) of
+ * KL(q || P) per entry; the Gaussian prior only), at w = mu + sigma * eps, given the data
+ * term's gradients grad_data_mu and grad_data_sigma of the ``kind`` ``struct data_gradients``
+ * describes. Writes grad_mu and grad_rho = dL/dsigma * sigmoid(rho) of
  * L = NLL + kl_weight * KL, and returns the KL term's sum (in double). */
 double bbb_kl_gradients(int64_t n, const float *mu, const float *rho, const float *eps,
-                        const float *w, const float *grad_w, float kl_weight, int kl_estimate,
-                        int prior, float pi, float s1, float s2, float *grad_mu,
-                        float *grad_rho) {
+                        const float *w, const float *grad_data_mu, const float *grad_data_sigma,
+                        int kind, float kl_weight, int kl_estimate, int prior, float pi,
+                        float s1, float s2, float *grad_mu, float *grad_rho) {
+    struct data_gradients data = {grad_data_mu, grad_data_sigma};
+    const float *grad_w = kind == EPS_COEFFICIENT ? grad_data_sigma : grad_data_mu;
+    double total;
     if (kl_estimate == CLOSED_FORM_KL)
-        return kl_closed_form(n, mu, rho, eps, grad_w, kl_weight, s1, grad_mu, grad_rho);
-    return kl_monte_carlo(n, rho, eps, w, grad_w, kl_weight, prior_terms_of(prior, pi, s1, s2),
-                          prior == SCALE_MIXTURE_PRIOR, grad_mu, grad_rho);
+        total = kl_closed_form(n, mu, rho, eps, grad_w, kl_weight, s1, grad_mu, grad_rho);
+    else
+        total = kl_monte_carlo(n, rho, eps, w, grad_w, kl_weight,
+                               prior_terms_of(prior, pi, s1, s2), prior == SCALE_MIXTURE_PRIOR,
+                               grad_mu, grad_rho);
+    if (kind != WEIGHTS_SAMPLED)
+        correct_all_for_data(n, rho, eps, data, kind, grad_mu, grad_rho);
+    return total;
+}
+
+/* sigma = softplus(rho) and, where delta is given, delta = sigma * eps and w = mu + delta: the
+ * weights and the weight perturbation of given noise eps (the estimators that draw more than
+ * the weights take their noise in one vector, drawn beforehand). */
+VECTOR_CLONES
+void bbb_perturb(int64_t n, const float *mu, const float *rho, const float *eps, float *sigma,
+                 float *delta, float *w) {
+#pragma omp parallel for simd schedule(static)
+    for (int64_t i = 0; i < n; ++i) {
+        float s = softplus(rho[i]);
+        if (sigma) sigma[i] = s;
+        if (delta) {
+            float d = s * eps[i];
+            delta[i] = d;
+            w[i] = mu[i] + d;
+        }
+    }
 }
 
 /* MXNet's sgd_update (no momentum) and adam_update, in place, for float32 vectors:

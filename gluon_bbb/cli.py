@@ -1,13 +1,14 @@
-"""What the commands share: argument parsing that reports a bad flag on one line, and
-``run_command``, which runs a command's ``main`` as a program: one line and status 2 where MXNet
-cannot be loaded, and (``run_main``) every error a user can cause turned into
-``prog: error: message`` and exit status 2, never a traceback.
+"""What the commands share: argument parsing that reports a bad flag on one line, ``load_mxnet``
+(one line where MXNet cannot be loaded), and ``run_command``, which runs a command's ``main``
+as a program: every error a user can cause turned into ``prog: error: message`` and exit
+status 2, never a traceback.
 
 Every command is a module of the package with ``main(argv)`` and ``run(argv, prog)``:
 ``python -m gluon_bbb.train_mnist``, ``.prune``, ``.evaluate``, ``.regression``, ``.sweep``,
 ``.compress``, ``.predict``; ``gluon-bbb COMMAND`` (``__main__.py``) runs the same, and the
-two scripts at the top of a checkout are wrappers of the first two. A
-command module imports no MXNet when it is imported: its ``main`` loads what it needs.
+two scripts at the top of a checkout are wrappers of the first two. A command module imports no
+MXNet when it is imported: its ``main`` checks its flags first, then loads MXNet where it needs
+it.
 
 Library errors name config fields (``{learning_rate}``); only here does a field become the flag
 that sets it (``--learning-rate``). SIGINT and SIGTERM (what ``kill``, a cluster scheduler or
@@ -56,18 +57,24 @@ def _terminate(signum, frame):
     raise Interrupted("SIGTERM")
 
 
-def run_command(main, argv=None, prog=None, needs_mxnet=True):
-    """Run a command's ``main(argv)`` as a program and return its exit status: where it
-    ``needs_mxnet`` and MXNet cannot be loaded, one line and status 2 before anything imports
-    it; then ``run_main``."""
-    prog = prog or os.path.basename(sys.argv[0])
-    if needs_mxnet:
-        from . import mxnet_load_error
-        problem = mxnet_load_error()
-        if problem:
-            sys.stderr.write("%s: error: %s\n" % (prog, problem))
-            return 2
-    return run_main(main, argv, prog)
+class MXNetUnavailable(GluonBBBError):
+    """MXNet cannot be loaded (a CUDA build without its libraries)."""
+
+
+def load_mxnet():
+    """Load MXNet where a command first needs it (after its flags are checked: a bad flag is
+    reported in a fraction of a second); ``MXNetUnavailable`` in one line where it cannot be
+    loaded, before anything else imports it."""
+    from . import mxnet_load_error
+    problem = mxnet_load_error()
+    if problem:
+        raise MXNetUnavailable("%s", problem)
+
+
+def run_command(main, argv=None, prog=None):
+    """Run a command's ``main(argv)`` as a program (``run_main``) and return its exit
+    status."""
+    return run_main(main, argv, prog or os.path.basename(sys.argv[0]))
 
 
 def run_main(main, argv=None, prog=None):

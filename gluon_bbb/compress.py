@@ -13,7 +13,7 @@ mean network's: the run must hold out validation images (the presets hold out 10
 import os
 import sys
 
-from .cli import ArgumentParser, run_command
+from .cli import ArgumentParser, load_mxnet, run_command
 
 PROG = "python -m gluon_bbb.compress"
 
@@ -51,9 +51,9 @@ def main(argv=None, prog=PROG):
     from .compression import (SEARCH_PROPORTIONS, calibrate_unsure, check_precision,
                               compress_parameters, error_rate, run_parameters, write_model)
     from .compressed import NumPyOperators, softmax
+    from .config import check_proportion
     from .data import load_mnist
     from .errors import ConfigError
-    from .pruning import check_proportion
     from .rundir import check_output_dir, resolve_checkpoint
     check_precision(args.precision, args.sigma_bits)
     if args.proportion is not None:
@@ -68,6 +68,7 @@ def main(argv=None, prog=PROG):
     if os.path.isdir(args.out):
         raise ConfigError("out", args.out, "a file's path, not a directory")
     run, checkpoint_path = resolve_checkpoint(args.run)
+    load_mxnet()
     config, network, mus, sigmas, ranking, state = run_parameters(run, checkpoint_path)
     if args.sigma_bits and sigmas is None:
         raise ConfigError("sigma_bits", args.sigma_bits, "0 for a %s run (it learns no sigmas)"

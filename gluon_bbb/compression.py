@@ -198,13 +198,14 @@ def encode_tensor(mu, sigma, precision, sigma_bits):
 
 
 def compress_parameters(network, mus, sigmas, ranking_sigmas, proportion, precision=1.0,
-                        sigma_bits=0, num_classes=10):
+                        sigma_bits=0, num_classes=10, keep=None):
     """The compressed model of a network with means ``mus`` and posterior ``sigmas`` (NumPy
     arrays; None for a model without them), pruned at ``proportion`` of all parameters by
     |mu| / ``ranking_sigmas``: ``(CompressedModel, header, blobs, report)``, ``report`` saying
     what each step kept."""
     from .pruning import keep_masks
-    keep = keep_masks(mus, ranking_sigmas, proportion)
+    if keep is None:
+        keep = keep_masks(mus, ranking_sigmas, proportion)
     stages = _stages(network, [mu * k for mu, k in zip(mus, keep)], sigmas)
     before = [stage.units for stage in stages]
     removed = remove_units(stages)

@@ -36,7 +36,9 @@ class Config:
     data and optimizer (likelihood only, no prior; rho unused by both).
     ``estimator``: ``sample`` draws weights (the tutorial), ``lrt`` draws pre-activations
     (local reparametrization); ``kl``: ``mc`` estimates log q - log P at the sampled weights
-    (the tutorial), ``analytic`` uses the closed form (Gaussian prior only). These choices
+    (the tutorial), ``analytic`` uses the closed form (Gaussian prior only);
+    ``kl_direction``: ``reverse``, KL(q || P) (the ELBO), or ``forward``, KL(P || q) (mass
+    covering; the ndarray backend). These choices
     and ``prior`` and ``kl_weighting`` are names of the objects of ``modes.py`` and
     ``priors.py`` (``model_kind``, ``estimator_kind``, ``kl_kind``, ``kl_weighting_kind``,
     ``build_prior()``).
@@ -70,6 +72,7 @@ class Config:
     model: str = "bbb"
     estimator: str = "sample"
     kl: str = "mc"
+    kl_direction: str = "reverse"
     train_size: Optional[int] = None
     validation: int = 0
     seed: Optional[int] = None
@@ -112,7 +115,7 @@ class Config:
     # the choices' objects (modes.py), from the names config.json keeps
     model_kind = property(lambda self: modes.model_kind(self.model))
     estimator_kind = property(lambda self: modes.estimator(self.estimator))
-    kl_kind = property(lambda self: modes.kl_estimate(self.kl))
+    kl_kind = property(lambda self: modes.kl_estimate(self.kl, self.kl_direction))
     kl_weighting_kind = property(lambda self: modes.kl_weighting(self.kl_weighting))
 
     def build_prior(self):
@@ -160,6 +163,12 @@ class Config:
         if unknown:
             raise ConfigError("config", unknown, "known fields only")
         return cls(**values)
+
+
+def check_proportion(proportion, field="proportions"):
+    """Raise ConfigError naming ``field`` unless ``proportion`` is a number in [0, 1]."""
+    if not (_is_real(proportion) and 0.0 <= proportion <= 1.0):
+        raise ConfigError(field, proportion, "in [0, 1]")
 
 
 def _is_real(value):

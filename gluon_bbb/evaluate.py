@@ -11,7 +11,7 @@ import json
 import os
 import sys
 
-from .cli import ArgumentParser, run_command
+from .cli import ArgumentParser, load_mxnet, run_command
 from .config import MAX_TEST_SAMPLES
 
 PROG = "python -m gluon_bbb.evaluate"
@@ -40,6 +40,7 @@ def build_parser(prog=PROG):
 
 def main(argv=None, prog=PROG):
     args = build_parser(prog).parse_args(argv)
+    load_mxnet()
     from .context import parse_context
     from .data import load_mnist
     from .evaluation import evaluate_run, load_ood_images

@@ -21,7 +21,7 @@ import numpy as np
 from mxnet import nd
 
 from .likelihood import gaussian_log_likelihood, log_softmax_likelihood  # noqa: F401
-from .network import mlp, mlp_of, rows_of
+from .network import Conv2D, mlp, mlp_of
 from .priors import (LOG_SQRT_2PI, GaussianPrior, ScaleMixturePrior,  # noqa: F401
                      gaussian_prior, prior_for, scale_mixture_prior)
 # rho is floored here in softplus and sigmoid, as in the C kernels (_fused.c): sigma bottoms
@@ -102,22 +102,35 @@ def net(X, layer_params, F=nd, network=None):
     return (network or mlp_of(layer_params))(X, layer_params, F)
 
 
-def lrt_net(X, mus, sigmas, noise, F=nd):
-    """Logits with the local reparametrization trick (Kingma et al. 2015): each layer's
-    pre-activations are drawn as h mu_W + mu_b + sqrt(h^2 sigma_W^2 + sigma_b^2) * noise
-    instead of drawing weights; ``noise``: one standard-normal (batch, width) array per layer.
-    """
-    num_layers = len(mus) // 2
-    h = X
-    for i in range(num_layers):
-        width = rows_of(mus[2 * i])
-        mean = F.FullyConnected(h, mus[2 * i], mus[2 * i + 1], num_hidden=width)
-        variance = F.FullyConnected(F.square(h), F.square(sigmas[2 * i]),
-                                    F.square(sigmas[2 * i + 1]), num_hidden=width)
-        h = mean + F.sqrt(variance) * noise[i]
-        if i < num_layers - 1:
-            h = F.relu(h)
-    return h
+def lrt_net(X, mus, sigmas, noise, F=nd, network=None):
+    """Logits with the local reparametrization trick (Kingma et al. 2015): each dense or
+    convolution layer's pre-activations are drawn from their Gaussian, mean ``layer(h, mu_W,
+    mu_b)`` and variance ``layer(h^2, sigma_W^2, sigma_b^2)``, instead of drawing weights.
+    ``noise``: one standard-normal array per such layer, (batch,) + its output shape."""
+    network = network or mlp_of(mus)
+
+    def draw(layer, h, k, i, shape):
+        mean = layer(F, h, mus[i:i + 2], shape)
+        variance = layer(F, F.square(h), [F.square(sigmas[i]), F.square(sigmas[i + 1])], shape)
+        return mean + F.sqrt(variance) * noise[k]
+    return network.run(X, draw, F)
+
+
+def flipout_net(X, mus, deltas, noise, F=nd, network=None):
+    """Logits with Flipout (Wen et al. 2018): one weight perturbation ``deltas`` (sigma * eps)
+    for the mini-batch, made example by example independent by random signs: a dense or
+    convolution layer gives ``layer(h, mu) + layer(h * s, delta) * r`` with s and r of +-1
+    over its input and output units (channels: the same sign at every position). ``noise``:
+    per such layer, two standard-normal arrays whose signs are s and r, (batch, inputs) and
+    (batch, outputs), or (batch, channels, 1, 1) for a convolution."""
+    network = network or mlp_of(mus)
+
+    def draw(layer, h, k, i, shape):
+        signs_in, signs_out = F.sign(noise[2 * k]), F.sign(noise[2 * k + 1])
+        flipped = F.broadcast_mul(h if isinstance(layer, Conv2D) else F.flatten(h), signs_in)
+        return layer(F, h, mus[i:i + 2], shape) + F.broadcast_mul(
+            layer(F, flipped, deltas[i:i + 2], shape), signs_out)
+    return network.run(X, draw, F)
 
 
 def total(x):

@@ -128,10 +128,11 @@ def model_kind(name):
 # The weight estimator: how one draw of the noise gives the network's output.
 
 class Estimator(Choice):
-    """How a step draws the network's noise. ``native``: the C kernels implement it.
+    """How a step draws the network's noise. ``native``: the C kernels serve it (every one
+    here does).
     ``check(network)``: ConfigError where it cannot draw that network. ``draw`` runs the
     network's data term for one draw of the ndarray backend (``ndarray_backend.py``)."""
-    native = False
+    native = True
 
     def check(self, network):
         pass
@@ -147,11 +148,23 @@ class Estimator(Choice):
         gradient added to dNLL/dw first."""
         raise NotImplementedError
 
+    def block_output(self, F, apply, x, mus, sigmas, epsilons, convolution):
+        """A Gluon block's output (``blocks.py``): ``apply(F, x, weight, bias)`` its operator,
+        ``epsilons`` its weight sample (all zeros while it uses its mean weights); per-example
+        noise, where the estimator needs any, comes from MXNet's generator."""
+        raise NotImplementedError
+
+    def native_data_term(self, graph, X, y, mu, rho, noise, workspace, kl):
+        """The data term of one draw for the C kernels (``native.kl_gradients``), the next
+        stream of ``noise``: ``(nll, dNLL/dmu, dNLL/dsigma or its coefficient of eps, eps,
+        w)``, the two gradients of the kind ``kernel_data_kind`` says."""
+        raise NotImplementedError
+
 
 class WeightSampling(Estimator):
     """w = mu + sigma * eps for every weight, the tutorial's estimator."""
     name = "sample"
-    native = True
+    kernel_data_kind = 0  # dNLL/dw: both gradients at once
 
     def noise_size(self, graph, batch_size, kl):
         return graph.layout.size
@@ -161,70 +174,258 @@ class WeightSampling(Estimator):
         nll, grad_w = graph.nll_and_grad(X, y, w)
         return nll, grad_w, None, w, eps
 
+    def block_output(self, F, apply, x, mus, sigmas, epsilons, convolution):
+        from .model import transform_gaussian_samples
+        return apply(F, x, *transform_gaussian_samples(mus, sigmas, epsilons))
 
-class LocalReparametrization(Estimator):
-    """Each dense layer's pre-activations drawn from their Gaussian (Kingma et al. 2015); a
-    weight sample beside them where the KL is estimated at sampled weights."""
+    def native_data_term(self, graph, X, y, mu, rho, noise, workspace, kl):
+        from . import native
+        ws = workspace
+        native.sample_weights(mu, rho, noise.key, noise.next_stream(), ws.eps, ws.w)
+        nll = graph.nll_and_grad(X, y, ws.w, ws.grad_w)[0]
+        return nll, ws.grad_w, ws.grad_w, ws.eps, ws.w
+
+
+class _NoisyNetwork(Estimator):
+    """An estimator whose network takes noise of its own beside the parameters (graph inputs:
+    mu, a second array of each parameter's shape, and ``noise_shapes``)."""
+
+    def check(self, network):
+        if not network.linear_layers_only:
+            raise ConfigError("estimator", self.name, "sample for a network with layers of "
+                              "weights other than dense and conv (%s draws those layers' "
+                              "outputs)" % self.name)
+
+    def noise_shapes(self, network, batch_size):
+        raise NotImplementedError
+
+    def data_noise_size(self, graph, batch_size):
+        return sum(math.prod(shape) for shape in self.noise_shapes(graph.network, batch_size))
+
+
+class LocalReparametrization(_NoisyNetwork):
+    """Each dense or convolution layer's pre-activations drawn from their Gaussian (Kingma et
+    al. 2015): per example and unit, so examples share no noise. A weight sample beside them
+    where the KL is estimated at sampled weights."""
     name = "lrt"
+    kernel_data_kind = 2  # dNLL/dmu and dNLL/dsigma
+
+    @property
+    def net(self):
+        from .model import lrt_net
+        return lrt_net
+
+    def noise_shapes(self, network, batch_size):
+        return [(batch_size,) + tuple(out) for _, _, out in network.linear_layers()]
 
     def noise_size(self, graph, batch_size, kl):
-        return graph.lrt_noise_size(batch_size) + (graph.layout.size if kl.per_draw else 0)
+        return self.data_noise_size(graph, batch_size) + (graph.layout.size if kl.per_draw else 0)
 
     def draw(self, graph, X, y, mu, sigma, eps, kl):
-        split = graph.lrt_noise_size(X.shape[0])
-        nll, grad_mu, grad_sigma = graph.lrt_nll_and_grads(X, y, mu, sigma, eps[:split])
+        split = self.data_noise_size(graph, X.shape[0])
+        nll, grad_mu, grad_sigma = graph.noisy_nll_and_grads(self, X, y, mu, sigma, eps[:split])
         eps_w = eps[split:]
         return nll, grad_mu, grad_sigma, mu + sigma * eps_w if kl.per_draw else None, eps_w
 
-    def check(self, network):
-        if not network.dense_only:
-            raise ConfigError("estimator", self.name, "sample for a network of other layers "
-                              "than dense and relu (lrt draws the pre-activations of dense "
-                              "layers)")
+    def block_output(self, F, apply, x, mus, sigmas, epsilons, convolution):
+        mean = apply(F, x, *mus)
+        variance = apply(F, F.square(x), F.square(sigmas[0]), F.square(sigmas[1]))
+        # no noise while the block uses its mean weights (its weight sample all zeros); the
+        # products with ones tie the samples' shapes to the means' (deferred initialization)
+        drawing = F.sign(sum(F.sum(F.abs(eps * F.ones_like(mu)))
+                             for eps, mu in zip(epsilons, mus)))
+        return mean + F.broadcast_mul(F.sqrt(variance) * F.random.normal_like(mean), drawing)
+
+    def native_data_term(self, graph, X, y, mu, rho, noise, workspace, kl):
+        from . import native
+        ws = workspace
+        eps = noise.normal((self.noise_size(graph, X.shape[0], kl),))
+        split = self.data_noise_size(graph, X.shape[0])
+        eps_w = eps[split:] if kl.per_draw else ws.eps  # the KL's weight sample (closed form: none)
+        native.perturb(mu, rho, eps_w, sigma=ws.sigma, delta=ws.delta if kl.per_draw else None,
+                       w=ws.w)
+        nll, grad_mu, grad_sigma = graph.noisy_nll_and_grads(self, X, y, mu, ws.sigma,
+                                                             eps[:split])
+        return nll, grad_mu, grad_sigma, eps_w, ws.w
 
 
-ESTIMATORS = (WeightSampling(), LocalReparametrization())
+class Flipout(_NoisyNetwork):
+    """One weight perturbation sigma * eps for the mini-batch, decorrelated example by example
+    by random signs on each layer's inputs and outputs (Wen et al. 2018); the perturbed weights
+    mu + sigma * eps are the KL's weight sample."""
+    name = "flipout"
+    kernel_data_kind = 1  # dNLL/dmu and dNLL/d(sigma eps)
+
+    @property
+    def net(self):
+        from .model import flipout_net
+        return flipout_net
+
+    def noise_shapes(self, network, batch_size):
+        from .network import Conv2D
+        shapes = []
+        for layer, inp, out in network.linear_layers():
+            if isinstance(layer, Conv2D):
+                shapes += [(batch_size, inp[0], 1, 1), (batch_size, out[0], 1, 1)]
+            else:
+                shapes += [(batch_size, math.prod(inp)), (batch_size, math.prod(out))]
+        return shapes
+
+    def noise_size(self, graph, batch_size, kl):
+        return graph.layout.size + self.data_noise_size(graph, batch_size)
+
+    def draw(self, graph, X, y, mu, sigma, eps, kl):
+        eps_w = eps[:graph.layout.size]
+        delta = sigma * eps_w
+        nll, grad_mu, grad_delta = graph.noisy_nll_and_grads(
+            self, X, y, mu, delta, eps[graph.layout.size:])
+        return nll, grad_mu, grad_delta * eps_w, mu + delta, eps_w
+
+    def block_output(self, F, apply, x, mus, sigmas, epsilons, convolution):
+        deltas = [sigma * eps for sigma, eps in zip(sigmas, epsilons)]
+        mean = apply(F, x, *mus)
+        # signs over the inputs' channels (a convolution's, the same at every position) or
+        # features, and over the outputs'
+        inputs = x if convolution else F.flatten(x)
+        shaped_in = F.mean(inputs, axis=(2, 3), keepdims=True) if convolution else inputs
+        signs_in = F.sign(F.random.normal_like(shaped_in))
+        perturbation = apply(F, F.broadcast_mul(inputs, signs_in), *deltas)
+        shaped_out = (F.mean(perturbation, axis=(2, 3), keepdims=True) if convolution
+                      else perturbation)
+        return mean + F.broadcast_mul(perturbation, F.sign(F.random.normal_like(shaped_out)))
+
+    def native_data_term(self, graph, X, y, mu, rho, noise, workspace, kl):
+        from . import native
+        ws = workspace
+        eps = noise.normal((self.noise_size(graph, X.shape[0], kl),))
+        eps_w = eps[:graph.layout.size]
+        native.perturb(mu, rho, eps_w, delta=ws.delta, w=ws.w)
+        nll, grad_mu, grad_delta = graph.noisy_nll_and_grads(
+            self, X, y, mu, ws.delta, eps[graph.layout.size:])
+        return nll, grad_mu, grad_delta, eps_w, ws.w
+
+
+ESTIMATORS = (WeightSampling(), LocalReparametrization(), Flipout())
 
 
 def estimator(name):
     return _named(Estimator, ESTIMATORS, name, "estimator")
 
 
-# The KL estimate.
+# The KL estimate: its direction and how it is estimated.
 
 class KLEstimate(Choice):
-    """How the step estimates KL(q || P). ``kernel_code``: what the C kernels take.
-    ``per_draw``: estimated at each draw's weights (else once, in closed form)."""
+    """How the step estimates the KL term: ``name`` (``mc``, ``analytic``), ``direction``
+    (``reverse``: KL(q || P), the ELBO's; ``forward``: KL(P || q)). ``native``: the C kernels
+    serve it (``kernel_code``). ``per_draw``: estimated at each draw's sampled weights;
+    ``prior_draws``: at samples of the prior, per draw; ``closed_term`` gives the rest, once a
+    step."""
+    direction = "reverse"
+    native = True
     kernel_code = None
-    per_draw = True
+    per_draw = False
+    prior_draws = False
+
+    @classmethod
+    def named(cls, name, direction):
+        return name == cls.name and direction == cls.direction
 
     def check(self, prior):
         pass
 
+    def prior_noise_size(self, prior, size):
+        """Standard normals one draw of a prior sample of ``size`` entries takes."""
+        return 0
+
+    def closed_term(self, prior, mu, sigma, kl_weight):
+        """``(kl_weight * value (1,), d/dmu or None, d/dsigma)``, weighted, added once a step
+        (None where there is nothing to add)."""
+        raise NotImplementedError
+
 
 class MonteCarloKL(KLEstimate):
-    """log q(w) - log P(w) at the sampled weights, the tutorial's estimate."""
+    """log q(w) - log P(w) at the sampled weights, the tutorial's estimate; -log sigma summed
+    once, the rest per draw."""
     name = "mc"
     kernel_code = 0
+    per_draw = True
+
+    def closed_term(self, prior, mu, sigma, kl_weight):
+        from mxnet import nd
+        from .model import total
+        return -(kl_weight * total(nd.log(sigma))), None, -kl_weight / sigma
 
 
 class ClosedFormKL(KLEstimate):
     """The closed-form KL(N(mu, sigma^2) || P), for a prior that has one."""
     name = "analytic"
     kernel_code = 1
-    per_draw = False
 
     def check(self, prior):
         if not prior.has_closed_form_kl:
             raise ConfigError("kl", self.name, "mc with the %s prior (its KL has no closed "
                               "form)" % prior.name.replace("_", "-"))
 
+    def closed_term(self, prior, mu, sigma, kl_weight):
+        return _weighted(prior.closed_form_kl(mu, sigma), kl_weight)
 
-KL_ESTIMATES = (MonteCarloKL(), ClosedFormKL())
+
+class ForwardMonteCarloKL(KLEstimate):
+    """KL(P || q) by Monte Carlo: log P(w) - log q(w) at a sample w of the prior, drawn per
+    draw (the gradient flows through log q alone). Mass covering: q is pulled to cover every
+    region the prior gives mass, where the reverse direction seeks one mode."""
+    name = "mc"
+    direction = "forward"
+    native = False
+    prior_draws = True
+
+    def prior_noise_size(self, prior, size):
+        return size * prior.sample_normals
+
+    def prior_term(self, prior, mu, sigma, noise):
+        """``(sum of log P(w) - log q(w), d/dmu, d/dsigma)`` at the prior sample of
+        ``noise``."""
+        from mxnet import nd
+        from .model import LOG_SQRT_2PI, total
+        w = prior.sample(noise, mu.size)
+        z = (w - mu) / sigma
+        log_q_sum = -total(nd.log(sigma)) - 0.5 * total(z * z) - mu.size * LOG_SQRT_2PI
+        return prior(w) - log_q_sum, -z / sigma, (1.0 - z * z) / sigma
+
+    def closed_term(self, prior, mu, sigma, kl_weight):
+        return None, None, None
 
 
-def kl_estimate(name):
-    return _named(KLEstimate, KL_ESTIMATES, name, "kl")
+class ForwardClosedFormKL(ClosedFormKL):
+    """The closed-form KL(P || N(mu, sigma^2)), for a prior that has one."""
+    direction = "forward"
+    native = False
+
+    def closed_term(self, prior, mu, sigma, kl_weight):
+        return _weighted(prior.forward_closed_form_kl(mu, sigma), kl_weight)
+
+
+def _weighted(terms, kl_weight):
+    """A closed form's (elementwise value, d/dmu, d/dsigma), summed and weighted."""
+    from .model import total
+    value, d_mu, d_sigma = terms
+    return kl_weight * total(value), kl_weight * d_mu, kl_weight * d_sigma
+
+
+KL_ESTIMATES = (MonteCarloKL(), ClosedFormKL(), ForwardMonteCarloKL(), ForwardClosedFormKL())
+KL_DIRECTIONS = ("reverse", "forward")
+
+
+def kl_estimate(name, direction="reverse"):
+    """The KL estimate ``name`` (``mc``, ``analytic``) in ``direction``."""
+    if isinstance(name, KLEstimate):
+        return name
+    if direction not in KL_DIRECTIONS:
+        raise ConfigError("kl_direction", direction, "one of %s" % ", ".join(KL_DIRECTIONS))
+    for choice in KL_ESTIMATES:
+        if choice.named(name, direction):
+            return choice
+    raise ConfigError("kl", name, "one of mc, analytic")
 
 
 # The KL weighting of the mini-batches of an epoch.

@@ -1,8 +1,9 @@
 """The native backend of the training step: the C kernels of ``_fused.c``, loaded with ctypes.
 
-For weight sampling (the tutorial's estimator) on a CPU context, ``combined_loss_gradients``
-computes what ``ndarray_backend.combined_loss_gradients`` computes, with the parameter-side work in two
-passes over the flat vectors: draw eps and form w = mu + softplus(rho) * eps, then, after the
+On a CPU context ``combined_loss_gradients`` computes what
+``ndarray_backend.combined_loss_gradients`` computes, for every estimator, with the
+parameter-side work in two passes over the flat vectors: draw eps and form w = mu +
+softplus(rho) * eps (or sigma and the perturbation for the other estimators), then, after the
 network's forward and backward pass, the KL term and both gradients. ``optimizer_update`` runs
 MXNet's SGD and Adam updates in place.
 
@@ -23,7 +24,7 @@ import numpy as np
 
 from . import modes
 
-ABI_VERSION = 3           # must match ABI_VERSION in _fused.c
+ABI_VERSION = 4           # must match ABI_VERSION in _fused.c
 
 _P, _I64, _U64, _F32 = ctypes.c_void_p, ctypes.c_int64, ctypes.c_uint64, ctypes.c_float
 _SIGNATURES = {
@@ -31,8 +32,9 @@ _SIGNATURES = {
     "bbb_philox_words": ([_I64, _U64, _U64, _U64, _U64, _P], None),
     "bbb_normals": ([_I64, _U64, _U64, _U64, _P], None),
     "bbb_sample_weights": ([_I64, _P, _P, _U64, _U64, _U64, _P, _P], None),
-    "bbb_kl_gradients": ([_I64, _P, _P, _P, _P, _P, _F32, ctypes.c_int, ctypes.c_int, _F32,
-                          _F32, _F32, _P, _P], ctypes.c_double),
+    "bbb_kl_gradients": ([_I64, _P, _P, _P, _P, _P, _P, ctypes.c_int, _F32, ctypes.c_int,
+                          ctypes.c_int, _F32, _F32, _F32, _P, _P], ctypes.c_double),
+    "bbb_perturb": ([_I64, _P, _P, _P, _P, _P, _P], None),
     "bbb_sgd_update": ([_I64, _P, _P, _F32, _F32, _F32], None),
     "bbb_adam_update": ([_I64, _P, _P, _P, _P] + [_F32] * 6, None),
 }
@@ -117,10 +119,25 @@ def sample_weights(mu, rho, key, stream, eps, w):
                                  _host_pointer(w, write=True))
 
 
-def kl_gradients(mu, rho, eps, w, grad_w, kl_weight, prior, kl, grad_mu, grad_rho):
+def perturb(mu, rho, eps, sigma=None, delta=None, w=None):
+    """Fill ``sigma`` with softplus(rho) and, where ``delta`` is given, ``delta`` with
+    sigma * eps and ``w`` with mu + delta (the estimators that draw their noise in one vector
+    beforehand). All (N,) float32 NDArrays on a CPU context."""
+    library().bbb_perturb(
+        rho.size, _host_pointer(mu), _host_pointer(rho), _host_pointer(eps),
+        _host_pointer(sigma, write=True) if sigma is not None else None,
+        _host_pointer(delta, write=True) if delta is not None else None,
+        _host_pointer(w, write=True) if w is not None else None)
+
+
+def kl_gradients(mu, rho, eps, w, grad_data_mu, grad_data_sigma, kind, kl_weight, prior, kl,
+                 grad_mu, grad_rho):
     """The KL term summed over the N entries (a float) and the loss's gradients: fills
-    grad_mu = dL/dmu and grad_rho = dL/drho of L = NLL + kl_weight * KL, given
-    ``grad_w`` = dNLL/dw at w = mu + softplus(rho) * eps.
+    grad_mu = dL/dmu and grad_rho = dL/drho of L = NLL + kl_weight * KL at w = mu +
+    softplus(rho) * eps, given the data term's gradients of ``kind`` (an estimator's
+    ``kernel_data_kind``): 0, dNLL/dw as both (weight sampling); 1, dNLL/dmu and the
+    coefficient of eps in dNLL/dsigma (Flipout); 2, dNLL/dmu and dNLL/dsigma (the local
+    reparametrization).
 
     ``prior``: a ``priors.py`` object (its ``kernel_args``); ``kl``: a ``modes.KLEstimate``
     (its ``kernel_code``): the Monte Carlo KL, log q(w) - log P(w), or the closed form. All
@@ -129,34 +146,37 @@ def kl_gradients(mu, rho, eps, w, grad_w, kl_weight, prior, kl, grad_mu, grad_rh
     density, pi, sigma1, sigma2 = prior.kernel_args()
     return library().bbb_kl_gradients(
         rho.size, _host_pointer(mu), _host_pointer(rho), _host_pointer(eps), _host_pointer(w),
-        _host_pointer(grad_w), kl_weight, kl.kernel_code, density, pi, sigma1, sigma2,
+        _host_pointer(grad_data_mu), _host_pointer(grad_data_sigma), kind,
+        kl_weight, kl.kernel_code, density, pi, sigma1, sigma2,
         _host_pointer(grad_mu, write=True), _host_pointer(grad_rho, write=True))
 
 
 class Workspace:
     """The (N,) float32 arrays a native step writes, kept on ``ctx`` from step to step: eps, w,
-    dNLL/dw, dL/dmu and dL/drho."""
+    dNLL/dw, sigma and the perturbation sigma * eps (the estimators that need them), dL/dmu
+    and dL/drho."""
 
     def __init__(self, size, ctx):
-        self.eps, self.w, self.grad_w, self.grad_mu, self.grad_rho = (
-            mx.nd.zeros((size,), ctx=ctx, dtype="float32") for _ in range(5))
+        (self.eps, self.w, self.grad_w, self.sigma, self.delta, self.grad_mu,
+         self.grad_rho) = (mx.nd.zeros((size,), ctx=ctx, dtype="float32") for _ in range(7))
 
 
 def combined_loss_gradients(X, y_one_hot, mu, rho, noise, num_samples, prior, kl_weight,
-                            graph, workspace, kl="mc"):
-    """``ndarray_backend.combined_loss_gradients`` for weight sampling on a CPU context, with
-    the noise of ``num_samples`` Philox streams of ``noise`` (a ``noise.PhiloxNoise``) drawn in
-    place; ``kl``: a ``modes.KLEstimate`` or its name. Returns ``(loss (1,), dL/dmu (N,),
+                            graph, workspace, kl="mc", estimator="sample"):
+    """``ndarray_backend.combined_loss_gradients`` on a CPU context, the noise of
+    ``num_samples`` Philox streams of ``noise`` (a ``noise.PhiloxNoise``), the same draws as the
+    ndarray backend takes; ``kl`` and ``estimator``: ``modes.py`` objects or their names (the
+    estimator's ``native_data_term`` gives the data term). Returns ``(loss (1,), dL/dmu (N,),
     dL/drho (N,))``; with one sample the gradients live in ``workspace`` and are overwritten by
     its next step."""
-    ws, kl = workspace, modes.kl_estimate(kl)
+    ws, kl, estimator = workspace, modes.kl_estimate(kl), modes.estimator(estimator)
     loss = grad_mu = grad_rho = None
     for sample in range(num_samples):
-        sample_weights(mu, rho, noise.key, noise.next_stream(), ws.eps, ws.w)
-        nll = graph.nll_and_grad(X, y_one_hot, ws.w, ws.grad_w)[0]
-        sample_loss = nll + kl_weight * kl_gradients(mu, rho, ws.eps, ws.w, ws.grad_w,
-                                                     kl_weight, prior, kl, ws.grad_mu,
-                                                     ws.grad_rho)
+        nll, data_mu, data_sigma, eps, w = estimator.native_data_term(
+            graph, X, y_one_hot, mu, rho, noise, ws, kl)
+        sample_loss = nll + kl_weight * kl_gradients(
+            mu, rho, eps, w, data_mu, data_sigma, estimator.kernel_data_kind, kl_weight, prior,
+            kl, ws.grad_mu, ws.grad_rho)
         if num_samples == 1:
             return sample_loss, ws.grad_mu, ws.grad_rho
         if sample == 0:

@@ -16,7 +16,7 @@ from mxnet import autograd, nd, sym
 
 from . import modes
 from .likelihood import Categorical
-from .model import (LOG_SQRT_2PI, SOFTPLUS_FLOOR, lrt_net, sigmoid, total, transform_rhos)
+from .model import LOG_SQRT_2PI, SOFTPLUS_FLOOR, sigmoid, transform_rhos
 from .network import Network, mlp_of
 
 
@@ -33,16 +33,20 @@ def combined_loss_gradients(X, y_one_hot, mu, rho, epsilons, prior, kl_weight, g
         dL/dmu = g,   dL/drho = (g * eps - kl_weight / sigma) * sigmoid(rho)
 
     ``kl`` (a ``modes.KLEstimate`` or its name): ``mc`` estimates log q - log P at each draw's
-    weights, ``analytic`` adds the closed-form KL of ``prior`` once. ``estimator`` (a
-    ``modes.Estimator`` or its name) turns a draw into the network's data term: ``sample``
-    draws weights, ``lrt`` pre-activations. Each draw holds
-    ``estimator.noise_size(graph, batch, kl)`` standard normals.
+    weights, ``analytic`` adds the closed-form KL of ``prior`` once; the forward direction's
+    Monte Carlo estimate takes log P - log q at a sample of the prior per draw. ``estimator``
+    (a ``modes.Estimator`` or its name) turns a draw into the network's data term: ``sample``
+    draws weights, ``lrt`` pre-activations, ``flipout`` one perturbation with random signs.
+    Each draw holds ``draw_size(graph, estimator, kl, prior, batch)`` standard normals: the
+    estimator's, then the prior sample's.
     """
     estimator, kl = modes.estimator(estimator), modes.kl_estimate(kl)
     sigma = transform_rhos([rho])[0]
+    data_size = estimator.noise_size(graph, X.shape[0], kl)
     loss = grad_mu = grad_sigma = None
     for eps in epsilons:
-        nll, g_mu, g_sigma, w, eps_w = estimator.draw(graph, X, y_one_hot, mu, sigma, eps, kl)
+        nll, g_mu, g_sigma, w, eps_w = estimator.draw(graph, X, y_one_hot, mu, sigma,
+                                                      eps[:data_size], kl)
         if kl.per_draw:
             # log q summed at w: -sum log sigma (added once, after the loop) - sum eps^2/2 - c
             log_q_sum = -0.5 * nd.dot(eps_w, eps_w) - eps_w.size * LOG_SQRT_2PI
@@ -54,21 +58,29 @@ def combined_loss_gradients(X, y_one_hot, mu, rho, epsilons, prior, kl_weight, g
                 g_sigma = g_sigma + kl_grad_w * eps_w
         if g_sigma is None:  # the weights were drawn: dL/dsigma = dL/dw * eps
             g_sigma = g_mu * eps_w
+        if kl.prior_draws:
+            value, kl_mu, kl_sigma = kl.prior_term(prior, mu, sigma, eps[data_size:])
+            nll = nll + kl_weight * value
+            g_mu, g_sigma = g_mu + kl_weight * kl_mu, g_sigma + kl_weight * kl_sigma
         loss = nll if loss is None else loss + nll
         grad_mu = g_mu if grad_mu is None else grad_mu + g_mu
         grad_sigma = g_sigma if grad_sigma is None else grad_sigma + g_sigma
     if len(epsilons) > 1:
         loss, grad_mu, grad_sigma = (a / len(epsilons) for a in (loss, grad_mu, grad_sigma))
-    if kl.per_draw:
-        loss = loss - kl_weight * total(nd.log(sigma))
-        grad_sigma = grad_sigma - kl_weight / sigma
-    else:
-        kl_value, kl_grad_mu, kl_grad_sigma = prior.closed_form_kl(mu, sigma)
-        loss = loss + kl_weight * total(kl_value)
-        grad_mu = grad_mu + kl_weight * kl_grad_mu
-        grad_sigma = grad_sigma + kl_weight * kl_grad_sigma
+    value, kl_mu, kl_sigma = kl.closed_term(prior, mu, sigma, kl_weight)
+    if value is not None:
+        loss = loss + value
+        if kl_mu is not None:
+            grad_mu = grad_mu + kl_mu
+        grad_sigma = grad_sigma + kl_sigma
     # d softplus / d rho = sigmoid(rho), at rho floored as in softplus
     return loss, grad_mu, grad_sigma * sigmoid(nd.maximum(rho, SOFTPLUS_FLOOR))
+
+
+def draw_size(graph, estimator, kl, prior, batch_size):
+    """Standard normals one draw of ``combined_loss_gradients`` takes."""
+    return (estimator.noise_size(graph, batch_size, kl)
+            + kl.prior_noise_size(prior, graph.layout.size))
 
 
 class FlatLayout:
@@ -93,8 +105,9 @@ class FlatLayout:
 
 
 class NetworkGraph:
-    """-sum log P(y | X, w) of ``net`` (and of ``lrt_net``) as ``CachedOp`` graphs built from
-    those functions, run with autograd on the per-layer views of flat vectors.
+    """-sum log P(y | X, w) of ``net`` (and of the estimators' ``lrt_net`` and
+    ``flipout_net``) as ``CachedOp`` graphs built from those functions, run with autograd on the
+    per-layer views of flat vectors.
 
     ``network``: a ``network.Network``, or the parameter shapes of an MLP; ``likelihood``: a
     ``likelihood.py`` object (default: categorical, one-hot labels). One graph with static
@@ -107,7 +120,7 @@ class NetworkGraph:
             [tuple(shape) for shape in network])
         self.likelihood = likelihood or Categorical()
         self.layout = FlatLayout(self.network.param_shapes())
-        self._nll_op = self._lrt_op = None
+        self._nll_op, self._noisy_ops = None, {}
         self._views = collections.OrderedDict()
 
     def _graph(self, build):
@@ -130,32 +143,29 @@ class NetworkGraph:
                         self._named(grad_w, "p"))
         return nll, grad_w
 
-    def lrt_noise_size(self, batch_size):
-        """Standard normals one ``lrt_net`` pass over ``batch_size`` examples takes."""
-        return batch_size * sum(shape[0] for shape in self.layout.shapes[1::2])
-
-    def lrt_nll_and_grads(self, X, y_one_hot, mu, sigma, noise):
-        """-sum log P(y | X) (1,) of ``lrt_net`` and its gradients with respect to the flat
-        ``mu`` and ``sigma``; ``noise``: ``lrt_noise_size`` standard normals."""
-        if self._lrt_op is None:
-            noise_vars = [sym.var("eps%d" % i) for i in range(len(self.layout.shapes) // 2)]
-            self._lrt_op = self._graph(lambda X, y, params: -sym.sum(
-                self.likelihood.log_likelihood(
-                    lrt_net(X, params, self._sigma_vars(), noise_vars, F=sym), y, F=sym)))
-        grad_mu, grad_sigma = nd.zeros_like(mu), nd.zeros_like(sigma)
+    def noisy_nll_and_grads(self, estimator, X, y_one_hot, mu, second, noise):
+        """-sum log P(y | X) of ``estimator.net`` (``model.lrt_net`` or ``model.flipout_net``)
+        and its gradients with respect to the flat ``mu`` and ``second`` (sigma for the first,
+        the weight perturbation sigma * eps for the second); ``noise``: the flat standard
+        normals of ``estimator.noise_shapes``."""
+        shapes = estimator.noise_shapes(self.network, X.shape[0])
+        if estimator.name not in self._noisy_ops:
+            noise_vars = [sym.var("n%d" % i) for i in range(len(shapes))]
+            seconds = [sym.var("s%d" % i, shape=s) for i, s in enumerate(self.layout.shapes)]
+            self._noisy_ops[estimator.name] = self._graph(lambda X, y, params: -sym.sum(
+                self.likelihood.log_likelihood(estimator.net(
+                    X, params, seconds, noise_vars, F=sym, network=self.network), y, F=sym)))
+        grad_mu, grad_second = nd.zeros_like(mu), nd.zeros_like(second)
         noise_views, offset = {}, 0
-        for i, (width,) in enumerate(self.layout.shapes[1::2]):
-            count = X.shape[0] * width
-            noise_views["eps%d" % i] = noise[offset:offset + count].reshape((X.shape[0], width))
+        for i, shape in enumerate(shapes):
+            count = int(np.prod(shape))
+            noise_views["n%d" % i] = noise[offset:offset + count].reshape(shape)
             offset += count
-        variables = dict(self._named(mu, "p"), **self._named(sigma, "s"))
-        gradients = dict(self._named(grad_mu, "p"), **self._named(grad_sigma, "s"))
+        variables = dict(self._named(mu, "p"), **self._named(second, "s"))
+        gradients = dict(self._named(grad_mu, "p"), **self._named(grad_second, "s"))
         inputs = dict(X=X, y=y_one_hot, **variables, **noise_views)
-        nll = self._run(self._lrt_op, inputs, variables, gradients)
-        return nll, grad_mu, grad_sigma
-
-    def _sigma_vars(self):
-        return [sym.var("s%d" % i, shape=s) for i, s in enumerate(self.layout.shapes)]
+        nll = self._run(self._noisy_ops[estimator.name], inputs, variables, gradients)
+        return nll, grad_mu, grad_second
 
     def _named(self, flat, prefix):
         """The graph's inputs named ``prefix0``, ... : per-parameter views of ``flat``. Views of

@@ -236,26 +236,57 @@ class Network:
         return sum(math.prod(shape) for shape in self.output_shapes)
 
     @property
-    def dense_only(self):
-        """True for a network of dense layers and ReLUs (what ``lrt_net`` can draw)."""
-        return all(isinstance(layer, (Dense, ReLU)) for layer in self.layers)
+    def linear_layers_only(self):
+        """True where every layer with weights is dense or a convolution (what the estimators
+        that draw pre-activations or flip signs take)."""
+        return all(isinstance(layer, (Dense, Conv2D)) or not layer.has_weights
+                   for layer in self.layers)
 
     def __call__(self, X, params, F=None):
+        if F is None:
+            from mxnet import nd as F
+        return self.run(X, lambda layer, h, k, index, shape: layer(
+            F, h, params[index:index + 2], shape), F,
+            weightless=lambda layer, h, index, count, shape: layer(
+                F, h, params[index:index + count], shape))
+
+    def run(self, X, weighted, F=None, weightless=None):
+        """The network's output for X, each dense or convolution layer computed by
+        ``weighted(layer, h, k, index, input_shape)`` (``k``: the k-th such layer; ``index``: its
+        weight's position in the parameter list); other layers as they are, or by
+        ``weightless(layer, h, index, count, input_shape)`` where given."""
         if F is None:
             from mxnet import nd as F
         h = X
         if len(self.input_shape) > 1:
             h = F.reshape(h, shape=(-1,) + self.input_shape)
-        index = 0
+        index = k = 0
         for layer, count, shape in zip(self.layers, self._param_counts, self.input_shapes):
-            h = layer(F, h, params[index:index + count], shape)
+            if isinstance(layer, (Dense, Conv2D)):
+                h = weighted(layer, h, k, index, shape)
+                k += 1
+            elif weightless is not None:
+                h = weightless(layer, h, index, count, shape)
+            else:
+                h = layer(F, h, [], shape)
             index += count
         return h
+
+    def linear_layers(self):
+        """(layer, input shape, output shape), shapes per example, of each dense or convolution
+        layer."""
+        return [(layer, shape, out) for layer, shape, out in zip(self.layers, self.input_shapes,
+                                                                self.output_shapes)
+                if isinstance(layer, (Dense, Conv2D))]
 
     @property
     def input_shapes(self):
         """Each layer's input shape per example, in layer order."""
         return [self.input_shape] + self.output_shapes[:-1]
+
+    @property
+    def has_convolution(self):
+        return any(isinstance(layer, Conv2D) for layer in self.layers)
 
     @property
     def has_dropout(self):

@@ -20,7 +20,7 @@ import json
 import os
 import sys
 
-from .cli import ArgumentParser, run_command
+from .cli import ArgumentParser, load_mxnet, run_command
 from .errors import GluonBBBError
 
 PROG = "python -m gluon_bbb.predict"
@@ -164,10 +164,7 @@ class RunPredictor:
     validation images (its test images where it holds out none)."""
 
     def __init__(self, path, samples):
-        from . import mxnet_load_error
-        problem = mxnet_load_error()
-        if problem:
-            raise InputError("%s is a run directory, read with MXNet: %s", path, problem)
+        load_mxnet()
         from .compression import UNSURE_SHARE
         from .data import PIXEL_SCALE, load_mnist
         from .rundir import resolve_checkpoint
@@ -235,7 +232,7 @@ def main(argv=None, prog=PROG):
 
 def run(argv=None, prog=PROG):
     """The command as a program: its exit status. A compressed model needs no MXNet."""
-    return run_command(lambda args: main(args, prog), argv, prog, needs_mxnet=False)
+    return run_command(lambda args: main(args, prog), argv, prog)
 
 
 if __name__ == "__main__":

@@ -54,6 +54,24 @@ class GaussianPrior:
             + (math.log(self.sigma_p) - 0.5)
         return value, mu * scale, sigma * scale - 1.0 / sigma
 
+    def forward_closed_form_kl(self, mu, sigma):
+        """KL(N(0, sigma_p^2) || N(mu, sigma^2)) elementwise, with its derivatives with respect
+        to mu and sigma: (log(sigma / sigma_p) + (sigma_p^2 + mu^2) / (2 sigma^2) - 1/2,
+        mu / sigma^2, 1 / sigma - (sigma_p^2 + mu^2) / sigma^3)."""
+        nd = _nd()
+        spread = self.sigma_p ** 2 + nd.square(mu)
+        inverse_variance = 1.0 / nd.square(sigma)
+        value = nd.log(sigma) + spread * inverse_variance * 0.5 - (math.log(self.sigma_p) + 0.5)
+        return value, mu * inverse_variance, 1.0 / sigma - spread * inverse_variance / sigma
+
+    # standard normals one sample of the prior takes per weight
+    sample_normals = 1
+
+    def sample(self, normals, size):
+        """``size`` weights drawn from the prior, from ``size * sample_normals`` standard
+        normals."""
+        return normals[:size] * self.sigma_p
+
     def kernel_args(self):
         """(density, pi, sigma1, sigma2) as ``bbb_kl_gradients`` takes them."""
         return GAUSSIAN_KERNEL, 0.0, self.sigma_p, 0.0
@@ -105,6 +123,15 @@ class ScaleMixturePrior:
                      + (k2 - k1) * x2)
         return log_density, x * -(sigmoid(log_ratio) * (2.0 * k1)
                                   + sigmoid(-log_ratio) * (2.0 * k2))
+
+    sample_normals = 2
+
+    def sample(self, normals, size):
+        """A normal scaled by sigma_p1 where a second normal falls below the pi-quantile
+        (probability pi), by sigma_p2 otherwise."""
+        import statistics
+        first = normals[size:2 * size] < statistics.NormalDist().inv_cdf(self.pi)
+        return normals[:size] * (first * (self.sigma_p1 - self.sigma_p2) + self.sigma_p2)
 
     def kernel_args(self):
         return SCALE_MIXTURE_KERNEL, self.pi, self.sigma_p1, self.sigma_p2

@@ -9,7 +9,7 @@ import os
 import sys
 import time
 
-from .cli import ArgumentParser, run_command
+from .cli import ArgumentParser, load_mxnet, run_command
 
 PROG = "python -m gluon_bbb.prune"
 DEFAULT_PROPORTIONS = (0.0, 0.1, 0.25, 0.5, 0.75, 0.95, 0.98, 0.99, 1.0)
@@ -48,14 +48,15 @@ def markdown_table(rows, criterion):
 
 def main(argv=None, prog=PROG):
     args = build_parser(prog).parse_args(argv)
-    from .context import parse_context
-    from .data import load_mnist
-    from .pruning import check_proportion
-    from .rundir import RunDirectory, resolve_checkpoint
+    from .config import check_proportion
     for p in args.proportions:
         check_proportion(p)
     if args.save_pruned is not None:
         check_proportion(args.save_pruned, "save_pruned")
+    load_mxnet()
+    from .context import parse_context
+    from .data import load_mnist
+    from .rundir import RunDirectory, resolve_checkpoint
     run, checkpoint_path = resolve_checkpoint(args.checkpoint)
     config = run.read_classifier_config()
     ctx = parse_context(args.ctx)

@@ -10,7 +10,7 @@ import os
 import numpy as np
 from mxnet import nd
 
-from .errors import ConfigError
+from .config import check_proportion
 from .files import write_atomically
 from .model import evaluate_accuracy
 
@@ -18,12 +18,6 @@ from .model import evaluate_accuracy
 def signal_to_noise_ratio(mus, sigmas):
     """|mu| / sigma for each parameter array (same shapes and contexts as ``mus``)."""
     return [nd.abs(mu) / sigma for mu, sigma in zip(mus, sigmas)]
-
-
-def check_proportion(proportion, field="proportions"):
-    """Raise ConfigError naming ``field`` unless ``proportion`` is a number in [0, 1]."""
-    if not (isinstance(proportion, (int, float)) and 0.0 <= proportion <= 1.0):
-        raise ConfigError(field, proportion, "in [0, 1]")
 
 
 def num_pruned(proportion, num_params):

@@ -4,11 +4,11 @@ aleatoric and epistemic uncertainty, written and plotted (``regression_problems.
 """
 import sys
 
-from .cli import ArgumentParser, run_command
+from .cli import ArgumentParser, load_mxnet, run_command
 from .config import MAX_TEST_SAMPLES
 from .modes import MODEL_KINDS, names
 from .regression_problems import (MODEL_SETTINGS, PROBLEMS, TEST_SAMPLES, describe_figures,
-                                  run_regression)
+                                  regression_config, run_regression)
 
 PROG = "python -m gluon_bbb.regression"
 
@@ -32,6 +32,10 @@ def build_parser(prog=PROG):
     parser.add_argument("--kl-scale", type=float, help="multiplies the KL term (the prior's "
                         "term for mcdropout): 1 is the ELBO (default: the problem's, 0.3 for the "
                         "sine, 1 for the quartic)")
+    parser.add_argument("--kl-direction", choices=("reverse", "forward"),
+                        help="KL(q || P), the ELBO's (default), or KL(P || q)")
+    parser.add_argument("--estimator", choices=("sample", "lrt", "flipout"),
+                        help="how a step draws the network's noise (default: sample)")
     parser.add_argument("--dropout", type=float, help="dropout rate of --model mcdropout "
                         "(default %g)" % MODEL_SETTINGS["mcdropout"]["dropout"])
     parser.add_argument("--test-samples", type=int,
@@ -43,12 +47,15 @@ def build_parser(prog=PROG):
 
 def main(argv=None, prog=PROG):
     args = build_parser(prog).parse_args(argv)
-    from .context import parse_context
-    fields = {name: getattr(args, name) for name in ("epochs", "dropout", "kl_scale")
+    fields = {name: getattr(args, name) for name in ("epochs", "dropout", "kl_scale",
+                                                     "kl_direction", "estimator")
               if getattr(args, name) is not None}
     if args.noise is not None:
         fields["noise"] = (args.noise if args.noise in ("learned", "heteroscedastic")
                            else _number(args.noise))
+    regression_config(args.data, args.model, args.seed, **fields)  # bad values, before MXNet
+    load_mxnet()
+    from .context import parse_context
     ctx = parse_context(args.ctx)
     _, metrics, paths = run_regression(args.data, args.model, args.out, args.seed, ctx,
                                        args.test_samples,

@@ -21,7 +21,7 @@ from mxnet import nd
 from . import native
 from .errors import CheckpointError, ConfigError, ResourceError
 from .model import init_variational_params, sample_epsilons
-from .ndarray_backend import NetworkGraph, combined_loss_gradients
+from .ndarray_backend import NetworkGraph, combined_loss_gradients, draw_size
 from .noise import noise_for, seed_generator
 
 BACKENDS = ("native", "ndarray")
@@ -38,6 +38,8 @@ def choose_backend(config, ctx, backend=None):
         why_not = "the native kernels run on CPU contexts only"
     elif not config.estimator_kind.native:
         why_not = "the native kernels do not implement estimator %s" % config.estimator
+    elif not config.kl_kind.native:
+        why_not = "the native kernels do not implement the %s KL" % config.kl_direction
     elif not native.available():
         why_not = native.unavailable_reason()
     if backend == "native" and why_not:
@@ -49,14 +51,14 @@ def choose_backend(config, ctx, backend=None):
 
 def training_memory_bytes(config):
     """About how many bytes a run's step holds at its peak: per parameter, float32 mu and rho,
-    the five workspace vectors (or the ndarray backend's temporaries), two Adam moments for each
+    the seven workspace vectors (or the ndarray backend's temporaries), two Adam moments for each
     of mu and rho, and the copies made while they are initialised (float64 for the largest
     array); per example of a batch, the activations of every layer. MXNet's own runtime (about
     300 MiB) comes on top."""
     network = config.build_network()
     shapes = network.param_shapes()
     size = sum(math.prod(shape) for shape in shapes)
-    floats_per_entry = 2 + 5 + (4 if config.optimizer == "adam" else 0) + 4
+    floats_per_entry = 2 + 7 + (4 if config.optimizer == "adam" else 0) + 4
     largest = max(math.prod(shape) for shape in shapes)
     # forward outputs and their gradients, and the graph's temporaries
     activations = config.batch_size * network.activation_size * 4
@@ -156,9 +158,9 @@ class TrainingStep:
         if self.backend == "native":
             loss, grad_mu, grad_rho = native.combined_loss_gradients(
                 X, y_one_hot, self.mu, self.rho, self.noise, config.num_samples, self.prior,
-                kl_weight, self.graph, self.workspace, self.kl)
+                kl_weight, self.graph, self.workspace, self.kl, self.estimator)
         else:
-            size = self.estimator.noise_size(self.graph, X.shape[0], self.kl)
+            size = draw_size(self.graph, self.estimator, self.kl, self.prior, X.shape[0])
             epsilons = sample_epsilons([(size,)] * config.num_samples, self.ctx, self.noise)
             loss, grad_mu, grad_rho = combined_loss_gradients(
                 X, y_one_hot, self.mu, self.rho, epsilons, self.prior, kl_weight, self.graph,

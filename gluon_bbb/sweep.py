@@ -96,7 +96,7 @@ def _local_cluster(LocalCluster, workers, log_level):
 def run(argv=None, prog=PROG):
     """The command as a program: its exit status. It needs no MXNet: MXNet runs in the
     trials' own processes."""
-    return run_command(lambda args: main(args, prog), argv, prog, needs_mxnet=False)
+    return run_command(lambda args: main(args, prog), argv, prog)
 
 
 if __name__ == "__main__":

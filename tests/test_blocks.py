@@ -150,10 +150,15 @@ def test_to_bayesian_turns_a_users_network_into_bayesian_layers(ctx):
     assert all(p.data().context == ctx for p in net.collect_params().values())
     sigmas = transform_rhos([layers[1].weight_rho.data()])
     assert float(sigmas[0].max().asscalar()) < 1e-12
+    # a layer whose input size is not known yet infers it on the network's first call
     unsized = nn.HybridSequential()
     unsized.add(nn.Dense(3))
-    with pytest.raises(ValueError, match="has no input size yet"):
-        to_bayesian(unsized)
+    to_bayesian(unsized, estimator="flipout")
+    unsized.initialize(ctx=ctx)
+    unsized.hybridize()
+    assert unsized(nd.ones((2, 7), ctx=ctx)).shape == (2, 3)
+    layer, = bayesian_layers(unsized)
+    assert layer.weight_mu.shape == (3, 7) and layer.estimator.name == "flipout"
 
 
 @pytest.mark.parametrize("hybridize", [False, True])
@@ -214,3 +219,51 @@ def test_blocks_refuse_what_they_cannot_take(ctx):
                                                  r"width\), as nn.Conv2D does, got shape "
                                                  r"\(2, 64\)"):
                 conv(nd.ones((2, 64), ctx=ctx))
+
+
+@pytest.mark.parametrize("hybridize", [False, True])
+def test_blocks_infer_their_input_sizes_and_follow_the_initializer(ctx, hybridize):
+    net = nn.HybridSequential()
+    net.add(BayesianConv2D(4, kernel_size=3, activation="relu"), nn.MaxPool2D(2),
+            BayesianDense(5))
+    net.initialize(init.Constant(0.3), ctx=ctx)
+    sample_on_call(net).hybridize(hybridize)
+    X = nd.ones((2, 3, 8, 8), ctx=ctx)
+    with autograd.record():
+        out = net(X)
+        kl = kl_term(net)  # the first forward pass drew the weights it pairs with
+    assert out.shape == (2, 5) and np.isfinite(kl.asscalar())
+    conv, dense = bayesian_layers(net)
+    assert conv.weight_mu.shape == (4, 3, 3, 3) and dense.weight_mu.shape == (5, 4 * 3 * 3)
+    # mu from the initializer given to initialize(), as nn.Dense's weight; the bias at 0;
+    # rho at its default, sigma = softplus(-5)
+    np.testing.assert_array_equal(dense.weight_mu.data().asnumpy(), 0.3)
+    np.testing.assert_array_equal(dense.bias_mu.data().asnumpy(), 0.0)
+    np.testing.assert_allclose(dense.weight_rho.data().asnumpy(), -5.0)
+    assert np.abs(conv.weight_eps.data().asnumpy()).sum() > 0
+
+
+@pytest.mark.parametrize("estimator", ["sample", "lrt", "flipout"])
+def test_each_estimator_gives_a_block_the_posteriors_output_distribution(ctx, estimator):
+    # x w + b with w ~ N(mu, sigma^2): mean x mu + b_mu, variance x^2 sigma^2 + sigma_b^2 for
+    # every example; two copies of one input get the same weights under weight sampling
+    # (correlation 1), independent noise under the local reparametrization and Flipout
+    layer = BayesianDense(2, 3, estimator=estimator)
+    layer.initialize(ctx=ctx)
+    rng = np.random.default_rng(0)
+    mu, rho = rng.normal(size=(2, 3)), rng.normal(size=(2, 3)) - 1.0
+    layer.weight_mu.set_data(nd.array(mu, ctx=ctx))
+    layer.weight_rho.set_data(nd.array(rho, ctx=ctx))
+    layer.bias_mu.set_data(nd.array([0.5, -0.5], ctx=ctx))
+    x = np.array([1.0, -2.0, 0.5])
+    X = nd.array(np.stack([x, x]), ctx=ctx)
+    mx.random.seed(3)
+    draws = np.stack([layer(X).asnumpy() for _ in range(4000)])  # (draws, 2 examples, 2)
+    sigma, sigma_b = np.log1p(np.exp(rho)), np.log1p(np.exp(-5.0))
+    np.testing.assert_allclose(draws.mean(axis=0)[0], x @ mu.T + [0.5, -0.5], atol=0.08)
+    np.testing.assert_allclose(draws.var(axis=0)[0], (x ** 2) @ (sigma ** 2).T + sigma_b ** 2,
+                               rtol=0.1)
+    correlation = np.corrcoef(draws[:, 0, 0], draws[:, 1, 0])[0, 1]
+    assert (correlation > 0.999) if estimator == "sample" else abs(correlation) < 0.1
+    with use_mean_weights(layer):  # every estimator: the mean network
+        np.testing.assert_allclose(layer(X).asnumpy()[0], x @ mu.T + [0.5, -0.5], rtol=1e-5)

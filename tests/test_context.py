@@ -102,13 +102,14 @@ def test_gpu_probe_runs_one_operation_on_its_context():
 
 
 @pytest.mark.parametrize("command, prog", [
-    (["train_mnist.py"], "train_mnist.py"),
-    (["prune.py"], "prune.py"),
-    (["-m", "gluon_bbb.evaluate"], "python -m gluon_bbb.evaluate"),
-    (["-mgluon_bbb.evaluate"], "python -m gluon_bbb.evaluate"),
-    (["-m", "gluon_bbb.train_mnist"], "python -m gluon_bbb.train_mnist"),
-    (["-m", "gluon_bbb.regression"], "python -m gluon_bbb.regression"),
-    (["-m", "gluon_bbb", "prune"], "gluon-bbb prune"),
+    (["train_mnist.py", "--epochs", "1"], "train_mnist.py"),
+    (["prune.py", "--checkpoint", "run"], "prune.py"),
+    (["-m", "gluon_bbb.evaluate", "--checkpoint", "run"], "python -m gluon_bbb.evaluate"),
+    (["-mgluon_bbb.evaluate", "--checkpoint", "run"], "python -m gluon_bbb.evaluate"),
+    (["-m", "gluon_bbb.train_mnist", "--epochs", "1"], "python -m gluon_bbb.train_mnist"),
+    (["-m", "gluon_bbb.regression", "--data", "sine", "--out", "x"],
+     "python -m gluon_bbb.regression"),
+    (["-m", "gluon_bbb", "prune", "--checkpoint", "run"], "gluon-bbb prune"),
 ])
 def test_mxnet_that_cannot_load_its_libraries_is_one_line(tmp_path, command, prog):
     # a stand-in mxnet package that fails to import as a CUDA build without its CUDA libraries
@@ -119,11 +120,16 @@ def test_mxnet_that_cannot_load_its_libraries_is_one_line(tmp_path, command, pro
         "raise OSError('libcudart.so.11.0: cannot open shared object file: No such file or "
         "directory')\n")
     if not command[0].startswith("-m"):
-        command = [os.path.join(ROOT, command[0])]
-    proc = run([sys.executable] + command, "--help", cwd=str(tmp_path), timeout=60,
-               env={"PYTHONPATH": os.pathsep.join([str(tmp_path), ROOT])})
+        command = [os.path.join(ROOT, command[0])] + command[1:]
+    env = {"PYTHONPATH": os.pathsep.join([str(tmp_path), ROOT])}
+    proc = run([sys.executable] + command, cwd=str(tmp_path), timeout=60, env=env)
     assert proc.returncode == 2, proc.stderr
     assert proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr
     assert proc.stderr.startswith("%s: error: MXNet's library cannot be loaded: libcudart.so.11.0"
                                   % prog)
+    # its flags are checked, and its help given, without MXNet; the sweep needs none at all
+    assert run([sys.executable] + command + ["--help"], cwd=str(tmp_path), env=env,
+               timeout=60).returncode == 0
+    assert run([sys.executable, "-m", "gluon_bbb.sweep", "--help"], cwd=str(tmp_path), env=env,
+               timeout=60).returncode == 0
     assert "cuDNN 8" in proc.stderr

@@ -136,8 +136,8 @@ def test_kl_gradients_follow_the_formula(ctx, prior, kl):
     kl_weight = 0.01
     to = lambda a: nd.array(a, ctx=ctx, dtype="float32")
     grad_mu, grad_rho = nd.zeros(n, ctx=ctx), nd.zeros(n, ctx=ctx)
-    total = native.kl_gradients(to(mu), to(rho), to(eps), to(w), to(grad_w), kl_weight, prior,
-                                kl_estimate(kl), grad_mu, grad_rho)
+    total = native.kl_gradients(to(mu), to(rho), to(eps), to(w), to(grad_w), to(grad_w), 0,
+                                kl_weight, prior, kl_estimate(kl), grad_mu, grad_rho)
 
     entries, kl_w, kl_mu, kl_sigma = numpy_kl_terms(mu, sigma, eps, prior, kl)
     assert total == pytest.approx(np.sum(entries), rel=1e-6)
@@ -198,8 +198,8 @@ def test_loading_the_library_keeps_denormals():
 def test_asking_for_the_native_backend_where_it_cannot_serve_is_an_error(ctx, mnist,
                                                                         monkeypatch):
     from gluon_bbb.errors import ConfigError
-    with pytest.raises(ConfigError, match="backend must be ndarray here.*estimator lrt"):
-        train(Config(epochs=1, train_size=256, estimator="lrt"), mnist, ctx,
+    with pytest.raises(ConfigError, match="backend must be ndarray here.*the forward KL"):
+        train(Config(epochs=1, train_size=256, kl_direction="forward"), mnist, ctx,
               log=lambda line: None, progress=False, backend="native")
     monkeypatch.setattr(native, "_load", lambda: (None, "not built (test)"))
     with pytest.raises(ConfigError, match="backend must be ndarray here: not built"):

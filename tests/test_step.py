@@ -13,7 +13,7 @@ from gluon_bbb import modes
 from gluon_bbb.ndarray_backend import FlatLayout, NetworkGraph
 from gluon_bbb.noise import DeviceNoise, PhiloxNoise, philox_key, philox_normals_reference
 from gluon_bbb.step import choose_backend
-from tutorial_reference import lrt_gradients, tutorial_gradients
+from tutorial_reference import tutorial_gradients
 
 
 def small_problem(ctx, config, seed=0, dtype="float64", batch=7):
@@ -50,50 +50,6 @@ def test_ndarray_backend_equals_autograd_of_combined_loss(ctx, prior, num_sample
     assert all(a.context == ctx for a in got) and got[1].shape == (layout.size,)
     reference = tutorial_gradients(X, y, layout.views(mu.copy()), layout.views(rho.copy()),
                                    prior_for(config), 0.3, [layout.views(e) for e in epsilons])
-    assert_matches(got, reference, layout, rtol=1e-9)
-
-
-@pytest.mark.parametrize("estimator,kl,prior", [("sample", "analytic", "gaussian"),
-                                                 ("lrt", "analytic", "gaussian"),
-                                                 ("lrt", "mc", "scale_mixture"),
-                                                 ("lrt", "mc", "gaussian")])
-def test_ndarray_estimators_equal_autograd(ctx, estimator, kl, prior):
-    config = Config(num_inputs=6, num_hidden_units=5, num_outputs=3, prior=prior, sigma_p=0.8)
-    layout, mu, rho, X, y, rng = small_problem(ctx, config, seed=11, batch=4)
-    graph = NetworkGraph(layout.shapes)
-    size = modes.estimator(estimator).noise_size(graph, 4, modes.kl_estimate(kl))
-    eps = nd.array(rng.normal(size=size), ctx=ctx, dtype="float64")
-    got = combined_loss_gradients(X, y, mu, rho, [eps], prior_for(config), 0.2, graph,
-                                  estimator, kl)
-    split = graph.lrt_noise_size(4) if estimator == "lrt" else 0
-    weight_eps = layout.views(eps[split:]) if kl == "mc" or estimator == "sample" else None
-    sp = config.sigma_p
-
-    def kl_of(mus, sigmas):  # written plainly, per layer
-        if kl == "analytic":
-            return nd.add_n(*[nd.sum(nd.log(sp / s) + (s ** 2 + m ** 2) / (2 * sp ** 2) - 0.5)
-                              for m, s in zip(mus, sigmas)])
-        ws = [m + s * e for m, s, e in zip(mus, sigmas, weight_eps)]
-        return nd.add_n(*[nd.sum(log_gaussian(w, m, s)) - prior_for(config)(w)
-                          for w, m, s in zip(ws, mus, sigmas)])
-    if estimator == "lrt":
-        widths = [shape[0] for shape in layout.shapes[1::2]]
-        offsets = np.cumsum([0] + [4 * w for w in widths])
-        noise = [eps[a:b].reshape((4, w)) for a, b, w in zip(offsets[:-1], offsets[1:], widths)]
-        reference = lrt_gradients(X, y, layout.views(mu.copy()), layout.views(rho.copy()),
-                                  kl_of, 0.2, noise)
-    else:  # weight sampling with the closed-form KL: the data term at w = mu + sigma eps
-        from gluon_bbb import log_softmax_likelihood, net, transform_rhos
-        from mxnet import autograd
-        mus, rhos = layout.views(mu.copy()), layout.views(rho.copy())
-        for p in mus + rhos:
-            p.attach_grad()
-        with autograd.record():
-            sigmas = transform_rhos(rhos)
-            ws = [m + s * e for m, s, e in zip(mus, sigmas, weight_eps)]
-            loss = (-nd.sum(log_softmax_likelihood(net(X, ws), y)) + 0.2 * kl_of(mus, sigmas))
-        loss.backward()
-        reference = loss, [m.grad for m in mus], [r.grad for r in rhos]
     assert_matches(got, reference, layout, rtol=1e-9)
 
 
@@ -223,13 +179,15 @@ def test_backends_take_the_same_step_below_the_floor(ctx, mnist, native_kernels)
 
 
 def test_choose_backend():
-    sample, lrt = Config(), Config(estimator="lrt")
-    assert choose_backend(lrt, mx.cpu())[0] == "ndarray"
-    assert "estimator lrt" in choose_backend(lrt, mx.cpu())[1]
+    sample, forward = Config(), Config(kl_direction="forward")
+    for estimator in ("sample", "lrt", "flipout"):
+        assert choose_backend(Config(estimator=estimator), mx.cpu())[0] == "native"
+    assert choose_backend(forward, mx.cpu())[0] == "ndarray"
+    assert "the forward KL" in choose_backend(forward, mx.cpu())[1]
     assert choose_backend(sample, mx.gpu(0)) == ("ndarray", "the native kernels run on CPU "
                                                              "contexts only")
     assert choose_backend(sample, mx.cpu(), "ndarray") == ("ndarray", "asked for")
-    for config, ctx in ((lrt, mx.cpu()), (sample, mx.gpu(0))):
+    for config, ctx in ((forward, mx.cpu()), (sample, mx.gpu(0))):
         with pytest.raises(ConfigError, match="backend must be ndarray here"):
             choose_backend(config, ctx, "native")
     with pytest.raises(ConfigError, match="backend must be one of native, ndarray"):
@@ -279,10 +237,7 @@ def test_native_backend_equals_autograd_for_lenet(ctx, native_kernels, mnist):
     assert_matches(got, reference, layout, rtol=2e-4)
 
 
-def test_lrt_is_refused_for_a_network_with_convolutions():
-    with pytest.raises(ConfigError, match="estimator must be sample for a network of other "
-                                          "layers than dense and relu"):
-        Config(network="lenet", estimator="lrt")
+def test_network_descriptions_that_are_not_one_are_refused():
     for bad, detail in (("conv:3:3,relu,dense:7", "ending in dense:10"),
                         ("conv:3", "conv takes conv:CHANNELS:KERNEL"),
                         ("spline:4", "unknown layer .spline:4."),

@@ -1,8 +1,8 @@
 """The tutorial's autograd formulation of the loss: the reference every backend is checked
 against. Test-only: training computes the same loss with its gradient written out."""
-from mxnet import autograd, nd
+from mxnet import autograd
 
-from gluon_bbb import (combined_loss, log_softmax_likelihood, lrt_net, net, sample_epsilons,
+from gluon_bbb import (combined_loss, log_softmax_likelihood, net, sample_epsilons,
                        transform_gaussian_samples, transform_rhos)
 
 
@@ -32,18 +32,5 @@ def tutorial_gradients(X, y_one_hot, mus, rhos, log_prior, kl_weight, epsilons, 
     with autograd.record():
         loss = tutorial_loss(X, y_one_hot, mus, rhos, log_prior, kl_weight, epsilons=epsilons,
                              network=network, log_likelihood=log_likelihood)
-    loss.backward()
-    return loss, [m.grad for m in mus], [r.grad for r in rhos]
-
-
-def lrt_gradients(X, y_one_hot, mus, rhos, kl_of, kl_weight, noise):
-    """(loss, [d/dmu], [d/drho]) by autograd of the local reparametrization's loss written
-    plainly: -sum log P(y | lrt_net) + kl_weight * kl_of(mus, sigmas)."""
-    for param in mus + rhos:
-        param.attach_grad()
-    with autograd.record():
-        sigmas = transform_rhos(rhos)
-        nll = -nd.sum(log_softmax_likelihood(lrt_net(X, mus, sigmas, noise), y_one_hot))
-        loss = nll + kl_weight * kl_of(mus, sigmas)
     loss.backward()
     return loss, [m.grad for m in mus], [r.grad for r in rhos]

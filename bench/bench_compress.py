@@ -1,0 +1,210 @@
+#!/usr/bin/env python3
+"""Measure what compression buys for a trained run, side by side in one process:
+
+  size:        the compressed file (``gluon_bbb.compress``) for each proportion removed and
+               quantization precision, against the float32 dense means (4 bytes a parameter)
+               and against the pruned means as ``prune.py --save-pruned`` writes them (int32
+               index and float32 value a kept entry, nd.save); the test error of the file's
+               mean network against the unpruned mean network's; what each step contributes
+               (pruning alone, the units removed, the quantized means, the varint indices)
+  latency:     one image and a batch of 1,000 through the NumPy predictor and through the dense
+               MXNet mean network (``net``), median over repeats, taking turns
+  uncertainty: with ``--sigma-bits``, the compressed Bayesian model's Monte Carlo predictive
+               against the full posterior's (``uncertainty.predict``), the same number of draws:
+               test accuracy, ECE, entropy on uniform noise, AUROC of noise and, with
+               ``--ood-data-dir``, of another dataset's test images against MNIST's
+
+    python bench/bench_compress.py RUN [--proportions 0.9 0.95 0.97] [--precisions 0 0.5 1 2]
+        [--choose P --precision K --sigma-bits 4] [--ood-data-dir DIR] [--plot FILE]
+"""
+import argparse
+import os
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+import gluon_bbb  # noqa: E402,F401  (before MXNet: its settings and NumPy's bool)
+import mxnet as mx  # noqa: E402
+import numpy as np  # noqa: E402
+from mxnet import nd  # noqa: E402
+
+from gluon_bbb import compressed, load_mnist  # noqa: E402
+from gluon_bbb.compression import compress_parameters, error_rate, run_parameters  # noqa: E402
+from gluon_bbb.evaluation import load_ood_images  # noqa: E402
+from gluon_bbb.model import net  # noqa: E402
+from gluon_bbb.pruning import keep_masks, save_pruned  # noqa: E402
+from gluon_bbb.rundir import resolve_checkpoint  # noqa: E402
+from gluon_bbb.uncertainty import (auroc, expected_calibration_error, noise_images,  # noqa: E402
+                                   predict)
+
+
+def file_size(header, blobs):
+    return len(compressed.pack(dict(header, unsure_entropy_bits=0.0), blobs))
+
+
+def sizes(network, mus, sigmas, ranking, proportions, precisions, test, base_error):
+    """One row per (proportion, precision): bytes, ratios and test error."""
+    dense_bytes = 4 * sum(m.size for m in mus)
+    rows = []
+    for proportion in proportions:
+        keep = keep_masks(mus, ranking, proportion)
+        with tempfile.TemporaryDirectory() as tmp:
+            path = os.path.join(tmp, "pruned.params")
+            sparse = save_pruned(path, [nd.array(m * k) for m, k in zip(mus, keep)])
+        for precision in precisions:
+            model, header, blobs, report = compress_parameters(network, mus, sigmas, ranking,
+                                                               proportion, precision)
+            size = file_size(header, blobs)
+            error = error_rate(model, *test)
+            rows.append((proportion, precision, size, dense_bytes / size, sparse / size,
+                         error, error - base_error, report["network"]))
+    return rows
+
+
+def contributions(network, mus, sigmas, ranking, proportion, precision):
+    """Bytes after each step at ``proportion``: the kept entries as float32 values with int32
+    positions (pruning), after removing units, with quantized values, with varint gaps
+    (the file, LZMA over all)."""
+    model, header, blobs, report = compress_parameters(network, mus, sigmas, ranking, proportion,
+                                                       0.0)
+    structured = report["kept_after_structure"]
+    _, qheader, qblobs, _ = compress_parameters(network, mus, sigmas, ranking, proportion,
+                                                precision)
+    values = sum(t["kept"] * np.dtype(t["value_dtype"]).itemsize for t in qheader["tensors"])
+    return [("pruning (int32 index + float32 value per kept entry)",
+             8 * report["kept_after_pruning"]),
+            ("+ units removed", 8 * structured),
+            ("+ means quantized (narrow integers, int32 indices)", 4 * structured + values),
+            ("+ varint gap indices", sum(t["index_bytes"] for t in qheader["tensors"]) + values),
+            ("+ LZMA over the file (its size)", file_size(qheader, qblobs))]
+
+
+def latency(model, network, mus, images, repeats=30):
+    """Median seconds of one image and of a batch of 1,000 for the NumPy predictor and for the
+    dense MXNet mean network, taking turns."""
+    nd_mus = [nd.array(m) for m in mus]
+    one, batch = images[:1], images[:1000]
+    cases = {
+        ("numpy", 1): lambda: model.predict(one),
+        ("numpy", 1000): lambda: model.predict(batch),
+        ("mxnet", 1): lambda: nd.softmax(net(nd.array(one), nd_mus, network=network)).asnumpy(),
+        ("mxnet", 1000): lambda: nd.softmax(net(nd.array(batch), nd_mus,
+                                                network=network)).asnumpy(),
+    }
+    times = {key: [] for key in cases}
+    for case in cases.values():  # warm up
+        case()
+    for _ in range(repeats):
+        for key, case in cases.items():
+            started = time.perf_counter()
+            case()
+            times[key].append(time.perf_counter() - started)
+    return {key: float(np.median(values)) for key, values in times.items()}
+
+
+def uncertainty(model, network, mus, sigmas, test, samples, ood):
+    """Figures of the file's Monte Carlo predictive and of the full posterior's."""
+    images, labels = test
+    noise = noise_images(1000)
+    full = lambda X: predict(X, [nd.array(m) for m in mus], [nd.array(s) for s in sigmas],  # noqa
+                             samples, seed=0, network=network).asnumpy()
+    rows = {}
+    for name, probs in (("full posterior", full), ("compressed", lambda X: model.predict(
+            X, samples, seed=0))):
+        p_test = probs(images)
+        entropy_test = compressed.entropy_bits(p_test)
+        entropy_noise = compressed.entropy_bits(probs(noise))
+        row = {"accuracy": float(np.mean(p_test.argmax(1) == labels)),
+               "ece": expected_calibration_error(p_test, labels),
+               "noise entropy": float(entropy_noise.mean()),
+               "noise auroc": auroc(entropy_test, entropy_noise)}
+        if ood is not None:
+            row["ood auroc"] = auroc(entropy_test, compressed.entropy_bits(probs(ood)))
+        rows[name] = row
+    return rows
+
+
+def plot(rows, base_error, path):
+    from gluon_bbb.plots import new_figure, save
+    fig = new_figure((6.5, 4))
+    ax = fig.add_subplot(1, 1, 1)
+    for precision in sorted({r[1] for r in rows}):
+        points = [r for r in rows if r[1] == precision]
+        ax.plot([r[3] for r in points], [100 * r[5] for r in points], "o-",
+                label="float32 means" if precision == 0 else
+                "step %g x median sigma" % precision)
+        for r in points:
+            ax.annotate("%g%%" % (100 * r[0]), (r[3], 100 * r[5]), fontsize=7,
+                        textcoords="offset points", xytext=(3, 3))
+    ax.axhline(100 * base_error, color="k", ls="--", lw=1, label="unpruned mean network")
+    ax.set_xscale("log")
+    ax.set_xlabel("times smaller than the float32 means")
+    ax.set_ylabel("test error (%)")
+    ax.grid(alpha=0.3, which="both")
+    ax.legend(fontsize=8)
+    save(fig, path)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("run")
+    parser.add_argument("--proportions", type=float, nargs="+",
+                        default=[0.5, 0.8, 0.9, 0.93, 0.95, 0.96, 0.97, 0.98, 0.99])
+    parser.add_argument("--precisions", type=float, nargs="+", default=[0.0, 0.5, 1.0, 2.0])
+    parser.add_argument("--choose", type=float, default=0.95,
+                        help="the proportion whose steps, latency and uncertainty are measured")
+    parser.add_argument("--precision", type=float, default=0.5)
+    parser.add_argument("--sigma-bits", type=int, default=4)
+    parser.add_argument("--samples", type=int, default=10)
+    parser.add_argument("--ood-data-dir")
+    parser.add_argument("--data-dir")
+    parser.add_argument("--plot", help="write the size-error curves to this PNG")
+    args = parser.parse_args()
+    run, checkpoint = resolve_checkpoint(args.run)
+    config, network, mus, sigmas, ranking, state = run_parameters(run, checkpoint)
+    data = load_mnist(args.data_dir or run.recorded_data_dir())
+    test = (data.test_images, data.test_labels)
+    ood = load_ood_images(args.ood_data_dir) if args.ood_data_dir else None
+    dense_model = compress_parameters(network, mus, sigmas, ranking, 0.0, 0.0)[0]
+    base_error = error_rate(dense_model, *test)
+    print("%s, epoch %d: %s, %d parameters, unpruned mean network %.2f%% test error" % (
+        checkpoint, state["epoch"], config.network if config.network != "mlp" else
+        "mlp %dx%d" % (config.num_hidden_layers, config.num_hidden_units),
+        sum(m.size for m in mus), 100 * base_error))
+    print("\n| removed | precision | bytes | x smaller than float32 means | x smaller than "
+          "--save-pruned | test error | change | network |")
+    print("|---:|---:|---:|---:|---:|---:|---:|---|")
+    rows = sizes(network, mus, sigmas, ranking, args.proportions, args.precisions, test,
+                 base_error)
+    for r in rows:
+        print("| %g%% | %s | %d | %.1f | %.1f | %.2f%% | %+.2f | %s |" % (
+            100 * r[0], "float32" if r[1] == 0 else "%g" % r[1], r[2], r[3], r[4], 100 * r[5],
+            100 * r[6], r[7]))
+    if args.plot:
+        plot(rows, base_error, args.plot)
+    print("\nbytes after each step at %g%% removed, precision %g:" % (100 * args.choose,
+                                                                     args.precision))
+    for name, size in contributions(network, mus, sigmas, ranking, args.choose, args.precision):
+        print("  %-55s %8d" % (name, size))
+    model = compress_parameters(network, mus, sigmas, ranking, args.choose, args.precision,
+                                args.sigma_bits if sigmas is not None else 0)[0]
+    times = latency(model, network, mus, data.test_images)
+    print("\nlatency (median, %d threads): one image NumPy %.3f ms, MXNet dense %.3f ms "
+          "(MXNet/NumPy = %.2f); 1,000 images NumPy %.1f ms, MXNet dense %.1f ms "
+          "(MXNet/NumPy = %.2f)" % (
+              int(os.environ.get("OMP_NUM_THREADS", "0")), 1e3 * times["numpy", 1],
+              1e3 * times["mxnet", 1], times["mxnet", 1] / times["numpy", 1],
+              1e3 * times["numpy", 1000], 1e3 * times["mxnet", 1000],
+              times["mxnet", 1000] / times["numpy", 1000]))
+    if sigmas is not None and args.sigma_bits:
+        print("\nuncertainty, %d draws (compressed: %g%% removed, precision %g, %d-bit sigmas):"
+              % (args.samples, 100 * args.choose, args.precision, args.sigma_bits))
+        for name, row in uncertainty(model, network, mus, sigmas, test, args.samples,
+                                     ood).items():
+            print("  %-15s %s" % (name, "  ".join("%s %.4f" % item for item in row.items())))
+
+
+if __name__ == "__main__":
+    main()

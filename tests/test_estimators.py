@@ -1,0 +1,217 @@
+"""The weight estimators (weight sampling, the local reparametrization, Flipout) on dense and
+convolutional networks, and the KL in both directions, on both backends: against autograd of
+the loss written plainly here, for the same noise (drawn first, then compared)."""
+import statistics
+
+import numpy as np
+import pytest
+from mxnet import autograd, nd
+
+from gluon_bbb import Config, ConfigError, combined_loss_gradients
+from gluon_bbb import modes
+from gluon_bbb.ndarray_backend import FlatLayout, NetworkGraph, draw_size
+from gluon_bbb.noise import PhiloxNoise, philox_normals_reference
+from gluon_bbb.priors import GaussianPrior, ScaleMixturePrior
+from test_step import assert_matches
+
+LOG_SQRT_2PI = 0.5 * np.log(2 * np.pi)
+NETWORKS = {"dense": ("dense:5,relu,dense:3", 6),
+            "conv": ("conv:3:3,relu,pool:2,conv:4:2,relu,flatten,dense:5,relu,dense:3", 64)}
+
+
+def plain_layers(description):
+    return [item.split(":") for item in description.split(",")]
+
+
+def plain_forward(X, layers, side, weighted):
+    """The network, one layer at a time in MXNet's operators; ``weighted(kind, h, k, i)``
+    gives the k-th dense or convolution layer's output, its weight at parameter ``i``."""
+    h = X.reshape((-1, 1, side, side)) if layers[0][0] == "conv" else X
+    k = i = 0
+    for name, *numbers in layers:
+        if name in ("dense", "conv"):
+            h = weighted(name, h, k, i, int(numbers[0]))
+            k, i = k + 1, i + 2
+        elif name == "relu":
+            h = nd.relu(h)
+        elif name == "pool":
+            h = nd.Pooling(h, kernel=(2, 2), stride=(2, 2), pool_type="max")
+        elif name == "flatten":
+            h = nd.flatten(h)
+    return h
+
+
+def op(name, h, W, b, units):
+    if name == "dense":
+        return nd.FullyConnected(h, W, b, num_hidden=units)
+    return nd.Convolution(h, W, b, num_filter=units, kernel=W.shape[2:])
+
+
+def plain_nll(estimator, layers, side, X, y, mus, sigmas, weight_eps, noise):
+    """-sum log softmax(y) of the estimator's network, written plainly."""
+    def weighted(name, h, k, i, units):
+        if estimator == "sample":
+            return op(name, h, mus[i] + sigmas[i] * weight_eps[i],
+                      mus[i + 1] + sigmas[i + 1] * weight_eps[i + 1], units)
+        mean = op(name, h, mus[i], mus[i + 1], units)
+        if estimator == "lrt":
+            variance = op(name, h * h, sigmas[i] ** 2, sigmas[i + 1] ** 2, units)
+            return mean + nd.sqrt(variance) * noise[k]
+        signs_in, signs_out = nd.sign(noise[2 * k]), nd.sign(noise[2 * k + 1])
+        flipped = nd.broadcast_mul(h if name == "conv" else nd.flatten(h), signs_in)
+        perturbation = op(name, flipped, sigmas[i] * weight_eps[i],
+                          sigmas[i + 1] * weight_eps[i + 1], units)
+        return mean + nd.broadcast_mul(perturbation, signs_out)
+    logits = plain_forward(X, layers, side, weighted)
+    return -nd.sum(nd.pick(nd.log_softmax(logits, axis=1), nd.argmax(y, axis=1), axis=1))
+
+
+def plain_log_prior(prior, w):
+    if isinstance(prior, GaussianPrior):
+        return nd.sum(-LOG_SQRT_2PI - np.log(prior.sigma_p) - w ** 2 / (2 * prior.sigma_p ** 2))
+    first = np.log(prior.pi) - LOG_SQRT_2PI - np.log(prior.sigma_p1) \
+        - w ** 2 / (2 * prior.sigma_p1 ** 2)
+    second = np.log(1 - prior.pi) - LOG_SQRT_2PI - np.log(prior.sigma_p2) \
+        - w ** 2 / (2 * prior.sigma_p2 ** 2)
+    top = nd.maximum(first, second)
+    return nd.sum(top + nd.log(nd.exp(first - top) + nd.exp(second - top)))
+
+
+def plain_log_q(w, mu, sigma):
+    return nd.sum(-LOG_SQRT_2PI - nd.log(sigma) - (w - mu) ** 2 / (2 * sigma ** 2))
+
+
+def plain_kl(kl, direction, prior, mus, sigmas, weight_eps, prior_normals):
+    total = 0
+    for i, (mu, sigma) in enumerate(zip(mus, sigmas)):
+        if kl == "analytic":
+            sp = prior.sigma_p
+            if direction == "reverse":
+                total = total + nd.sum(nd.log(sp / sigma) + (sigma ** 2 + mu ** 2)
+                                       / (2 * sp ** 2) - 0.5)
+            else:
+                total = total + nd.sum(nd.log(sigma / sp) + (sp ** 2 + mu ** 2)
+                                       / (2 * sigma ** 2) - 0.5)
+        elif direction == "reverse":
+            w = mu + sigma * weight_eps[i]
+            total = total + plain_log_q(w, mu, sigma) - plain_log_prior(prior, w)
+        else:  # at a sample of the prior, which does not depend on mu and sigma
+            z, choice = prior_normals[i]
+            if isinstance(prior, GaussianPrior):
+                w = z * prior.sigma_p
+            else:
+                first = (choice < statistics.NormalDist().inv_cdf(prior.pi))
+                w = z * (first * prior.sigma_p1 + (1 - first) * prior.sigma_p2)
+            total = total + plain_log_prior(prior, w) - plain_log_q(w, mu, sigma)
+    return total
+
+
+def reference(estimator, kl, direction, prior, network, layout, mu, rho, X, y, eps, kl_weight):
+    """(loss, [d/dmu], [d/drho]) by autograd of the plain loss, the noise ``eps`` split as
+    the estimator and the KL take it."""
+    description, features = NETWORKS[network]
+    layers, side = plain_layers(description), int(np.sqrt(features))
+    kl_kind = modes.kl_estimate(kl, direction)
+    chosen = modes.estimator(estimator)
+    graph = NetworkGraph(Config(network=description, num_inputs=features,
+                                num_outputs=3).build_network())
+    data_size = chosen.noise_size(graph, X.shape[0], kl_kind)
+    data, prior_part = eps[:data_size], eps[data_size:]
+    shapes = chosen.noise_shapes(graph.network, X.shape[0]) if estimator != "sample" else []
+    sizes = [int(np.prod(s)) for s in shapes]
+    if estimator == "flipout":
+        weight_flat, noise_flat = data[:layout.size], data[layout.size:]
+    elif estimator == "lrt":
+        noise_flat, weight_flat = data[:sum(sizes)], data[sum(sizes):]
+    else:
+        weight_flat, noise_flat = data, data[:0]
+    offsets = np.cumsum([0] + sizes)
+    noise = [noise_flat[a:b].reshape(s) for a, b, s in zip(offsets[:-1], offsets[1:], shapes)]
+    weight_eps = layout.views(weight_flat) if weight_flat.size else None
+    prior_normals = None
+    if kl_kind.prior_draws:
+        n = layout.size
+        second = prior_part[n:2 * n] if isinstance(prior, ScaleMixturePrior) else prior_part[:n]
+        prior_normals = list(zip(layout.views(prior_part[:n]), layout.views(second)))
+    mus, rhos = layout.views(mu.copy()), layout.views(rho.copy())
+    for p in mus + rhos:
+        p.attach_grad()
+    with autograd.record():
+        sigmas = [nd.log(1 + nd.exp(r)) for r in rhos]
+        loss = (plain_nll(estimator, layers, side, X, y, mus, sigmas, weight_eps, noise)
+                + kl_weight * plain_kl(kl, direction, prior, mus, sigmas, weight_eps,
+                                       prior_normals))
+    loss.backward()
+    return loss, [m.grad for m in mus], [r.grad for r in rhos]
+
+
+CASES = [(e, n, kl, d, p) for e in ("sample", "lrt", "flipout") for n in NETWORKS
+         for kl, d, p in (("mc", "reverse", "mixture"), ("analytic", "reverse", "gaussian"),
+                          ("mc", "forward", "mixture"), ("analytic", "forward", "gaussian"))]
+
+
+def problem(ctx, network, dtype, seed=3, batch=4):
+    description, features = NETWORKS[network]
+    config = Config(network=description, num_inputs=features, num_outputs=3)
+    layout = FlatLayout(config.layer_shapes())
+    rng = np.random.default_rng(seed)
+    to = lambda a: nd.array(a, ctx=ctx, dtype=dtype)  # noqa: E731
+    mu, rho = to(rng.normal(size=layout.size) * 0.4), to(rng.normal(size=layout.size) - 1.5)
+    X = to(rng.normal(size=(batch, features)))
+    y = to(np.eye(3)[rng.integers(0, 3, size=batch)])
+    return config, layout, mu, rho, X, y
+
+
+PRIORS = {"mixture": ScaleMixturePrior(0.25, 1.0, 0.2), "gaussian": GaussianPrior(0.8)}
+
+
+@pytest.mark.parametrize("estimator,network,kl,direction,prior", CASES)
+def test_the_ndarray_backend_equals_autograd_of_the_plain_loss(ctx, estimator, network, kl,
+                                                             direction, prior):
+    config, layout, mu, rho, X, y = problem(ctx, network, "float64")
+    graph = NetworkGraph(config.build_network())
+    kl_kind, chosen = modes.kl_estimate(kl, direction), modes.estimator(estimator)
+    size = draw_size(graph, chosen, kl_kind, PRIORS[prior], X.shape[0])
+    eps = nd.array(np.random.default_rng(4).normal(size=size), ctx=ctx, dtype="float64")
+    got = combined_loss_gradients(X, y, mu, rho, [eps], PRIORS[prior], 0.3, graph, chosen,
+                                  kl_kind)
+    assert all(a.context == ctx for a in got)
+    assert_matches(got, reference(estimator, kl, direction, PRIORS[prior], network, layout, mu,
+                                  rho, X, y, eps, 0.3), layout, rtol=1e-9)
+
+
+@pytest.mark.parametrize("estimator,network,kl", [
+    (e, n, kl) for e in ("sample", "lrt", "flipout") for n in NETWORKS for kl in ("mc",
+                                                                                  "analytic")])
+def test_the_native_backend_equals_autograd_of_the_plain_loss(ctx, native_kernels, estimator,
+                                                              network, kl):
+    prior = PRIORS["mixture" if kl == "mc" else "gaussian"]
+    config, layout, mu, rho, X, y = problem(ctx, network, "float32")
+    graph = NetworkGraph(config.build_network())
+    chosen, kl_kind = modes.estimator(estimator), modes.kl_estimate(kl)
+    noise = PhiloxNoise(ctx, seed=7)
+    got = native_kernels.combined_loss_gradients(
+        X, y, mu, rho, noise, 1, prior, 0.3, graph, native_kernels.Workspace(layout.size, ctx),
+        kl_kind, chosen)
+    size = draw_size(graph, chosen, kl_kind, prior, X.shape[0])
+    eps = nd.array(philox_normals_reference(size, noise.key, 0), ctx=ctx, dtype="float64")
+    f64 = lambda a: a.astype("float64")  # noqa: E731
+    assert_matches(got, reference(estimator, kl, "reverse", prior, network, layout, f64(mu),
+                                  f64(rho), f64(X), f64(y), eps, 0.3), layout, rtol=2e-4)
+
+
+def test_the_forward_kl_runs_on_the_ndarray_backend_and_refuses_what_has_no_closed_form():
+    from gluon_bbb.step import choose_backend
+    import mxnet as mx
+    assert choose_backend(Config(kl_direction="forward"), mx.cpu())[0] == "ndarray"
+    with pytest.raises(ConfigError, match="kl must be mc with the scale-mixture prior"):
+        Config(kl="analytic", kl_direction="forward", prior="scale_mixture")
+    with pytest.raises(ConfigError, match="kl_direction must be one of reverse, forward"):
+        Config(kl_direction="sideways")
+
+
+def test_an_estimator_of_layer_outputs_refuses_a_learned_noise_head():
+    with pytest.raises(ConfigError, match="estimator must be sample for a network with layers "
+                                          "of weights other than dense and conv"):
+        Config(estimator="flipout", likelihood="gaussian:learned", num_inputs=1, num_outputs=1)
+    Config(estimator="lrt", network="lenet")  # convolutions are drawn too
