@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Time training steps side by side, in one run, and print seconds per epoch and ratios.
 
-  (a) our Bayes-by-Backprop step, as train_mnist.py runs it (gluon_bbb.TrainingStep: flat
+  (a) our Bayes-by-Backprop step, as the training command runs it (gluon_bbb.TrainingStep: flat
       mu/rho, the native backend where built, the network as one CachedOp)
   (b) a deterministic MLP of the same shape trained the usual MXNet way
       (gluon.nn Dense layers, hybridized, gluon.Trainer SGD, data in memory)
@@ -11,13 +11,14 @@
 
 Also (a) on the ndarray backend (MXNet operators only), with the paper's scale-mixture prior
 and Adam (at 2x400 on both backends, and the paper-2x1200 preset's step), with the closed-form
-KL and with the local reparametrization trick (ndarray backend), and the local
-reparametrization's network graph alone (its floor). Then, in child processes, (d) the
+KL, with the local reparametrization trick and with Flipout, and the local reparametrization's
+network graph alone (its floor). Then, in child processes, (d) the
 same algorithm in PyTorch where it is installed (it is not a dependency of gluon-bbb:
 ``pip install torch`` to compare), with weight sampling and with the local reparametrization,
 and the peak resident memory of a 2x1200 training run. Last, the Bayesian LeNet
 (``--network lenet``: conv 5x5x20, pool, conv 5x5x50, pool, dense 500, dense 10) on both
-backends against the same network in PyTorch, one weight sample per step.
+backends and with each estimator against the same network in PyTorch (weight sampling), one
+weight sample per step, and the LeNet preset's step.
 
 The variants take turns: each round runs steps/rounds steps of every variant in order, child
 processes included (they stay up between rounds and are handed their share of steps), so that
@@ -43,6 +44,7 @@ from mxnet import autograd, gluon, nd  # noqa: E402
 from gluon_bbb import (Config, TrainingStep, combined_loss, gaussian_prior,  # noqa: E402
                        init_variational_params, load_mnist, log_softmax_likelihood, net,
                        sample_epsilons, transform_gaussian_samples, transform_rhos)
+from gluon_bbb import modes  # noqa: E402
 from gluon_bbb.config import PRESETS  # noqa: E402
 from gluon_bbb.ndarray_backend import NetworkGraph  # noqa: E402
 
@@ -216,12 +218,12 @@ def bench_lrt_graph(data, config, ctx, steps):
     graph = NetworkGraph(config.layer_shapes())
     mus, rhos = init_variational_params(config.layer_shapes(), ctx, seed=0)
     mu, sigma = graph.layout.flatten(mus), graph.layout.flatten(transform_rhos(rhos))
-    b = config.batch_size
-    noise = nd.random.normal(shape=(graph.lrt_noise_size(b),), ctx=ctx)
+    b, lrt = config.batch_size, modes.estimator("lrt")
+    noise = nd.random.normal(shape=(lrt.data_noise_size(graph, b),), ctx=ctx)
     X = nd.array(data.train_images[:steps * b], ctx=ctx)
     y = nd.one_hot(nd.array(data.train_labels[:steps * b], ctx=ctx), 10)
-    return stepwise(lambda i: graph.lrt_nll_and_grads(X[i * b:(i + 1) * b],
-                                                      y[i * b:(i + 1) * b], mu, sigma, noise))
+    return stepwise(lambda i: graph.noisy_nll_and_grads(lrt, X[i * b:(i + 1) * b],
+                                                        y[i * b:(i + 1) * b], mu, sigma, noise))
 
 
 class InProcess:
@@ -402,8 +404,14 @@ def main():
                 ("lrt", bench_ours, {"estimator": "lrt", "kl": "analytic"}),
                 ("lrt-mc", bench_ours, {"estimator": "lrt"}),
                 ("lrt-graph", bench_lrt_graph, {}),
+                ("flipout", bench_ours, {"estimator": "flipout"}),
                 ("lenet", bench_ours, {"network": "lenet"}),
-                ("lenet-ops", bench_ours, {"network": "lenet", "backend": "ndarray"}))
+                ("lenet-ops", bench_ours, {"network": "lenet", "backend": "ndarray"}),
+                ("lenet-lrt", bench_ours, {"network": "lenet", "estimator": "lrt"}),
+                ("lenet-flipout", bench_ours, {"network": "lenet", "estimator": "flipout"}),
+                ("lenet-preset", bench_ours, {key: value for key, value
+                                              in PRESETS["lenet"].items()
+                                              if key not in ("validation", "epochs")}))
     timers = {name: InProcess(fn(data, config, ctx, total, **options))
               for name, fn, options in variants}
     not_measured = {}
@@ -430,10 +438,11 @@ def main():
     print("      the same, ndarray backend:              %6.2f s/epoch" % per_epoch["paper-ops"])
     print("    --preset paper-2x1200:                    %6.2f s/epoch" % per_epoch["paper-2x1200"])
     print("    --kl analytic:                            %6.2f s/epoch" % per_epoch["kl"])
-    print("    --estimator lrt --kl analytic (ndarray):  %6.2f s/epoch" % per_epoch["lrt"])
-    print("    --estimator lrt, Monte Carlo KL (ndarray): %5.2f s/epoch" % per_epoch["lrt-mc"])
+    print("    --estimator lrt --kl analytic:            %6.2f s/epoch" % per_epoch["lrt"])
+    print("    --estimator lrt, Monte Carlo KL:          %6.2f s/epoch" % per_epoch["lrt-mc"])
     print("      its network graph alone (no parameter-side work): %6.2f s/epoch"
           % per_epoch["lrt-graph"])
+    print("    --estimator flipout:                      %6.2f s/epoch" % per_epoch["flipout"])
     print("(a) Bayes by Backprop, gluon_bbb step:        %6.2f s/epoch" % per_epoch["a"])
     print("(b) deterministic MLP, gluon Dense + Trainer: %6.2f s/epoch" % per_epoch["b"])
     print("(c) tutorial's data path and operations:      %6.2f s/epoch" % per_epoch["c"])
@@ -447,11 +456,15 @@ def main():
         print("(d) PyTorch: not measured (%s)" % not_measured.get("d", not_measured.get("d-lrt")))
     print("LeNet, native backend:                      %6.2f s/epoch" % per_epoch["lenet"])
     print("LeNet, ndarray backend:                     %6.2f s/epoch" % per_epoch["lenet-ops"])
+    print("LeNet, --estimator lrt (native):            %6.2f s/epoch" % per_epoch["lenet-lrt"])
+    print("LeNet, --estimator flipout (native):        %6.2f s/epoch" % per_epoch["lenet-flipout"])
+    print("LeNet, --preset lenet's step (native):      %6.2f s/epoch" % per_epoch["lenet-preset"])
     if "d-lenet" in per_epoch:
         print("LeNet in plain PyTorch:                     %6.2f s/epoch" % per_epoch["d-lenet"])
-        print("LeNet native/PyTorch = %.2f, ndarray/PyTorch = %.2f"
-              % (per_epoch["lenet"] / per_epoch["d-lenet"],
-                 per_epoch["lenet-ops"] / per_epoch["d-lenet"]))
+        print("LeNet native/PyTorch = %.2f, ndarray/PyTorch = %.2f, lrt/PyTorch = %.2f, "
+              "flipout/PyTorch = %.2f, preset/PyTorch = %.2f"
+              % tuple(per_epoch[name] / per_epoch["d-lenet"] for name in (
+                  "lenet", "lenet-ops", "lenet-lrt", "lenet-flipout", "lenet-preset")))
     peak = peak_memory_of_a_child(args.data_dir)
     print("peak RSS of a 2x1200 training process:      %6.0f MiB" % peak)
     if "d" in per_epoch and "d-lrt" in per_epoch:

@@ -1,7 +1,11 @@
 """The benchmark script keeps running as the code changes (no timing is asserted here)."""
 import re
 
+import pytest
+
 from commands import BENCH, run
+
+pytestmark = pytest.mark.slow  # end-to-end
 
 
 def test_bench_train_runs_and_prints_ratios():

@@ -77,6 +77,7 @@ def test_every_call_draws_new_weights_and_the_kl_follows_them(ctx):
         np.testing.assert_array_equal(net(X).asnumpy(), net(X).asnumpy())
 
 
+@pytest.mark.slow
 def test_a_bayesian_cnn_trains_with_gluon_trainer(ctx, mnist, tmp_path):
     mx.random.seed(0, ctx=ctx)
     net = nn.HybridSequential()

@@ -35,6 +35,7 @@ def trained_run(tmp_path_factory):
     return out
 
 
+@pytest.mark.slow
 def test_a_second_process_on_a_locked_run_directory_is_refused(tmp_path):
     out = tmp_path / "busy"
     first = start(TRAIN, "--out", out, "--epochs", "100000", *SMALL)
@@ -130,6 +131,7 @@ def test_nothing_to_train_is_refused(tmp_path, trained_run):
     assert hashes(trained_run) == before
 
 
+@pytest.mark.slow
 def test_a_run_that_trained_all_its_epochs_resumes_to_its_reports(tmp_path, trained_run):
     # a run stopped after its last checkpoint but before its reports (a signal, a sweep ended
     # between the two) is finished by --resume: nothing is trained, the reports are drawn
@@ -165,6 +167,7 @@ runpy.run_path(sys.argv[0], run_name="__main__")
 """ % TRAIN[1]
 
 
+@pytest.mark.slow
 def test_a_crash_between_history_and_checkpoint_loses_no_history_row(tmp_path, mnist):
     out = tmp_path / "crash"
     proc = run([sys.executable, "-c", CRASHING_TRAIN], "--out", str(out), "--epochs", "3",
@@ -187,6 +190,7 @@ def test_a_crash_between_history_and_checkpoint_loses_no_history_row(tmp_path, m
             np.testing.assert_array_equal(a.asnumpy(), b.asnumpy())
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["SIGTERM", "SIGINT"])
 def test_a_signal_while_an_epoch_is_written_waits_for_its_checkpoint(tmp_path, name):
     out = tmp_path / "run"

@@ -20,6 +20,7 @@ def test_notebook_is_committed_without_outputs():
     assert code and all(cell.outputs == [] and cell.execution_count is None for cell in code)
 
 
+@pytest.mark.slow
 def test_notebook_runs_top_to_bottom(tmp_path, monkeypatch):
     if not mnist_dir():
         pytest.fail("set GLUON_BBB_DATA to the directory holding the MNIST IDX files")
@@ -60,3 +61,8 @@ def test_notebook_runs_top_to_bottom(tmp_path, monkeypatch):
     at_data, left, right = map(float, re.search(
         r"band width at the data ([\d.]+), at x = \+-4 ([\d.]+) / ([\d.]+)", text).groups())
     assert min(left, right) >= 10 * at_data
+    # the network shipped as a compressed file and read back with NumPy alone
+    ratio = float(re.search(r"compressed file: \d+ bytes, (\d+) times smaller", text).group(1))
+    assert ratio >= 20
+    digits = re.findall(r"digit (\d): predicted (\d), probability", text)
+    assert len(digits) == 8 and sum(truth == label for truth, label in digits) >= 7

@@ -111,6 +111,7 @@ def run_prune(*args):
     return run(PRUNE, *args)
 
 
+@pytest.mark.slow
 def test_prune_command_on_a_training_run(short_run, tmp_path):
     out = tmp_path / "pruned"
     proc = run_prune("--checkpoint", short_run, "--out", str(out), "--ctx", "cpu:1",
@@ -136,6 +137,7 @@ def test_prune_command_on_a_training_run(short_run, tmp_path):
         <= rows[2]["weights_remaining"]
 
 
+@pytest.mark.slow
 def test_prune_command_whose_reader_goes_away(short_run, tmp_path):
     # as `python prune.py ... | head -0`: the pipe is closed before the table is printed
     out = tmp_path / "piped"
@@ -151,6 +153,7 @@ def test_prune_command_whose_reader_goes_away(short_run, tmp_path):
                                        "pruning.png", "snr.png"]
 
 
+@pytest.mark.slow
 def test_prune_command_on_the_best_validation_epoch(overshooting_run, tmp_path):
     run_dir, history = overshooting_run
     out = tmp_path / "best"

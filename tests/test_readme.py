@@ -2,6 +2,8 @@
 import os
 import re
 
+import pytest
+
 README = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "README.md")
 
 
@@ -10,6 +12,7 @@ def python_blocks():
         return re.findall(r"```python\n(.*?)```", f.read(), flags=re.S)
 
 
+@pytest.mark.slow
 def test_readme_python_api_block_runs(mnist, capsys):
     blocks = python_blocks()
     assert len(blocks) == 2

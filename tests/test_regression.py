@@ -160,6 +160,7 @@ def test_native_backend_with_a_learned_noise_equals_autograd(ctx, native_kernels
 # The figures the toy problems reach on a seed other than 0 (docs/REGRESSION.md gives the
 # median and range over seeds 0-4), checked against the bounds they are built to meet.
 
+@pytest.mark.slow
 def test_sine_with_bayes_by_backprop_separates_the_two_uncertainties():
     # seed 2: aleatoric sd 2.08 against the data's 2, epistemic 11.8 times as large at x = +-1
     # as over the data, 95.6% of fresh points inside the 95% intervals (measured)
@@ -169,6 +170,7 @@ def test_sine_with_bayes_by_backprop_separates_the_two_uncertainties():
     assert 0.93 <= numbers["coverage_95"] <= 0.98, numbers
 
 
+@pytest.mark.slow
 def test_quartic_band_holds_the_curve_and_widens_away_from_the_data():
     # seed 3: the band 1.02 wide at the six inputs, 53 times as wide at x = +-4 (measured)
     numbers = figures(fit_regression("quartic", "bbb", seed=3))
@@ -176,6 +178,7 @@ def test_quartic_band_holds_the_curve_and_widens_away_from_the_data():
     assert numbers["width_ratio"] >= 10.0, numbers
 
 
+@pytest.mark.slow
 def test_mc_dropout_regression_is_deterministic_and_draws_masks(ctx):
     runs = [fit_regression("quartic", "mcdropout", seed=1, ctx=ctx, epochs=300) for _ in range(2)]
     for a, b in zip(runs[0].mus, runs[1].mus):
@@ -192,6 +195,7 @@ def test_mc_dropout_regression_is_deterministic_and_draws_masks(ctx):
     assert np.all(runs[0].predict(x, num_samples=0).epistemic_variance == 0)
 
 
+@pytest.mark.slow
 def test_regression_command_writes_its_run_and_refuses_bad_input(tmp_path):
     out = tmp_path / "quartic"
     proc = run(REGRESSION, "--data", "quartic", "--model", "mcdropout", "--epochs", "200",

@@ -85,6 +85,7 @@ def command(cmd, *args):
     return " ".join(cmd + [str(a) for a in args])
 
 
+@pytest.mark.slow
 def test_a_full_disk_during_training_is_one_line_and_leaves_no_temporary(tmp_path):
     # a 20-unit network's checkpoint is 127 kB: the second epoch's cannot be written
     out = "$DISK/run"
@@ -105,6 +106,7 @@ def test_a_full_disk_during_training_is_one_line_and_leaves_no_temporary(tmp_pat
     assert [r["epoch"] for r in read_json(run_dir / "history.json")] == [1, 2]
 
 
+@pytest.mark.slow
 def test_a_full_disk_while_pruning_is_one_line_and_keeps_earlier_files(tmp_path, one_epoch):
     # pruning.json (about 1 kB) fits, pruning.png (about 25 kB) does not
     out = "$DISK/pruned"
@@ -128,6 +130,7 @@ def test_a_full_disk_while_pruning_is_one_line_and_keeps_earlier_files(tmp_path,
 
 # 2. Resuming with a shorter or another command line.
 
+@pytest.mark.slow
 def test_resume_without_eval_train_draws_the_plots_and_the_report(tmp_path):
     out = tmp_path / "run"
     assert run(TRAIN, "--out", out, "--epochs", "1", "--eval-train", *SMALL).returncode == 0
@@ -216,6 +219,7 @@ def start_training(out, *args):
     return start(TRAIN, "--out", out, *args)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
 def test_a_signal_after_an_epoch_keeps_it_and_resume_goes_on(tmp_path, signum):
     out = tmp_path / "run"
@@ -242,6 +246,7 @@ def test_a_signal_after_an_epoch_keeps_it_and_resume_goes_on(tmp_path, signum):
     assert proc.returncode == 0, proc.stderr
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
 def test_a_signal_before_the_first_epoch_claims_nothing_saved(tmp_path, signum):
     out = tmp_path / "run"
@@ -280,6 +285,7 @@ def test_no_data_and_no_network_is_one_line_and_makes_no_run_directory(tmp_path)
     assert not out.exists() and proc.stdout == ""
 
 
+@pytest.mark.slow
 def test_prune_and_evaluate_read_the_data_directory_the_run_was_trained_on(tmp_path):
     out = tmp_path / "run"
     env = offline_env(tmp_path)
@@ -332,6 +338,7 @@ def test_a_loss_non_finite_from_the_start_is_not_blamed_on_the_rate(tmp_path, ar
     assert "--mu-scale" in proc.stderr and "smaller --learning-rate" not in proc.stderr
 
 
+@pytest.mark.slow
 def test_a_loss_that_diverges_later_names_the_rate(tmp_path):
     proc = run(TRAIN, "--out", tmp_path / "run", "--epochs", "1", "--learning-rate", "100",
                "--train-size", "1000", "--seed", "1")
@@ -341,6 +348,7 @@ def test_a_loss_that_diverges_later_names_the_rate(tmp_path):
 
 # 8. Pipes.
 
+@pytest.mark.slow
 def test_prune_into_head_0_is_quiet_in_a_users_shell(one_epoch, tmp_path):
     out = tmp_path / "piped"
     proc = run(["/bin/bash", "-c", "%s | head -0; echo ${PIPESTATUS[0]}" % command(
@@ -361,6 +369,7 @@ def test_every_flag_has_a_description(name):
         assert len(words) >= 2, (action.option_strings, action.help)
 
 
+@pytest.mark.slow
 def test_pruning_a_deterministic_run_says_magnitude(tmp_path):
     out = tmp_path / "mlp"
     assert run(TRAIN, "--out", out, "--epochs", "1", "--model", "mlp", "--test-samples", "0",
@@ -374,6 +383,7 @@ def test_pruning_a_deterministic_run_says_magnitude(tmp_path):
     assert read_json(out / "config.json")["model"] == "deterministic"
 
 
+@pytest.mark.slow
 def test_training_labels_its_two_test_accuracies(one_epoch, tmp_path):
     proc = run(TRAIN, "--out", tmp_path / "run", "--epochs", "1", *SMALL)
     assert proc.returncode == 0, proc.stderr

@@ -138,6 +138,7 @@ def trial_logs(out):
             if (out / name / "trial.log").exists()}
 
 
+@pytest.mark.slow
 def test_a_local_sweep_equals_its_trials_run_one_by_one(local_sweep, tmp_path):
     spec, out, proc = local_sweep
     assert proc.returncode == 0, proc.stderr
@@ -156,6 +157,7 @@ def test_a_local_sweep_equals_its_trials_run_one_by_one(local_sweep, tmp_path):
         assert log.count(" train") == 1 and " resume" not in log
 
 
+@pytest.mark.slow
 def test_a_changed_spec_rerun_into_the_same_out_is_refused(local_sweep, tmp_path):
     # the trials already in --out were trained at 0.001 (the default): a spec asking 0.0005
     # names the flag and both values, and nothing runs
@@ -192,6 +194,7 @@ def test_a_trial_given_twice_is_refused(tmp_path, grid, flags):
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.slow
 def test_a_trial_whose_training_ended_before_its_record_is_finished(local_sweep, tmp_path):
     # stopped between the end of training and the trial's record: a rerun prunes it without
     # training it again (its checkpoint holds all its epochs)
@@ -211,6 +214,7 @@ def test_a_trial_whose_training_ended_before_its_record_is_finished(local_sweep,
     assert sweep_figures(stopped) == one_by_one(tmp_path, spec)
 
 
+@pytest.mark.slow
 def test_a_failing_trial_is_reported_with_its_cause_and_the_others_finish(tmp_path):
     spec = write_spec(tmp_path / "spec.json", TINY, {"learning-rate": [0.001, 1000.0]})
     proc = run(SWEEP, spec, "--out", tmp_path / "sweep", "--workers", "2")
@@ -286,6 +290,7 @@ def epochs_done(trial_dir):
         return 0
 
 
+@pytest.mark.slow
 def test_a_worker_killed_mid_trial_has_its_trial_resumed_elsewhere(tmp_path):
     spec = write_spec(tmp_path / "spec.json", SLOW, {"seed": [0, 1]})
     out = tmp_path / "sweep"
@@ -305,6 +310,7 @@ def test_a_worker_killed_mid_trial_has_its_trial_resumed_elsewhere(tmp_path):
     assert sweep_figures(out) == one_by_one(tmp_path, spec)
 
 
+@pytest.mark.slow
 def test_a_sweep_stopped_and_run_again_trains_nothing_twice(tmp_path):
     spec = write_spec(tmp_path / "spec.json", SLOW, {"seed": [0, 1, 2]})
     out = tmp_path / "sweep"
@@ -332,6 +338,7 @@ def test_a_sweep_stopped_and_run_again_trains_nothing_twice(tmp_path):
     assert sweep_figures(out) == one_by_one(tmp_path, spec)
 
 
+@pytest.mark.slow
 def test_ctrl_c_ends_a_sweep_with_one_line(tmp_path):
     # a terminal sends SIGINT to its whole process group: the sweep, its local cluster's
     # workers and their trials; the sweep alone speaks, and nothing is left running
@@ -351,6 +358,7 @@ def test_ctrl_c_ends_a_sweep_with_one_line(tmp_path):
     assert epochs_done(out / "seed-0") >= 1  # its completed epochs are kept
 
 
+@pytest.mark.slow
 def test_a_sweep_on_a_running_scheduler_with_two_workers(tmp_path):
     dask = os.path.join(os.path.dirname(sys.executable), "dask")
     address_file = tmp_path / "scheduler.json"

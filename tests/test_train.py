@@ -57,6 +57,7 @@ def test_a_step_of_two_samples_averages_its_two_draws(ctx, backend, request):
                                atol=1e-7)
 
 
+@pytest.mark.slow
 def test_short_run_on_real_mnist(tmp_path, mnist, ctx):
     config = Config(train_size=3000, epochs=2, seed=0)
     result = train(config, mnist, ctx, out_dir=str(tmp_path), log=lambda line: None)
@@ -69,6 +70,7 @@ def test_short_run_on_real_mnist(tmp_path, mnist, ctx):
     assert not os.path.exists(tmp_path / "best.params")  # no validation set, no best epoch
 
 
+@pytest.mark.slow
 def test_scale_mixture_prior_trains(mnist, ctx):
     config = Config(train_size=3000, epochs=2, seed=0, prior="scale_mixture")
     result = train(config, mnist, ctx, log=lambda line: None)
@@ -77,6 +79,7 @@ def test_scale_mixture_prior_trains(mnist, ctx):
     assert result.history[-1]["test_accuracy"] >= 0.75
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("estimator,kl", [("lrt", "analytic"), ("sample", "analytic"),
                                           ("lrt", "mc")])
 def test_other_estimators_train(mnist, ctx, estimator, kl):
@@ -100,6 +103,7 @@ def test_kl_scale_multiplies_the_kl_term_only(mnist, ctx):
     np.testing.assert_allclose(three - one, 2 * (two - one), rtol=1e-3, atol=2e-6)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("optimizer", ["sgd", "adam"])
 def test_resume_reaches_the_same_parameters(tmp_path, mnist, ctx, optimizer):
     config = Config(train_size=1000, epochs=2, seed=5, optimizer=optimizer, num_hidden_units=50)
@@ -116,6 +120,7 @@ def test_resume_reaches_the_same_parameters(tmp_path, mnist, ctx, optimizer):
     assert any(key.startswith("opt:") for key in saved) == (optimizer == "adam")
 
 
+@pytest.mark.slow
 def test_resume_may_add_a_decay_after_the_trained_epochs(tmp_path, mnist, ctx):
     # a run trained at a constant rate, resumed with a decay starting after its last epoch,
     # is the run that had the decay from the start; a decay reaching back is refused
@@ -139,6 +144,7 @@ def test_resume_may_add_a_decay_after_the_trained_epochs(tmp_path, mnist, ctx):
         assert json.load(f)["lr_decay_every"] == 2
 
 
+@pytest.mark.slow
 def test_non_finite_loss_stops_and_keeps_the_last_checkpoint(tmp_path, mnist, ctx):
     config = Config(train_size=1000, epochs=1, seed=1, num_hidden_units=50)
     train(config, mnist, ctx, out_dir=str(tmp_path), log=lambda line: None)
@@ -154,6 +160,7 @@ def test_non_finite_loss_stops_and_keeps_the_last_checkpoint(tmp_path, mnist, ct
     assert load_checkpoint(str(tmp_path))["epoch"] == 1
 
 
+@pytest.mark.slow
 def test_command_line_run_writes_every_output(tmp_path):
     out = tmp_path / "run"
     proc = run_script("--train-size", "2000", "--epochs", "1", "--out", str(out), "--seed", "2",
@@ -205,6 +212,7 @@ def test_command_line_errors(tmp_path, args, expected):
     assert not (tmp_path / "out" / "checkpoint.params").exists()
 
 
+@pytest.mark.slow
 def test_command_line_refuses_to_clobber_or_resume_nothing(tmp_path):
     empty = tmp_path / "empty"
     empty.mkdir()
@@ -221,6 +229,7 @@ def test_command_line_refuses_to_clobber_or_resume_nothing(tmp_path):
     assert (run / "checkpoint.params").read_bytes() == before
 
 
+@pytest.mark.slow
 def test_non_finite_loss_on_the_command_line(tmp_path):
     proc = run_script("--out", str(tmp_path / "nan"), "--train-size", "1000", "--epochs", "1",
                       "--learning-rate", "100", "--seed", "1")
@@ -229,6 +238,7 @@ def test_non_finite_loss_on_the_command_line(tmp_path):
     assert "Traceback" not in proc.stderr
 
 
+@pytest.mark.slow
 def test_validation_split_holds_out_the_last_images(mnist, ctx):
     from gluon_bbb import evaluate_accuracy
     config = Config(train_size=1000, epochs=1, seed=0, validation=10000, num_hidden_units=50)
@@ -248,6 +258,7 @@ def test_best_validation_epoch_is_the_earliest_of_equals():
     assert best_validation_epoch([{"epoch": 1, "test_accuracy": 0.9}]) is None
 
 
+@pytest.mark.slow
 def test_best_params_hold_the_best_validation_epoch(overshooting_run, mnist, ctx):
     run_dir, history = overshooting_run
     accuracies = [record["validation_accuracy"] for record in history]
@@ -264,6 +275,7 @@ def test_best_params_hold_the_best_validation_epoch(overshooting_run, mnist, ctx
     assert test != pytest.approx(history[-1]["test_accuracy"], abs=1e-6)
 
 
+@pytest.mark.slow
 def test_best_params_survive_a_resume(overshooting_run, tmp_path, mnist, ctx):
     # stopped one epoch after the best and resumed: the same best.params as the whole run
     run_dir, history = overshooting_run
@@ -280,6 +292,7 @@ def test_best_params_survive_a_resume(overshooting_run, tmp_path, mnist, ctx):
         np.testing.assert_array_equal(whole[key].asnumpy(), resumed[key].asnumpy())
 
 
+@pytest.mark.slow
 def test_paper_preset_with_overrides(tmp_path):
     out = tmp_path / "paper"
     proc = run_script("--preset", "paper-2x1200", "--num-hidden-units", "30", "--out", str(out),
@@ -297,6 +310,7 @@ def test_paper_preset_with_overrides(tmp_path):
         assert "validation_accuracy" in json.load(f)[0]
 
 
+@pytest.mark.slow
 def test_checkpoints_with_weights_as_inputs_outputs_still_load(tmp_path, mnist, ctx):
     # checkpoints without a layout key hold weights (inputs, outputs) and flat optimizer
     # state in that order: they load turned around, and resume to the same run
@@ -328,6 +342,7 @@ def test_checkpoints_with_weights_as_inputs_outputs_still_load(tmp_path, mnist, 
         np.testing.assert_array_equal(a.asnumpy(), b.asnumpy())
 
 
+@pytest.mark.slow
 def test_lenet_from_the_command_line_through_prune_and_evaluate(tmp_path):
     out = tmp_path / "lenet"
     common = ["--train-size", "2000", "--validation", "1000", "--optimizer", "adam",
@@ -357,6 +372,7 @@ def test_lenet_from_the_command_line_through_prune_and_evaluate(tmp_path):
         history[-1]["test_accuracy"], abs=1e-6)
 
 
+@pytest.mark.slow
 def test_a_convolutional_network_learns_on_the_default_command(tmp_path):
     # no flag but the network and the data: the run says which defaults it takes, and learns
     proc = run_script("--out", tmp_path / "lenet", "--network", "lenet", "--epochs", "1",

@@ -86,6 +86,7 @@ def write_idx_images(path, images):
         f.write(struct.pack(">IIII", 0x803, *images.shape) + images.astype(np.uint8).tobytes())
 
 
+@pytest.mark.slow
 def test_mlp_baseline_and_uncertainty_report(tmp_path, mnist):
     config = Config(train_size=2000, epochs=1, seed=0, model="mlp", num_hidden_units=100)
     result = train(config, mnist, mx.cpu(), out_dir=str(tmp_path / "mlp"), log=lambda l: None)
@@ -123,6 +124,7 @@ def test_mlp_baseline_and_uncertainty_report(tmp_path, mnist):
         assert (run_dir / "uncertainty.png").read_bytes()[:4] == b"\x89PNG"
 
 
+@pytest.mark.slow
 def test_evaluate_on_the_best_validation_epoch(overshooting_run, tmp_path):
     run_dir, history = overshooting_run
     proc = run(EVALUATE, "--checkpoint", os.path.join(run_dir, "best.params"),
@@ -142,6 +144,7 @@ def test_evaluate_errors(tmp_path):
     assert "Traceback" not in proc.stderr
 
 
+@pytest.mark.slow
 def test_mc_dropout_trains_on_mnist_and_predicts_with_masks(tmp_path, mnist, ctx):
     config = Config(train_size=5000, epochs=1, seed=0, model="mcdropout", num_hidden_units=100,
                     dropout=0.3)
