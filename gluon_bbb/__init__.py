@@ -26,7 +26,6 @@ _os.environ.setdefault("OMP_NUM_THREADS", str(len(_os.sched_getaffinity(0))
                                               else _os.cpu_count() or 1))
 
 
-
 class _NumPyBoolForMXNet(_importlib_abc.MetaPathFinder):
     """Finds ``mxnet`` with the other finders and runs its first import with ``numpy.bool``
     defined where NumPy no longer has it; then steps aside."""

@@ -271,10 +271,22 @@ def figures(result, num_samples=200, seed=0):
             "width_ratio": float(np.min(width_far) / width_data)}
 
 
+def regression_title(problem, config, num_samples):
+    """The figure's title: the problem, the model, the choices of its posterior that differ
+    from the defaults and the predictive's draws."""
+    default = Config()
+    settings = [config.model]
+    if config.model_kind.learns_sigma:
+        settings += ["%s estimator" % config.estimator] * (config.estimator != default.estimator)
+        settings += ["%s KL" % config.kl_direction] * (config.kl_direction
+                                                      != default.kl_direction)
+    return "%s, %s, %d draws" % (problem.name, ", ".join(settings), num_samples)
+
+
 def draw_regression(result, path, num_samples=200, seed=0):
     """``plots.plot_regression`` of ``result`` over its problem's plot range."""
     grid = np.linspace(*result.problem.plot_range, 400)
-    title = "%s, %s, %d draws" % (result.problem.name, result.config.model, num_samples)
+    title = regression_title(result.problem, result.config, num_samples)
     plot_regression(result.problem, result.x, result.y, grid,
                     result.predict(grid, num_samples, seed), title, path)
 

@@ -14,7 +14,8 @@ from gluon_bbb import Config, ConfigError, combined_loss_gradients, prior_for
 from gluon_bbb.likelihood import Gaussian, gaussian_log_likelihood, parse_likelihood
 from gluon_bbb.ndarray_backend import FlatLayout, NetworkGraph
 from gluon_bbb.noise import PhiloxNoise, philox_normals_reference
-from gluon_bbb.regression_problems import figures, fit_regression, split_uncertainty
+from gluon_bbb.regression_problems import (PROBLEMS, figures, fit_regression, regression_config,
+                                           regression_title, split_uncertainty)
 from test_step import assert_matches
 from tutorial_reference import tutorial_gradients
 
@@ -179,6 +180,16 @@ def test_quartic_band_holds_the_curve_and_widens_away_from_the_data():
 
 
 @pytest.mark.slow
+def test_the_figure_title_names_the_choices_that_differ_from_the_defaults():
+    quartic = PROBLEMS["quartic"]
+    assert regression_title(quartic, regression_config("quartic"), 200) == "quartic, bbb, 200 draws"
+    forward = regression_config("quartic", kl_direction="forward", estimator="flipout")
+    assert (regression_title(quartic, forward, 50)
+            == "quartic, bbb, flipout estimator, forward KL, 50 draws")
+    dropout = regression_config("quartic", "mcdropout")
+    assert regression_title(quartic, dropout, 200) == "quartic, mcdropout, 200 draws"
+
+
 def test_mc_dropout_regression_is_deterministic_and_draws_masks(ctx):
     runs = [fit_regression("quartic", "mcdropout", seed=1, ctx=ctx, epochs=300) for _ in range(2)]
     for a, b in zip(runs[0].mus, runs[1].mus):
