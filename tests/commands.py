@@ -23,6 +23,9 @@ REGRESSION = [PYTHON, "-m", "gluon_bbb.regression"]
 SWEEP = [PYTHON, "-m", "gluon_bbb.sweep"]
 BENCH = [PYTHON, os.path.join(ROOT, "bench", "bench_train.py")]
 _NOT_IN_A_USERS_SHELL = ("OMP_NUM_THREADS", "MXNET_USE_OPERATOR_TUNING")
+if int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")) > 1:
+    # the worker's share of the cores (conftest.py), not the package's default of all of them
+    _NOT_IN_A_USERS_SHELL = ("MXNET_USE_OPERATOR_TUNING",)
 
 
 def user_env(**extra):

@@ -1,8 +1,15 @@
 import os
 
-import gluon_bbb  # noqa: F401  (before MXNet: it lends NumPy >= 1.24 the name MXNet reads)
-import mxnet as mx
-import pytest
+# pytest-xdist's workers share the cores: each worker, and every command it starts
+# (commands.user_env keeps this), runs its share of OpenMP threads, since threads beyond the
+# cores spin against each other and slow every process down
+if int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")) > 1:
+    os.environ["OMP_NUM_THREADS"] = str(max(1, len(os.sched_getaffinity(0))
+                                           // int(os.environ["PYTEST_XDIST_WORKER_COUNT"])))
+
+import gluon_bbb  # noqa: F401,E402  (before MXNet: it lends NumPy >= 1.24 the name MXNet reads)
+import mxnet as mx  # noqa: E402
+import pytest  # noqa: E402
 
 # A context distinct from cpu(0): an array created without ctx= shows up as cpu(0).
 CTX = mx.cpu(1)

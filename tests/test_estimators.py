@@ -180,6 +180,28 @@ def test_the_ndarray_backend_equals_autograd_of_the_plain_loss(ctx, estimator, n
                                   rho, X, y, eps, 0.3), layout, rtol=1e-9)
 
 
+@pytest.mark.parametrize("network", NETWORKS)
+def test_flipout_with_every_sign_positive_is_weight_sampling(ctx, network):
+    """Flipout perturbs example n's weights by delta * (r_n s_n^T): with all signs +1 that is
+    weight sampling's w = mu + sigma * eps for every example, the same loss and gradients."""
+    config, layout, mu, rho, X, y = problem(ctx, network, "float64")
+    graph = NetworkGraph(config.build_network())
+    kl = modes.kl_estimate("mc")
+    prior = PRIORS["mixture"]
+    flipout, sample = modes.estimator("flipout"), modes.estimator("sample")
+    rng = np.random.default_rng(5)
+    eps_w = rng.normal(size=layout.size)
+    signs = np.abs(rng.normal(size=draw_size(graph, flipout, kl, prior, X.shape[0])
+                              - layout.size))
+    rest = rng.normal(size=draw_size(graph, sample, kl, prior, X.shape[0]) - layout.size)
+    to = lambda a: nd.array(a, ctx=ctx, dtype="float64")  # noqa: E731
+    got = combined_loss_gradients(X, y, mu, rho, [to(np.concatenate([eps_w, signs]))], prior,
+                                  0.3, graph, flipout, kl)
+    expected = combined_loss_gradients(X, y, mu, rho, [to(np.concatenate([eps_w, rest]))],
+                                       prior, 0.3, graph, sample, kl)
+    assert_matches(got, expected, layout, rtol=1e-9)
+
+
 @pytest.mark.parametrize("estimator,network,kl", [
     (e, n, kl) for e in ("sample", "lrt", "flipout") for n in NETWORKS for kl in ("mc",
                                                                                   "analytic")])

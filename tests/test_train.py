@@ -346,13 +346,14 @@ def test_checkpoints_with_weights_as_inputs_outputs_still_load(tmp_path, mnist, 
 def test_lenet_from_the_command_line_through_prune_and_evaluate(tmp_path):
     out = tmp_path / "lenet"
     common = ["--train-size", "2000", "--validation", "1000", "--optimizer", "adam",
-              "--learning-rate", "1e-3", "--rho-offset", "-5", "--test-samples", "2"]
+              "--learning-rate", "1e-3", "--rho-offset", "-5"]
     proc = run_script("--out", str(out), "--network", "lenet", "--epochs", "1", "--seed", "0",
-                      *common)
+                      "--test-samples", "0", *common)
     assert proc.returncode == 0, proc.stderr
     with open(out / "config.json") as f:
         assert json.load(f)["network"] == "lenet"
-    proc = run_script("--out", str(out), "--resume", "--epochs", "2")
+    # the resume ends with the uncertainty report, the LeNet's Monte Carlo predictive
+    proc = run_script("--out", str(out), "--resume", "--epochs", "2", "--test-samples", "2")
     assert proc.returncode == 0, proc.stderr
     with open(out / "history.json") as f:
         history = json.load(f)
