@@ -126,23 +126,31 @@ def uncertainty(model, network, mus, sigmas, test, samples, ood):
     return rows
 
 
-def plot(rows, base_error, path):
-    from gluon_bbb.plots import new_figure, save
-    fig = new_figure((6.5, 4))
+def plot(rows, base_error, path, labelled_precision):
+    """Test error against the size ratio, a curve per precision; the proportions written beside
+    the points of ``labelled_precision`` only, so that the labels stay legible."""
+    from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
+    from gluon_bbb.plots import new_figure, plain_number, readable_log_axis, save
+    fig = new_figure((7, 4.5))
     ax = fig.add_subplot(1, 1, 1)
     for precision in sorted({r[1] for r in rows}):
         points = [r for r in rows if r[1] == precision]
-        ax.plot([r[3] for r in points], [100 * r[5] for r in points], "o-",
+        line, = ax.plot([r[3] for r in points], [100 * r[5] for r in points], "o-", ms=4,
                 label="float32 means" if precision == 0 else
                 "step %g x median sigma" % precision)
-        for r in points:
-            ax.annotate("%g%%" % (100 * r[0]), (r[3], 100 * r[5]), fontsize=7,
-                        textcoords="offset points", xytext=(3, 3))
+        if precision == labelled_precision:
+            for r in points:
+                ax.annotate("%g%%" % (100 * r[0]), (r[3], 100 * r[5]), fontsize=7,
+                            textcoords="offset points", xytext=(6, -9), ha="left",
+                            color=line.get_color())
     ax.axhline(100 * base_error, color="k", ls="--", lw=1, label="unpruned mean network")
+    readable_log_axis(ax)
     ax.set_xscale("log")
-    ax.set_xlabel("times smaller than the float32 means")
+    ax.xaxis.set_major_locator(LogLocator(base=10.0, subs=(1.0, 2.0, 5.0)))
+    ax.xaxis.set_major_formatter(FuncFormatter(plain_number))
+    ax.xaxis.set_minor_formatter(NullFormatter())
+    ax.set_xlabel("times smaller than the float32 means (labels: share of weights removed)")
     ax.set_ylabel("test error (%)")
-    ax.grid(alpha=0.3, which="both")
     ax.legend(fontsize=8)
     save(fig, path)
 
@@ -183,7 +191,7 @@ def main():
             100 * r[0], "float32" if r[1] == 0 else "%g" % r[1], r[2], r[3], r[4], 100 * r[5],
             100 * r[6], r[7]))
     if args.plot:
-        plot(rows, base_error, args.plot)
+        plot(rows, base_error, args.plot, args.precision)
     print("\nbytes after each step at %g%% removed, precision %g:" % (100 * args.choose,
                                                                      args.precision))
     for name, size in contributions(network, mus, sigmas, ranking, args.choose, args.precision):

@@ -3,7 +3,9 @@ import re
 
 import pytest
 
-from commands import BENCH, run
+import os
+
+from commands import BENCH, PYTHON, ROOT, run
 
 pytestmark = pytest.mark.slow  # end-to-end
 
@@ -32,3 +34,15 @@ def test_bench_train_refuses_bad_step_counts():
         proc = run(BENCH, *args, timeout=120)
         assert proc.returncode == 2 and "must be between" in proc.stderr, proc.stderr
         assert "Traceback" not in proc.stderr
+
+
+def test_bench_estimators_prints_a_variance_table_for_each_estimator():
+    proc = run([PYTHON, os.path.join(ROOT, "bench", "bench_estimators.py")], "--draws", "3",
+               "--examples", "1")
+    assert proc.returncode == 0, proc.stderr
+    rows = [line.split("|")[1:-1] for line in proc.stdout.splitlines()
+            if line.startswith("| MLP") or line.startswith("| LeNet")]
+    assert [(r[0].strip(), r[1].strip()) for r in rows] == [
+        (network, estimator) for network in ("MLP 2x400", "LeNet")
+        for estimator in ("sample", "lrt", "flipout", "sample / lrt", "sample / flipout")]
+    assert all(float(value) > 0 for r in rows for value in r[2:])
