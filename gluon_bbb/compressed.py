@@ -133,9 +133,15 @@ class NumPyOperators:
         if pool_type != "max" or tuple(kernel) != tuple(stride):
             raise ValueError("the NumPy operators pool with non-overlapping max windows only")
         k0, k1 = kernel
-        n, c, height, width = h.shape
-        h = h[:, :, :height // k0 * k0, :width // k1 * k1]
-        return h.reshape(n, c, height // k0, k0, width // k1, k1).max(axis=(3, 5))
+        height, width = h.shape[2] // k0 * k0, h.shape[3] // k1 * k1
+        # the maximum of the k0 x k1 strided views, one elementwise pass each: a max over the
+        # reshaped window axes took three quarters of a LeNet's prediction
+        out = h[:, :, 0:height:k0, 0:width:k1]
+        for i in range(k0):
+            for j in range(k1):
+                if i or j:
+                    out = np.maximum(out, h[:, :, i:height:k0, j:width:k1])
+        return out
 
 
 # The model.
@@ -167,10 +173,12 @@ class CompressedModel:
         """The network's outputs for scaled inputs X (N, features), with the mean weights."""
         return self.network(X, self.mus if params is None else params, F=NumPyOperators)
 
-    def predict(self, X, num_samples=0, seed=0, batch_size=1000):
+    def predict(self, X, num_samples=0, seed=0, batch_size=100):
         """The predictive probabilities (N, classes) for scaled inputs ``X``: softmax of the
         mean network (``num_samples=0``), or the mean of ``num_samples`` draws of the kept
-        weights from N(mu, sigma^2) (the file must keep sigmas)."""
+        weights from N(mu, sigma^2) (the file must keep sigmas). Batches of 100: a convolution's
+        patches then stay in the cache (a LeNet over 1,000 images: 390 ms, 650 in batches of
+        1,000, one thread)."""
         if num_samples and self.sigmas is None:
             raise ModelFileError("this file keeps no sigmas: it predicts with its mean weights "
                                  "only (num_samples 0)")

@@ -51,6 +51,12 @@ def test_numpy_operators_compute_mxnets_layers():
     ours = network(X, params, F=compressed.NumPyOperators)
     theirs = network(nd.array(X), [nd.array(p) for p in params]).asnumpy()
     np.testing.assert_allclose(ours, theirs, rtol=1e-5, atol=1e-5)
+    # max pooling on sides the window does not divide (the remainder dropped, as MXNet's)
+    for shape, k in (((2, 3, 9, 11), 2), ((1, 2, 10, 7), 3), ((2, 1, 4, 4), 4)):
+        h = rng.normal(size=shape).astype(np.float32)
+        np.testing.assert_array_equal(
+            compressed.NumPyOperators.Pooling(h, (k, k), (k, k)),
+            nd.Pooling(nd.array(h), kernel=(k, k), stride=(k, k), pool_type="max").asnumpy())
 
 
 def numpy_pruned_forward(network, mus, keep, X):
