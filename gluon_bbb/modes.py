@@ -131,8 +131,11 @@ class Estimator(Choice):
     """How a step draws the network's noise. ``native``: the C kernels serve it (every one
     here does).
     ``check(network)``: ConfigError where it cannot draw that network. ``draw`` runs the
-    network's data term for one draw of the ndarray backend (``ndarray_backend.py``)."""
+    network's data term for one draw of the ndarray backend (``ndarray_backend.py``).
+    ``extra_workspace_vectors``: the parameter-sized vectors its ``native_data_term`` uses
+    beyond the five every native step holds."""
     native = True
+    extra_workspace_vectors = 0
 
     def check(self, network):
         pass
@@ -209,6 +212,7 @@ class LocalReparametrization(_NoisyNetwork):
     where the KL is estimated at sampled weights."""
     name = "lrt"
     kernel_data_kind = 2  # dNLL/dmu and dNLL/dsigma
+    extra_workspace_vectors = 2  # sigma, and sigma * eps for the KL's weight sample
 
     @property
     def net(self):
@@ -255,6 +259,7 @@ class Flipout(_NoisyNetwork):
     mu + sigma * eps are the KL's weight sample."""
     name = "flipout"
     kernel_data_kind = 1  # dNLL/dmu and dNLL/d(sigma eps)
+    extra_workspace_vectors = 1  # the perturbation sigma * eps
 
     @property
     def net(self):
@@ -425,7 +430,7 @@ def kl_estimate(name, direction="reverse"):
     for choice in KL_ESTIMATES:
         if choice.named(name, direction):
             return choice
-    raise ConfigError("kl", name, "one of mc, analytic")
+    raise ConfigError("kl", name, "one of %s" % ", ".join(names(KL_ESTIMATES)))
 
 
 # The KL weighting of the mini-batches of an epoch.
@@ -463,4 +468,4 @@ def kl_weighting(name):
 
 def names(choices):
     """The config.json names of ``choices``, in order (for --help and argparse)."""
-    return tuple(choice.name for choice in choices)
+    return tuple(dict.fromkeys(choice.name for choice in choices))  # each name once

@@ -153,12 +153,19 @@ def kl_gradients(mu, rho, eps, w, grad_data_mu, grad_data_sigma, kind, kl_weight
 
 class Workspace:
     """The (N,) float32 arrays a native step writes, kept on ``ctx`` from step to step: eps, w,
-    dNLL/dw, sigma and the perturbation sigma * eps (the estimators that need them), dL/dmu
-    and dL/drho."""
+    dNLL/dw, dL/dmu and dL/drho; sigma and the perturbation sigma * eps made on first use, by
+    the estimators that need them (``modes.Estimator.extra_workspace_vectors``)."""
 
     def __init__(self, size, ctx):
-        (self.eps, self.w, self.grad_w, self.sigma, self.delta, self.grad_mu,
-         self.grad_rho) = (mx.nd.zeros((size,), ctx=ctx, dtype="float32") for _ in range(7))
+        self._size, self._ctx = size, ctx
+        self.eps, self.w, self.grad_w, self.grad_mu, self.grad_rho = (
+            self._zeros() for _ in range(5))
+
+    def _zeros(self):
+        return mx.nd.zeros((self._size,), ctx=self._ctx, dtype="float32")
+
+    sigma = functools.cached_property(_zeros)
+    delta = functools.cached_property(_zeros)
 
 
 def combined_loss_gradients(X, y_one_hot, mu, rho, noise, num_samples, prior, kl_weight,

@@ -51,14 +51,15 @@ def choose_backend(config, ctx, backend=None):
 
 def training_memory_bytes(config):
     """About how many bytes a run's step holds at its peak: per parameter, float32 mu and rho,
-    the seven workspace vectors (or the ndarray backend's temporaries), two Adam moments for each
-    of mu and rho, and the copies made while they are initialised (float64 for the largest
-    array); per example of a batch, the activations of every layer. MXNet's own runtime (about
+    the five workspace vectors and the estimator's extra ones (or the ndarray backend's
+    temporaries), two Adam moments for each of mu and rho, and the copies made while they are
+    initialised (float64 for the largest array); per example of a batch, the activations of every layer. MXNet's own runtime (about
     300 MiB) comes on top."""
     network = config.build_network()
     shapes = network.param_shapes()
     size = sum(math.prod(shape) for shape in shapes)
-    floats_per_entry = 2 + 7 + (4 if config.optimizer == "adam" else 0) + 4
+    floats_per_entry = (2 + 5 + config.estimator_kind.extra_workspace_vectors
+                        + (4 if config.optimizer == "adam" else 0) + 4)
     largest = max(math.prod(shape) for shape in shapes)
     # forward outputs and their gradients, and the graph's temporaries
     activations = config.batch_size * network.activation_size * 4

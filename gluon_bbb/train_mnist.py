@@ -17,7 +17,7 @@ from typing import Optional
 from .cli import ArgumentParser, flag_for, load_mxnet, run_command
 from .config import MAX_SAMPLES, MAX_TEST_SAMPLES, PRESETS, Config
 from .errors import CheckpointError, ConfigError
-from .modes import ESTIMATORS, KL_DIRECTIONS, KL_WEIGHTINGS, MODEL_KINDS, names
+from .modes import ESTIMATORS, KL_DIRECTIONS, KL_ESTIMATES, KL_WEIGHTINGS, MODEL_KINDS, names
 from .network import SPEC_HELP
 from .priors import PRIORS
 
@@ -59,7 +59,7 @@ CHOICE_FLAGS = {
     "estimator": (names(ESTIMATORS), "draw weights; pre-activations (local "
                   "reparametrization); or one perturbation with random signs per example "
                   "(Flipout)"),
-    "kl": (("mc", "analytic"), "one-sample Monte Carlo KL, or the closed form (Gaussian "
+    "kl": (names(KL_ESTIMATES), "one-sample Monte Carlo KL, or the closed form (Gaussian "
            "prior)"),
     "kl_direction": (KL_DIRECTIONS, "KL(q || P), the ELBO's, or KL(P || q), which covers the "
                      "prior's mass (ndarray backend)"),
