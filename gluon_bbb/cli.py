@@ -13,12 +13,15 @@ it.
 Library errors name config fields (``{learning_rate}``); only here does a field become the flag
 that sets it (``--learning-rate``). SIGINT and SIGTERM (what ``kill``, a cluster scheduler or
 Dask sends) end a command alike: one line saying what is kept, status 130 or 143 (128 plus the
-signal's number, as a shell reports a process ended by it).
+signal's number, as a shell reports a process ended by it), even where the signal's handler
+runs inside a finalizer (``_interrupts_raised``).
 """
 import argparse
+import contextlib
 import os
 import signal
 import sys
+import threading
 
 from .errors import GluonBBBError, Interrupted
 
@@ -53,10 +56,6 @@ def flag_for(field):
     return _FLAGS.get(field, "--" + field.replace("_", "-"))
 
 
-def _terminate(signum, frame):
-    raise Interrupted("SIGTERM")
-
-
 class MXNetUnavailable(GluonBBBError):
     """MXNet cannot be loaded (a CUDA build without its libraries)."""
 
@@ -71,6 +70,62 @@ def load_mxnet():
         raise MXNetUnavailable("%s", problem)
 
 
+# How long a signal that arrived where its exception would be lost waits to be sent again: the
+# finalizer it interrupted has ended by then.
+_SEND_AGAIN_SECONDS = 0.01
+
+
+@contextlib.contextmanager
+def _interrupts_raised():
+    """SIGINT and SIGTERM raise ``Interrupted`` naming the signal, in the main thread's own code.
+
+    Python ignores an exception raised in a finalizer (``__del__``): it prints "Exception
+    ignored" and goes on. A signal whose handler runs while MXNet frees an NDArray
+    (``NDArrayBase.__del__``) would be lost that way and training would go on. So a handler
+    that finds itself in a finalizer raises nothing and has the signal sent to the main thread
+    again a moment later, and an interrupt that a finalizer swallowed all the same (one with no
+    ``__del__`` frame) reaches ``sys.unraisablehook``, which does the same. A SIGINT that was
+    ignored when the command started (a job started with ``nohup`` or in the background) stays
+    ignored."""
+    def send_again(signum):
+        # from another thread: sent here, the handler would run where it ran
+        timer = threading.Timer(_SEND_AGAIN_SECONDS, signal.pthread_kill,
+                                [threading.main_thread().ident, signum])
+        timer.daemon = True
+        timer.start()
+
+    def where_a_raise_is_lost(frame):
+        while frame is not None:
+            if frame.f_code.co_name == "__del__" or frame.f_code is unraisable.__code__:
+                return True
+            frame = frame.f_back
+        return False
+
+    def handler(signum, frame):
+        if where_a_raise_is_lost(frame):
+            send_again(signum)
+        else:
+            raise Interrupted(signal.Signals(signum).name)
+
+    def unraisable(report):
+        if isinstance(report.exc_value, KeyboardInterrupt):
+            send_again(getattr(signal, getattr(report.exc_value, "signal_name", "SIGINT")))
+        else:
+            previous_hook(report)
+
+    handled = [signal.SIGTERM]
+    if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+        handled.append(signal.SIGINT)
+    previous = {signum: signal.signal(signum, handler) for signum in handled}
+    previous_hook, sys.unraisablehook = sys.unraisablehook, unraisable
+    try:
+        yield
+    finally:
+        sys.unraisablehook = previous_hook
+        for signum, earlier in previous.items():
+            signal.signal(signum, signal.SIG_DFL if earlier is None else earlier)
+
+
 def run_command(main, argv=None, prog=None):
     """Run a command's ``main(argv)`` as a program (``run_main``) and return its exit
     status."""
@@ -81,9 +136,9 @@ def run_main(main, argv=None, prog=None):
     """Run ``main(argv)`` and flush its output; turn input errors, files that cannot be
     written or read, and SIGINT or SIGTERM into one line on stderr and a non-zero status."""
     prog = prog or os.path.basename(sys.argv[0])
-    previous = signal.signal(signal.SIGTERM, _terminate)
     try:
-        status = main(argv)
+        with _interrupts_raised():
+            status = main(argv)
         # flushed here, where a vanished reader is caught, not at exit, where Python would
         # print "Exception ignored ... BrokenPipeError" and exit with status 120
         sys.stdout.flush()
@@ -104,7 +159,5 @@ def run_main(main, argv=None, prog=None):
             "; %s" % saved if saved else "",
             "; --resume continues the run" if getattr(exc, "resumable", False) else ""))
         return 128 + (signal.SIGTERM if name == "SIGTERM" else signal.SIGINT)
-    finally:
-        signal.signal(signal.SIGTERM, previous)
     sys.stderr.write("%s: error: %s\n" % (prog, message))
     return 2

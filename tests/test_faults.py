@@ -204,6 +204,75 @@ def test_a_signal_while_an_epoch_is_written_waits_for_its_checkpoint(tmp_path, n
     assert load_checkpoint(str(out))["epoch"] == 2
 
 
+SIGNAL_IN_A_FINALIZER = """
+import os, signal, sys, time
+from gluon_bbb.cli import run_main
+class SignalsWhenFreed:
+    def __del__(self):
+        os.kill(os.getpid(), getattr(signal, sys.argv[1]))  # its handler runs in a finalizer
+def main(argv):
+    SignalsWhenFreed()
+    time.sleep(30)
+    print("went on")
+    return 0
+sys.exit(run_main(main, [], prog="finalizer"))
+"""
+
+
+@pytest.mark.parametrize("name", ["SIGINT", "SIGTERM"])
+def test_a_signal_whose_handler_runs_in_a_finalizer_still_ends_the_command(name):
+    # Python ignores the KeyboardInterrupt a handler raises inside __del__ (MXNet frees every
+    # NDArray in one): the command must still end, on one line
+    proc = run([sys.executable, "-c", SIGNAL_IN_A_FINALIZER], name, timeout=20)
+    assert proc.returncode == 128 + getattr(signal, name), proc.stderr
+    assert proc.stdout == ""
+    assert proc.stderr.strip() == "finalizer: %s by %s" % (
+        "terminated" if name == "SIGTERM" else "interrupted", name)
+
+
+def test_a_command_started_with_sigint_ignored_keeps_ignoring_it():
+    # as a job started with nohup or in the background of a non-interactive shell
+    program = ("import os, signal, sys\n"
+               "from gluon_bbb.cli import run_main\n"
+               "signal.signal(signal.SIGINT, signal.SIG_IGN)\n"
+               "def main(argv):\n"
+               "    os.kill(os.getpid(), signal.SIGINT)\n"
+               "    print('went on')\n"
+               "    return 0\n"
+               "sys.exit(run_main(main, [], prog='ignoring'))\n")
+    proc = run([sys.executable, "-c", program], timeout=20)
+    assert (proc.returncode, proc.stdout, proc.stderr) == (0, "went on\n", "")
+
+
+SIGINT_WHILE_MXNET_FREES = """
+import os, runpy, signal, sys
+from mxnet._ctypes.ndarray import NDArrayBase
+from gluon_bbb.rundir import RunDirectory
+free, save_epoch, armed = NDArrayBase.__del__, RunDirectory.save_epoch, []
+def save_epoch_then_arm(self, *args, **kwargs):
+    save_epoch(self, *args, **kwargs)
+    armed.append(True)
+def free_then_interrupt(self):
+    free(self)
+    if armed:
+        del armed[:]
+        os.kill(os.getpid(), signal.SIGINT)
+RunDirectory.save_epoch, NDArrayBase.__del__ = save_epoch_then_arm, free_then_interrupt
+sys.argv = [%r] + sys.argv[1:]
+runpy.run_path(sys.argv[0], run_name="__main__")
+""" % TRAIN[1]
+
+
+def test_ctrl_c_while_mxnet_frees_an_ndarray_ends_training(tmp_path):
+    out = tmp_path / "run"
+    proc = run([sys.executable, "-c", SIGINT_WHILE_MXNET_FREES], "--out", str(out),
+               "--epochs", "100000", *SMALL, timeout=120)
+    assert proc.returncode == 130, proc.stderr
+    assert "Exception ignored" not in proc.stderr
+    assert proc.stderr.strip().endswith(
+        "1 completed epoch is saved in %s; --resume continues the run" % out), proc.stderr
+
+
 def test_smaller_messages(tmp_path, trained_run):
     assert_one_line_error(run(PRUNE, "--checkpoint", str(trained_run), "--save-pruned", "2"),
                           "prune.py: error: --save-pruned must be in [0, 1], got 2.0")
