@@ -246,8 +246,8 @@ def test_a_command_started_with_sigint_ignored_keeps_ignoring_it():
 
 SIGINT_WHILE_MXNET_FREES = """
 import os, runpy, signal, sys
+from gluon_bbb.rundir import RunDirectory  # gluon_bbb first: it lets MXNet import on NumPy 1.24+
 from mxnet._ctypes.ndarray import NDArrayBase
-from gluon_bbb.rundir import RunDirectory
 free, save_epoch, armed = NDArrayBase.__del__, RunDirectory.save_epoch, []
 def save_epoch_then_arm(self, *args, **kwargs):
     save_epoch(self, *args, **kwargs)
