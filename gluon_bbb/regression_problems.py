@@ -277,9 +277,10 @@ def regression_title(problem, config, num_samples):
     default = Config()
     settings = [config.model]
     if config.model_kind.learns_sigma:
-        settings += ["%s estimator" % config.estimator] * (config.estimator != default.estimator)
-        settings += ["%s KL" % config.kl_direction] * (config.kl_direction
-                                                      != default.kl_direction)
+        if config.estimator != default.estimator:
+            settings.append("%s estimator" % config.estimator)
+        if config.kl_direction != default.kl_direction:
+            settings.append("%s KL" % config.kl_direction)
     return "%s, %s, %d draws" % (problem.name, ", ".join(settings), num_samples)
 
 

@@ -53,8 +53,8 @@ def training_memory_bytes(config):
     """About how many bytes a run's step holds at its peak: per parameter, float32 mu and rho,
     the five workspace vectors and the estimator's extra ones (or the ndarray backend's
     temporaries), two Adam moments for each of mu and rho, and the copies made while they are
-    initialised (float64 for the largest array); per example of a batch, the activations of every layer. MXNet's own runtime (about
-    300 MiB) comes on top."""
+    initialised (float64 for the largest array); per example of a batch, the activations of
+    every layer. MXNet's own runtime (about 300 MiB) comes on top."""
     network = config.build_network()
     shapes = network.param_shapes()
     size = sum(math.prod(shape) for shape in shapes)

@@ -1,9 +1,8 @@
 """The benchmark script keeps running as the code changes (no timing is asserted here)."""
+import os
 import re
 
 import pytest
-
-import os
 
 from commands import BENCH, PYTHON, ROOT, run
 

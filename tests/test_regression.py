@@ -179,7 +179,6 @@ def test_quartic_band_holds_the_curve_and_widens_away_from_the_data():
     assert numbers["width_ratio"] >= 10.0, numbers
 
 
-@pytest.mark.slow
 def test_the_figure_title_names_the_choices_that_differ_from_the_defaults():
     quartic = PROBLEMS["quartic"]
     assert regression_title(quartic, regression_config("quartic"), 200) == "quartic, bbb, 200 draws"
@@ -190,6 +189,7 @@ def test_the_figure_title_names_the_choices_that_differ_from_the_defaults():
     assert regression_title(quartic, dropout, 200) == "quartic, mcdropout, 200 draws"
 
 
+@pytest.mark.slow
 def test_mc_dropout_regression_is_deterministic_and_draws_masks(ctx):
     runs = [fit_regression("quartic", "mcdropout", seed=1, ctx=ctx, epochs=300) for _ in range(2)]
     for a, b in zip(runs[0].mus, runs[1].mus):
