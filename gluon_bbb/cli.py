@@ -14,7 +14,7 @@ Library errors name config fields (``{learning_rate}``); only here does a field 
 that sets it (``--learning-rate``). SIGINT and SIGTERM (what ``kill``, a cluster scheduler or
 Dask sends) end a command alike: one line saying what is kept, status 130 or 143 (128 plus the
 signal's number, as a shell reports a process ended by it), even where the signal's handler
-runs inside a finalizer (``_interrupts_raised``).
+runs inside a finalizer or cuts a constructor short (``_interrupts_raised``).
 """
 import argparse
 import contextlib
@@ -22,6 +22,7 @@ import os
 import signal
 import sys
 import threading
+import traceback
 
 from .errors import GluonBBBError, Interrupted
 
@@ -86,7 +87,12 @@ def _interrupts_raised():
     again a moment later, and an interrupt that a finalizer swallowed all the same (one with no
     ``__del__`` frame) reaches ``sys.unraisablehook``, which does the same. A SIGINT that was
     ignored when the command started (a job started with ``nohup`` or in the background) stays
-    ignored."""
+    ignored.
+
+    The interrupt may cut a constructor short (``NDArrayBase.__init__`` before it sets
+    ``handle``); that object's finalizer fails when it is freed. The frames the interrupt ended
+    hold such objects, so they are cleared here, under this hook, which keeps those failures
+    quiet: the command's one line is what it says, not a traceback as the process exits."""
     def send_again(signum):
         # from another thread: sent here, the handler would run where it ran
         timer = threading.Timer(_SEND_AGAIN_SECONDS, signal.pthread_kill,
@@ -110,8 +116,10 @@ def _interrupts_raised():
     def unraisable(report):
         if isinstance(report.exc_value, KeyboardInterrupt):
             send_again(getattr(signal, getattr(report.exc_value, "signal_name", "SIGINT")))
-        else:
+        elif not freeing_what_the_interrupt_cut_short:
             previous_hook(report)
+
+    freeing_what_the_interrupt_cut_short = False
 
     handled = [signal.SIGTERM]
     if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
@@ -120,6 +128,14 @@ def _interrupts_raised():
     previous_hook, sys.unraisablehook = sys.unraisablehook, unraisable
     try:
         yield
+    except KeyboardInterrupt as exc:
+        freeing_what_the_interrupt_cut_short = True
+        ended = exc
+        while ended is not None:
+            traceback.clear_frames(ended.__traceback__)
+            ended = ended.__context__
+        freeing_what_the_interrupt_cut_short = False
+        raise
     finally:
         sys.unraisablehook = previous_hook
         for signum, earlier in previous.items():

@@ -273,6 +273,44 @@ def test_ctrl_c_while_mxnet_frees_an_ndarray_ends_training(tmp_path):
         "1 completed epoch is saved in %s; --resume continues the run" % out), proc.stderr
 
 
+SIGINT_WHILE_MXNET_BUILDS = """
+import os, runpy, signal, sys
+from gluon_bbb.rundir import RunDirectory  # gluon_bbb first: it lets MXNet import on NumPy 1.24+
+import mxnet._ctypes.ndarray as mxnet_ndarray
+save_epoch, armed = RunDirectory.save_epoch, []
+def save_epoch_then_arm(self, *args, **kwargs):
+    save_epoch(self, *args, **kwargs)
+    armed.append(True)
+# NDArrayBase.__init__ with a SIGINT before it sets handle, compiled as MXNet's own code (its
+# frame's globals are MXNet's module): a Ctrl-C that arrives while MXNet builds an NDArray
+exec('''
+def init_interrupted(self, handle, writable=True):
+    if armed:
+        del armed[:]
+        os.kill(os.getpid(), signal.SIGINT)
+    self.handle = handle
+    self.writable = writable
+''', vars(mxnet_ndarray))
+mxnet_ndarray.armed, mxnet_ndarray.os, mxnet_ndarray.signal = armed, os, signal
+RunDirectory.save_epoch = save_epoch_then_arm
+mxnet_ndarray.NDArrayBase.__init__ = mxnet_ndarray.init_interrupted
+sys.argv = [%r] + sys.argv[1:]
+runpy.run_path(sys.argv[0], run_name="__main__")
+""" % TRAIN[1]
+
+
+def test_ctrl_c_while_mxnet_builds_an_ndarray_ends_training_on_one_line(tmp_path):
+    # raised there, the interrupt would leave an NDArray without a handle, whose finalizer
+    # prints a traceback under the command's line as the process exits
+    out = tmp_path / "run"
+    proc = run([sys.executable, "-c", SIGINT_WHILE_MXNET_BUILDS], "--out", str(out),
+               "--epochs", "100000", *SMALL, timeout=120)
+    assert proc.returncode == 130, proc.stderr
+    assert proc.stderr.strip() == (
+        "train_mnist.py: interrupted by SIGINT; 1 completed epoch is saved in %s; "
+        "--resume continues the run" % out), proc.stderr
+
+
 def test_smaller_messages(tmp_path, trained_run):
     assert_one_line_error(run(PRUNE, "--checkpoint", str(trained_run), "--save-pruned", "2"),
                           "prune.py: error: --save-pruned must be in [0, 1], got 2.0")
