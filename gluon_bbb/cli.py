@@ -87,7 +87,8 @@ def _interrupts_raised():
     again a moment later, and an interrupt that a finalizer swallowed all the same (one with no
     ``__del__`` frame) reaches ``sys.unraisablehook``, which does the same. A SIGINT that was
     ignored when the command started (a job started with ``nohup`` or in the background) stays
-    ignored.
+    ignored. An interrupt that a library turns into an exception of its own ends the command
+    as an interrupt all the same.
 
     The interrupt may cut a constructor short (``NDArrayBase.__init__`` before it sets
     ``handle``); that object's finalizer fails when it is freed. The frames the interrupt ended
@@ -111,7 +112,8 @@ def _interrupts_raised():
         if where_a_raise_is_lost(frame):
             send_again(signum)
         else:
-            raise Interrupted(signal.Signals(signum).name)
+            raised.append(signal.Signals(signum).name)
+            raise Interrupted(raised[-1])
 
     def unraisable(report):
         if isinstance(report.exc_value, KeyboardInterrupt):
@@ -119,6 +121,7 @@ def _interrupts_raised():
         elif not freeing_what_the_interrupt_cut_short:
             previous_hook(report)
 
+    raised = []  # the signals whose Interrupted the handler raised
     freeing_what_the_interrupt_cut_short = False
 
     handled = [signal.SIGTERM]
@@ -128,14 +131,20 @@ def _interrupts_raised():
     previous_hook, sys.unraisablehook = sys.unraisablehook, unraisable
     try:
         yield
-    except KeyboardInterrupt as exc:
+    except BaseException as exc:
+        if not raised:
+            raise
         freeing_what_the_interrupt_cut_short = True
         ended = exc
         while ended is not None:
             traceback.clear_frames(ended.__traceback__)
             ended = ended.__context__
         freeing_what_the_interrupt_cut_short = False
-        raise
+        if isinstance(exc, KeyboardInterrupt):
+            raise
+        # a library turned the interrupt into its own error (NumPy's import, interrupted, raises
+        # ImportError with a page of advice): the command still ends as interrupted
+        raise Interrupted(raised[-1]) from None
     finally:
         sys.unraisablehook = previous_hook
         for signum, earlier in previous.items():

@@ -230,6 +230,25 @@ def test_a_signal_whose_handler_runs_in_a_finalizer_still_ends_the_command(name)
         "terminated" if name == "SIGTERM" else "interrupted", name)
 
 
+@pytest.mark.parametrize("name", ["SIGINT", "SIGTERM"])
+def test_an_interrupt_a_library_turns_into_its_own_error_still_ends_as_an_interrupt(name):
+    # as NumPy's import does: interrupted, it raises ImportError with a page of advice
+    program = ("import os, signal, sys, time\n"
+               "from gluon_bbb.cli import run_main\n"
+               "def main(argv):\n"
+               "    try:\n"
+               "        os.kill(os.getpid(), getattr(signal, sys.argv[1]))\n"
+               "        time.sleep(30)\n"
+               "    except KeyboardInterrupt:\n"
+               "        raise ImportError('importing failed.\\nPlease check...')\n"
+               "    return 0\n"
+               "sys.exit(run_main(main, [], prog='converting'))\n")
+    proc = run([sys.executable, "-c", program], name, timeout=20)
+    assert proc.returncode == 128 + getattr(signal, name), proc.stderr
+    assert proc.stderr.strip() == "converting: %s by %s" % (
+        "terminated" if name == "SIGTERM" else "interrupted", name)
+
+
 def test_a_command_started_with_sigint_ignored_keeps_ignoring_it():
     # as a job started with nohup or in the background of a non-interactive shell
     program = ("import os, signal, sys\n"
