@@ -87,8 +87,9 @@ def _interrupts_raised():
     again a moment later, and an interrupt that a finalizer swallowed all the same (one with no
     ``__del__`` frame) reaches ``sys.unraisablehook``, which does the same. A SIGINT that was
     ignored when the command started (a job started with ``nohup`` or in the background) stays
-    ignored. An interrupt that a library turns into an exception of its own ends the command
-    as an interrupt all the same.
+    ignored. An interrupt that a library shows and turns into an exception of its own (a C
+    extension whose import of NumPy is interrupted) ends the command as an interrupt all the
+    same, on its one line.
 
     The interrupt may cut a constructor short (``NDArrayBase.__init__`` before it sets
     ``handle``); that object's finalizer fails when it is freed. The frames the interrupt ended
@@ -121,6 +122,13 @@ def _interrupts_raised():
         elif not freeing_what_the_interrupt_cut_short:
             previous_hook(report)
 
+    def excepthook(kind, value, tb):
+        # PyErr_Print shows an error through this hook and the code that called it goes on: a C
+        # extension whose import of NumPy fails (its import_array) shows why, then raises
+        # ImportError. An interrupt is shown as the command's one line, once, at its end.
+        if not isinstance(value, Interrupted):
+            previous_excepthook(kind, value, tb)
+
     raised = []  # the signals whose Interrupted the handler raised
     freeing_what_the_interrupt_cut_short = False
 
@@ -129,6 +137,7 @@ def _interrupts_raised():
         handled.append(signal.SIGINT)
     previous = {signum: signal.signal(signum, handler) for signum in handled}
     previous_hook, sys.unraisablehook = sys.unraisablehook, unraisable
+    previous_excepthook, sys.excepthook = sys.excepthook, excepthook
     try:
         yield
     except BaseException as exc:
@@ -146,7 +155,7 @@ def _interrupts_raised():
         # ImportError with a page of advice): the command still ends as interrupted
         raise Interrupted(raised[-1]) from None
     finally:
-        sys.unraisablehook = previous_hook
+        sys.unraisablehook, sys.excepthook = previous_hook, previous_excepthook
         for signum, earlier in previous.items():
             signal.signal(signum, signal.SIG_DFL if earlier is None else earlier)
 
