@@ -33,7 +33,6 @@ from .config import MAX_TEST_SAMPLES, Config
 from .errors import CheckpointError, ConfigError
 from .files import write_json
 from .modes import model_kind
-from .plots import plot_regression
 from .rundir import REGRESSION_METRICS_FILE, RunDirectory
 
 CHECK_EVERY = 100  # steps between reads of the loss (a read waits for MXNet's queue)
@@ -286,6 +285,10 @@ def regression_title(problem, config, num_samples):
 
 def draw_regression(result, path, num_samples=200, seed=0):
     """``plots.plot_regression`` of ``result`` over its problem's plot range."""
+    # matplotlib (half a second) loads where a figure is drawn: the regression command reads
+    # this module's problems to parse its flags, and a Ctrl-C before its handler is in place
+    # would print a traceback
+    from .plots import plot_regression
     grid = np.linspace(*result.problem.plot_range, 400)
     title = regression_title(result.problem, result.config, num_samples)
     plot_regression(result.problem, result.x, result.y, grid,

@@ -28,6 +28,20 @@ def test_importing_the_package_loads_no_mxnet_and_leaves_numpy_as_it_was():
     assert (before == "False") == (tuple(map(int, version.split(".")[:2])) >= (1, 24))
 
 
+COMMAND_MODULES = ("train_mnist", "prune", "evaluate", "regression", "sweep", "compress",
+                   "predict", "__main__")
+
+
+def test_importing_a_command_loads_neither_mxnet_nor_matplotlib():
+    # a command checks its flags and has its SIGINT/SIGTERM handler in place a fraction of a
+    # second after it starts; the heavy libraries load after that, where they are needed
+    code = ("import importlib, sys; importlib.import_module(sys.argv[1]); "
+            "print(*[name for name in ('mxnet', 'matplotlib') if name in sys.modules])")
+    for name in COMMAND_MODULES:
+        proc = run([PYTHON, "-c", code, "gluon_bbb." + name])
+        assert (proc.returncode, proc.stdout.strip()) == (0, ""), (name, proc.stdout, proc.stderr)
+
+
 def test_the_console_entry_point_lists_and_runs_the_commands():
     proc = run([PYTHON, "-m", "gluon_bbb", "--help"])
     assert proc.returncode == 0
