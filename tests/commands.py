@@ -60,6 +60,11 @@ def run(cmd, *args, env=None, timeout=300, **kwargs):
                           env=user_env(**(env or {})), preexec_fn=_as_from_a_terminal, **kwargs)
 
 
+def stopped_by(prog, name):
+    """The start of the line a command ends on when signal ``name`` stops it."""
+    return "%s: %s by %s" % (prog, "terminated" if name == "SIGTERM" else "interrupted", name)
+
+
 def assert_one_line_error(proc, expected, status=2):
     assert proc.returncode == status, (proc.returncode, proc.stderr)
     lines = proc.stderr.strip().splitlines()

@@ -14,7 +14,7 @@ import time
 import numpy as np
 import pytest
 
-from commands import EVALUATE, PRUNE, TRAIN, assert_one_line_error, run, start
+from commands import EVALUATE, PRUNE, TRAIN, assert_one_line_error, run, start, stopped_by
 
 SMALL = ["--train-size", "512", "--num-hidden-units", "20", "--test-samples", "2", "--seed", "1"]
 
@@ -226,8 +226,7 @@ def test_a_signal_whose_handler_runs_in_a_finalizer_still_ends_the_command(name)
     proc = run([sys.executable, "-c", SIGNAL_IN_A_FINALIZER], name, timeout=20)
     assert proc.returncode == 128 + getattr(signal, name), proc.stderr
     assert proc.stdout == ""
-    assert proc.stderr.strip() == "finalizer: %s by %s" % (
-        "terminated" if name == "SIGTERM" else "interrupted", name)
+    assert proc.stderr.strip() == stopped_by("finalizer", name)
 
 
 @pytest.mark.parametrize("name", ["SIGINT", "SIGTERM"])
@@ -248,8 +247,7 @@ def test_an_interrupt_a_library_turns_into_its_own_error_still_ends_as_an_interr
                "sys.exit(run_main(main, [], prog='converting'))\n")
     proc = run([sys.executable, "-c", program], name, timeout=20)
     assert proc.returncode == 128 + getattr(signal, name), proc.stderr
-    assert proc.stderr.strip() == "converting: %s by %s" % (
-        "terminated" if name == "SIGTERM" else "interrupted", name)
+    assert proc.stderr.strip() == stopped_by("converting", name)
 
 
 def test_a_command_started_with_sigint_ignored_keeps_ignoring_it():
@@ -313,9 +311,8 @@ def test_ctrl_c_while_mxnet_frees_or_builds_an_ndarray_ends_training_on_one_line
     proc = run([sys.executable, "-c", program], "--out", str(out), "--epochs", "100000",
                *SMALL, timeout=120)
     assert proc.returncode == 130, proc.stderr
-    assert proc.stderr.strip() == (
-        "train_mnist.py: interrupted by SIGINT; 1 completed epoch is saved in %s; "
-        "--resume continues the run" % out), proc.stderr
+    assert proc.stderr.strip() == stopped_by("train_mnist.py", "SIGINT") + (
+        "; 1 completed epoch is saved in %s; --resume continues the run" % out), proc.stderr
 
 
 def test_smaller_messages(tmp_path, trained_run):

@@ -14,7 +14,8 @@ import time
 
 import pytest
 
-from commands import EVALUATE, PRUNE, ROOT, TRAIN, assert_one_line_error, run, start
+from commands import (EVALUATE, PRUNE, ROOT, TRAIN, assert_one_line_error, run, start,
+                      stopped_by)
 
 SMALL = ["--train-size", "512", "--num-hidden-units", "20", "--test-samples", "2", "--seed", "1"]
 
@@ -236,8 +237,7 @@ def test_a_signal_after_an_epoch_keeps_it_and_resume_goes_on(tmp_path, signum):
     assert proc.returncode == 128 + signum, stderr
     lines = stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith(
-        "train_mnist.py: %s by %s; " % ("terminated" if name == "SIGTERM" else "interrupted",
-                                        name)), stderr
+        stopped_by("train_mnist.py", name) + "; "), stderr
     saved = len(read_json(out / "history.json"))
     assert lines[0].endswith("%d completed epoch%s saved in %s; --resume continues the run" % (
         saved, " is" if saved == 1 else "s are", out)), lines[0]
