@@ -89,6 +89,12 @@ def convolution(F, h, W, b, num_filter, kernel, in_channels, stride=(1, 1), pad=
     forward pass alone is as fast as the patches' (docs/PERFORMANCE.md)."""
     options = dict(kernel=kernel, stride=stride, pad=pad, dilate=dilate)
     if in_channels != 1 or not _differentiated(F):
+        if _imperative(F):
+            # MXNet 1.9.1's oneDNN convolution, outside training, reorders its weight array in
+            # place into the blocked layout it picks (for output channels a multiple of 8 on
+            # AVX2 and AVX-512 machines). On a view of a flat vector (a TrainingStep's mu) that
+            # rewrites the whole vector with garbage; on a copy it rewrites the copy.
+            W = W.copy()
         return F.Convolution(h, W, b, num_filter=num_filter, **options)
     patches = F.transpose(F.im2col(h, **options), axes=(0, 2, 1))  # (N, positions, kh * kw)
     out = F.FullyConnected(patches, F.reshape(W, shape=(num_filter, -1)), b,
@@ -99,6 +105,11 @@ def convolution(F, h, W, b, num_filter, kernel, in_channels, stride=(1, 1), pad=
     sides = F.BlockGrad(F.Pooling(F.slice_axis(h, axis=0, begin=0, end=1), kernel=extent,
                                   stride=stride, pad=pad, pool_type="max"))
     return F.reshape_like(F.transpose(out, axes=(0, 2, 1)), sides, lhs_begin=2, rhs_begin=2)
+
+
+def _imperative(F):
+    """True for MXNet's NDArray operators (not its symbols, not NumPy's)."""
+    return F.__name__.startswith("mxnet.ndarray")
 
 
 def _differentiated(F):

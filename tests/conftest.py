@@ -10,6 +10,16 @@ if int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")) > 1:
 import gluon_bbb  # noqa: F401,E402  (before MXNet: it lends NumPy >= 1.24 the name MXNet reads)
 import mxnet as mx  # noqa: E402
 import pytest  # noqa: E402
+from hypothesis import HealthCheck, settings  # noqa: E402
+
+# The property tests' examples: a bounded number, so the fast tier stays within its two
+# minutes (GLUON_BBB_EXAMPLES raises it for a longer search); no deadline, since a first
+# example pays for MXNet's operator setup.
+settings.register_profile("gluon_bbb", max_examples=int(os.environ.get("GLUON_BBB_EXAMPLES", 40)),
+                          deadline=None, print_blob=True,
+                          suppress_health_check=[HealthCheck.function_scoped_fixture,
+                                                 HealthCheck.too_slow])
+settings.load_profile("gluon_bbb")
 
 # A context distinct from cpu(0): an array created without ctx= shows up as cpu(0).
 CTX = mx.cpu(1)

@@ -1,0 +1,171 @@
+"""Property-based checks of the fast paths against their plain references over randomized
+shapes and settings (Hypothesis): the convolution (a one-channel input as a dense product over
+its patches; MXNet's oneDNN operator otherwise) and max pooling against NumPy, values and
+gradients, in every way the package runs them; the NumPy predictor against MXNet's network for
+randomly drawn networks. A hand-picked shape is an example; these are the checks.
+
+MXNet 1.9.1's oneDNN picks blocked memory layouts by shape and ISA (8 channels a block on AVX2,
+16 on AVX-512), so the channel counts are drawn from 1-70 with the multiples of 8 and 16 drawn
+often."""
+import numpy as np
+from hypothesis import given, strategies as st
+from mxnet import autograd, nd, sym
+
+from gluon_bbb import compressed
+from gluon_bbb.network import MaxPool2D, convolution, parse_network
+from test_model import np_convolution
+
+CHANNELS = st.one_of(st.integers(1, 70), st.sampled_from([8, 16, 24, 32, 40, 48, 64]))
+SEEDS = st.integers(0, 2 ** 32 - 1)
+
+
+@st.composite
+def convolutions(draw):
+    """(x, W, b, stride, pad, dilate) of a convolution MXNet defines: the padded input at
+    least as large as the kernel's extent."""
+    in_channels, out_channels = draw(st.integers(1, 4)), draw(CHANNELS)
+    kernel, stride, dilate = draw(st.integers(1, 4)), draw(st.integers(1, 3)), \
+        draw(st.integers(1, 2))
+    extent = dilate * (kernel - 1) + 1
+    pad = draw(st.integers(0, min(2, extent - 1)))  # MXNet's pooling needs pad < window
+    low = max(1, extent - 2 * pad)
+    height, width = draw(st.integers(low, low + 7)), draw(st.integers(low, low + 7))
+    rng = np.random.default_rng(draw(SEEDS))
+    x = rng.normal(size=(draw(st.integers(1, 3)), in_channels, height, width))
+    W = rng.normal(size=(out_channels, in_channels, kernel, kernel))
+    return x, W, rng.normal(size=out_channels), stride, pad, dilate
+
+
+def in_a_flat_vector(array, ctx, rng):
+    """``(flat, view)``: ``array`` as a view into a longer float32 vector, as a TrainingStep's
+    mu holds every parameter."""
+    before, after = rng.integers(0, 40), rng.integers(1, 40)
+    flat = nd.array(rng.normal(size=before + array.size + after), ctx=ctx)
+    flat[before:before + array.size] = nd.array(array.reshape(-1), ctx=ctx)
+    return flat, flat[before:before + array.size].reshape(array.shape)
+
+
+@given(convolutions(), SEEDS)
+def test_the_convolution_and_its_gradients_match_numpy(ctx, case, seed):
+    x, W, b, stride, pad, dilate = case
+    expected, gradients = np_convolution(x, W, b, stride, pad, dilate)
+    head = np.random.default_rng(seed).normal(size=expected.shape)
+    scale = np.abs(expected).max() + 1
+    options = dict(num_filter=W.shape[0], kernel=W.shape[2:], in_channels=W.shape[1],
+                   stride=(stride,) * 2, pad=(pad,) * 2, dilate=(dilate,) * 2)
+    inputs = [nd.array(a, ctx=ctx) for a in (x, W, b)]
+    # recorded by autograd (the patches for one input channel)
+    for array in inputs:
+        array.attach_grad()
+    with autograd.record():
+        out = convolution(nd, *inputs, **options)
+        loss = nd.sum(out * nd.array(head, ctx=ctx))
+    loss.backward()
+    np.testing.assert_allclose(out.asnumpy(), expected, rtol=1e-4, atol=1e-5 * scale)
+    for array, want in zip(inputs, gradients(head)):
+        np.testing.assert_allclose(array.grad.asnumpy(), want, rtol=1e-4,
+                                   atol=1e-5 * (np.abs(want).max() + 1))
+    # in a symbolic graph as the training step runs it, forward and backward
+    graph = convolution(sym, sym.var("x"), sym.var("W"), sym.var("b"), **options)
+    args = dict(zip("xWb", (nd.array(a, ctx=ctx) for a in (x, W, b))))
+    grads = {name: nd.zeros_like(array) for name, array in args.items()}
+    executor = graph.bind(ctx, args, args_grad=grads)
+    executor.forward(is_train=True)
+    executor.backward(nd.array(head, ctx=ctx))
+    np.testing.assert_allclose(executor.outputs[0].asnumpy(), expected, rtol=1e-4,
+                               atol=1e-5 * scale)
+    for name, want in zip("xWb", gradients(head)):
+        np.testing.assert_allclose(grads[name].asnumpy(), want, rtol=1e-4,
+                                   atol=1e-5 * (np.abs(want).max() + 1))
+    # not recorded (prediction), the weights a view into a flat vector, as a run's mu: the
+    # output is the convolution's and the vector is left as it was
+    rng = np.random.default_rng(seed + 1)
+    flat, W_view = in_a_flat_vector(W, ctx, rng)
+    flat_before = flat.asnumpy().copy()
+    got = convolution(nd, inputs[0], W_view, inputs[2], **options).asnumpy()
+    np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-5 * scale)
+    np.testing.assert_array_equal(flat.asnumpy(), flat_before)
+
+
+@st.composite
+def poolings(draw):
+    size = draw(st.integers(1, 4))
+    shape = (draw(st.integers(1, 3)), draw(CHANNELS), draw(st.integers(size, size + 9)),
+             draw(st.integers(size, size + 9)))
+    return np.random.default_rng(draw(SEEDS)).normal(size=shape).astype(np.float32), size
+
+
+def np_max_pooling(h, k):
+    """Max over k x k windows with stride k, the remainder dropped; and the gradient of
+    sum(head * out): head routed to each window's maximum."""
+    n, c, rows, cols = h.shape[0], h.shape[1], h.shape[2] // k, h.shape[3] // k
+    windows = h[:, :, :rows * k, :cols * k].reshape(n, c, rows, k, cols, k)
+    windows = windows.transpose(0, 1, 2, 4, 3, 5).reshape(n, c, rows, cols, k * k)
+    out, where = windows.max(axis=-1), windows.argmax(axis=-1)
+
+    def gradient(head):
+        grad = np.zeros((n, c, rows, cols, k * k))
+        np.put_along_axis(grad, where[..., None], head[..., None], axis=-1)
+        grad = grad.reshape(n, c, rows, cols, k, k).transpose(0, 1, 2, 4, 3, 5)
+        full = np.zeros(h.shape)
+        full[:, :, :rows * k, :cols * k] = grad.reshape(n, c, rows * k, cols * k)
+        return full
+    return out, gradient
+
+
+@given(poolings(), SEEDS)
+def test_max_pooling_and_its_gradient_match_numpy(ctx, case, seed):
+    h, k = case
+    expected, gradient = np_max_pooling(h, k)
+    head = np.random.default_rng(seed).normal(size=expected.shape)
+    pool = MaxPool2D(k)
+    x = nd.array(h, ctx=ctx)
+    x.attach_grad()
+    with autograd.record():
+        out = pool(nd, x, [], h.shape[1:])
+        loss = nd.sum(out * nd.array(head, ctx=ctx))
+    loss.backward()
+    np.testing.assert_array_equal(out.asnumpy(), expected)
+    np.testing.assert_allclose(x.grad.asnumpy(), gradient(head), rtol=1e-6, atol=1e-6)
+    np.testing.assert_array_equal(pool(compressed.NumPyOperators, h, [], h.shape[1:]), expected)
+
+
+@st.composite
+def networks(draw):
+    """A network description of the layers the package trains, on square images of a drawn
+    side, and the number of classes."""
+    side = draw(st.integers(6, 14))
+    layers, shape = [], (1, side, side)
+    for _ in range(draw(st.integers(0, 2))):
+        kernel = draw(st.integers(1, min(4, shape[1])))
+        layers.append("conv:%d:%d" % (draw(CHANNELS), kernel))
+        shape = (0, shape[1] - kernel + 1, shape[2] - kernel + 1)
+        if draw(st.booleans()):
+            layers.append("relu")
+        if min(shape[1:]) >= 2 and draw(st.booleans()):
+            size = draw(st.integers(2, min(3, shape[1])))
+            layers.append("pool:%d" % size)
+            shape = (0, shape[1] // size, shape[2] // size)
+    if layers and draw(st.booleans()):
+        layers.append("flatten")
+    for _ in range(draw(st.integers(0, 2))):
+        layers += ["dense:%d" % draw(CHANNELS), "relu"]
+        if draw(st.booleans()):
+            layers.append("dropout:0.5")
+    classes = draw(st.integers(2, 12))
+    layers.append("dense:%d" % classes)
+    return ",".join(layers), side * side, classes
+
+
+@given(networks(), SEEDS)
+def test_the_numpy_predictor_computes_mxnets_network(ctx, description, seed):
+    description, features, classes = description
+    # the mean network, as a compressed file keeps it (dropout is Monte Carlo's)
+    network = parse_network(description, features, classes).without_dropout()
+    rng = np.random.default_rng(seed)
+    params = [(rng.normal(size=s) / np.sqrt(np.prod(s[1:]) if len(s) > 1 else 1))
+              .astype(np.float32) for s in network.param_shapes()]
+    X = rng.uniform(size=(rng.integers(1, 5), features)).astype(np.float32)
+    theirs = network(nd.array(X, ctx=ctx), [nd.array(p, ctx=ctx) for p in params]).asnumpy()
+    ours = network(X, params, F=compressed.NumPyOperators)
+    np.testing.assert_allclose(ours, theirs, rtol=1e-4, atol=1e-5 * (np.abs(theirs).max() + 1))
