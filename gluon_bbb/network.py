@@ -83,10 +83,12 @@ def convolution(F, h, W, b, num_filter, kernel, in_channels, stride=(1, 1), pad=
     """MXNet's ``Convolution`` of NCHW inputs ``h`` with W (num_filter, in_channels, kh, kw)
     and b (num_filter,). Where the gradient is taken (a symbolic graph: the training step's, a
     hybridized block's; NDArrays while autograd records), a one-channel input is convolved as
-    one dense product of its patches (``im2col``) with W as (channels, kh * kw): the same sums
-    in another order. MXNet 1.9.1's oneDNN backward pass for a single input channel takes 25 ms
-    of a 44 ms LeNet graph on this project's CPU; with the patches the graph takes 27 ms. Its
-    forward pass alone is as fast as the patches' (docs/PERFORMANCE.md)."""
+    a 1x1 convolution of its patches: ``im2col`` lays the kh * kw values under each output
+    position out as kh * kw channels of an image of the output's sides, and W is read as
+    (channels, kh * kw, 1, 1): the same sums in another order. MXNet 1.9.1's oneDNN backward
+    pass for a single input channel takes 25 ms of a 44 ms LeNet graph on this project's CPU;
+    with the patches the graph takes 17-18 ms. Its forward pass alone is as fast as the
+    patches' (docs/PERFORMANCE.md)."""
     options = dict(kernel=kernel, stride=stride, pad=pad, dilate=dilate)
     if in_channels != 1 or not _differentiated(F):
         if _imperative(F):
@@ -96,15 +98,19 @@ def convolution(F, h, W, b, num_filter, kernel, in_channels, stride=(1, 1), pad=
             # rewrites the whole vector with garbage; on a copy it rewrites the copy.
             W = W.copy()
         return F.Convolution(h, W, b, num_filter=num_filter, **options)
-    patches = F.transpose(F.im2col(h, **options), axes=(0, 2, 1))  # (N, positions, kh * kw)
-    out = F.FullyConnected(patches, F.reshape(W, shape=(num_filter, -1)), b,
-                           num_hidden=num_filter, flatten=False)  # (N, positions, channels)
     # the output's height and width: those of a pooling window of the kernel's extent over
     # one example (a pooling over the whole batch would cost a fifth of a LeNet step)
     extent = tuple(d * (k - 1) + 1 for k, d in zip(kernel, dilate))
     sides = F.BlockGrad(F.Pooling(F.slice_axis(h, axis=0, begin=0, end=1), kernel=extent,
                                   stride=stride, pad=pad, pool_type="max"))
-    return F.reshape_like(F.transpose(out, axes=(0, 2, 1)), sides, lhs_begin=2, rhs_begin=2)
+    # The product stays a convolution, NCHW in and out: the layer after it may hand back its
+    # gradient in a oneDNN blocked layout (channels a multiple of 8), which a convolution's
+    # backward pass takes and which no reshape to (N, channels, positions) can (the dense
+    # product over patches this replaced failed there: "could not create a primitive
+    # descriptor for a reorder primitive").
+    patches = F.reshape_like(F.im2col(h, **options), sides, lhs_begin=2, rhs_begin=2)
+    return F.Convolution(patches, F.reshape(W, shape=(num_filter, -1, 1, 1)), b,
+                         num_filter=num_filter, kernel=(1, 1))
 
 
 def _imperative(F):

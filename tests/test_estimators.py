@@ -1,10 +1,12 @@
 """The weight estimators (weight sampling, the local reparametrization, Flipout) on dense and
 convolutional networks, and the KL in both directions, on both backends: against autograd of
-the loss written plainly here, for the same noise (drawn first, then compared)."""
+the loss written plainly here, for the same noise (drawn first, then compared). The networks,
+priors and settings are drawn at random (Hypothesis); ``NETWORKS`` are examples."""
 import statistics
 
 import numpy as np
 import pytest
+from hypothesis import assume, example, given, strategies as st
 from mxnet import autograd, nd
 
 from gluon_bbb import Config, ConfigError, combined_loss_gradients
@@ -17,6 +19,36 @@ from test_step import assert_matches
 LOG_SQRT_2PI = 0.5 * np.log(2 * np.pi)
 NETWORKS = {"dense": ("dense:5,relu,dense:3", 6),
             "conv": ("conv:3:3,relu,pool:2,conv:4:2,relu,flatten,dense:5,relu,dense:3", 64)}
+WIDTHS = st.one_of(st.integers(1, 20), st.sampled_from([8, 16, 24, 32]))
+
+
+@st.composite
+def networks(draw):
+    """(description, features) of a small network of dense and convolution layers, three
+    classes, as ``NETWORKS`` holds them."""
+    if draw(st.booleans()):
+        layers = ["dense:%d,relu" % draw(WIDTHS) for _ in range(draw(st.integers(0, 2)))]
+        return ",".join(layers + ["dense:3"]), draw(st.integers(1, 12))
+    side = draw(st.integers(3, 8))
+    layers, height = [], side
+    for _ in range(draw(st.integers(1, 2))):
+        kernel = draw(st.integers(1, min(3, height)))
+        layers.append("conv:%d:%d,relu" % (draw(WIDTHS), kernel))
+        height -= kernel - 1
+        if height >= 2 and draw(st.booleans()):
+            layers.append("pool:2")
+            height //= 2
+    layers += ["flatten"] + ["dense:%d,relu" % draw(WIDTHS)
+                             for _ in range(draw(st.integers(0, 1)))] + ["dense:3"]
+    return ",".join(layers), side * side
+
+
+@st.composite
+def priors(draw):
+    if draw(st.booleans()):
+        return "gaussian", GaussianPrior(draw(st.floats(0.3, 2.0)))
+    return "mixture", ScaleMixturePrior(draw(st.floats(0.1, 0.9)), draw(st.floats(0.5, 2.0)),
+                                        draw(st.floats(0.02, 0.4)))
 
 
 def plain_layers(description):
@@ -35,7 +67,8 @@ def plain_forward(X, layers, side, weighted):
         elif name == "relu":
             h = nd.relu(h)
         elif name == "pool":
-            h = nd.Pooling(h, kernel=(2, 2), stride=(2, 2), pool_type="max")
+            size = int(numbers[0])
+            h = nd.Pooling(h, kernel=(size, size), stride=(size, size), pool_type="max")
         elif name == "flatten":
             h = nd.flatten(h)
     return h
@@ -108,8 +141,8 @@ def plain_kl(kl, direction, prior, mus, sigmas, weight_eps, prior_normals):
 
 def reference(estimator, kl, direction, prior, network, layout, mu, rho, X, y, eps, kl_weight):
     """(loss, [d/dmu], [d/drho]) by autograd of the plain loss, the noise ``eps`` split as
-    the estimator and the KL take it."""
-    description, features = NETWORKS[network]
+    the estimator and the KL take it; ``network``: (description, features)."""
+    description, features = network
     layers, side = plain_layers(description), int(np.sqrt(features))
     kl_kind = modes.kl_estimate(kl, direction)
     chosen = modes.estimator(estimator)
@@ -145,13 +178,8 @@ def reference(estimator, kl, direction, prior, network, layout, mu, rho, X, y, e
     return loss, [m.grad for m in mus], [r.grad for r in rhos]
 
 
-CASES = [(e, n, kl, d, p) for e in ("sample", "lrt", "flipout") for n in NETWORKS
-         for kl, d, p in (("mc", "reverse", "mixture"), ("analytic", "reverse", "gaussian"),
-                          ("mc", "forward", "mixture"), ("analytic", "forward", "gaussian"))]
-
-
 def problem(ctx, network, dtype, seed=3, batch=4):
-    description, features = NETWORKS[network]
+    description, features = network
     config = Config(network=description, num_inputs=features, num_outputs=3)
     layout = FlatLayout(config.layer_shapes())
     rng = np.random.default_rng(seed)
@@ -165,22 +193,37 @@ def problem(ctx, network, dtype, seed=3, batch=4):
 PRIORS = {"mixture": ScaleMixturePrior(0.25, 1.0, 0.2), "gaussian": GaussianPrior(0.8)}
 
 
-@pytest.mark.parametrize("estimator,network,kl,direction,prior", CASES)
+ESTIMATORS = st.sampled_from(["sample", "lrt", "flipout"])
+
+
+@given(ESTIMATORS, networks(), st.sampled_from(["mc", "analytic"]),
+       st.sampled_from(["reverse", "forward"]), priors(), st.floats(0.01, 2.0),
+       st.integers(1, 5), st.integers(0, 2 ** 32 - 1), st.sampled_from(["float64", "float32"]))
+@example("lrt", NETWORKS["conv"], "mc", "forward", ("mixture", PRIORS["mixture"]), 0.3, 4, 3,
+         "float64")
+@example("flipout", NETWORKS["dense"], "analytic", "reverse", ("gaussian", PRIORS["gaussian"]),
+         0.3, 4, 3, "float64")
 def test_the_ndarray_backend_equals_autograd_of_the_plain_loss(ctx, estimator, network, kl,
-                                                             direction, prior):
-    config, layout, mu, rho, X, y = problem(ctx, network, "float64")
+                                                             direction, prior, kl_weight, batch,
+                                                             seed, dtype):
+    """float64: the formulas, to rounding; float32: what trains, through oneDNN's kernels."""
+    name, prior = prior
+    assume(kl == "mc" or name == "gaussian")  # the mixture has no closed-form KL
+    config, layout, mu, rho, X, y = problem(ctx, network, dtype, seed, batch)
     graph = NetworkGraph(config.build_network())
     kl_kind, chosen = modes.kl_estimate(kl, direction), modes.estimator(estimator)
-    size = draw_size(graph, chosen, kl_kind, PRIORS[prior], X.shape[0])
-    eps = nd.array(np.random.default_rng(4).normal(size=size), ctx=ctx, dtype="float64")
-    got = combined_loss_gradients(X, y, mu, rho, [eps], PRIORS[prior], 0.3, graph, chosen,
-                                  kl_kind)
-    assert all(a.context == ctx for a in got)
-    assert_matches(got, reference(estimator, kl, direction, PRIORS[prior], network, layout, mu,
-                                  rho, X, y, eps, 0.3), layout, rtol=1e-9)
+    size = draw_size(graph, chosen, kl_kind, prior, X.shape[0])
+    eps = nd.array(np.random.default_rng(seed + 1).normal(size=size), ctx=ctx, dtype="float64")
+    got = combined_loss_gradients(X, y, mu, rho, [eps.astype(dtype)], prior, kl_weight, graph,
+                                  chosen, kl_kind)
+    assert all(a.context == ctx and a.dtype == np.dtype(dtype) for a in got)
+    f64 = lambda a: a.astype("float64")  # noqa: E731
+    assert_matches(got, reference(estimator, kl, direction, prior, network, layout, f64(mu),
+                                  f64(rho), f64(X), f64(y), eps, kl_weight), layout,
+                   rtol=1e-9 if dtype == "float64" else 5e-4)
 
 
-@pytest.mark.parametrize("network", NETWORKS)
+@pytest.mark.parametrize("network", NETWORKS.values())
 def test_flipout_with_every_sign_positive_is_weight_sampling(ctx, network):
     """Flipout perturbs example n's weights by delta * (r_n s_n^T): with all signs +1 that is
     weight sampling's w = mu + sigma * eps for every example, the same loss and gradients."""
@@ -202,24 +245,26 @@ def test_flipout_with_every_sign_positive_is_weight_sampling(ctx, network):
     assert_matches(got, expected, layout, rtol=1e-9)
 
 
-@pytest.mark.parametrize("estimator,network,kl", [
-    (e, n, kl) for e in ("sample", "lrt", "flipout") for n in NETWORKS for kl in ("mc",
-                                                                                  "analytic")])
+@given(ESTIMATORS, networks(), st.sampled_from(["mc", "analytic"]), priors(),
+       st.floats(0.01, 2.0), st.integers(1, 5), st.integers(0, 2 ** 32 - 1))
+@example("flipout", NETWORKS["conv"], "mc", ("mixture", PRIORS["mixture"]), 0.3, 4, 3)
 def test_the_native_backend_equals_autograd_of_the_plain_loss(ctx, native_kernels, estimator,
-                                                              network, kl):
-    prior = PRIORS["mixture" if kl == "mc" else "gaussian"]
-    config, layout, mu, rho, X, y = problem(ctx, network, "float32")
+                                                              network, kl, prior, kl_weight,
+                                                              batch, seed):
+    name, prior = prior
+    assume(kl == "mc" or name == "gaussian")
+    config, layout, mu, rho, X, y = problem(ctx, network, "float32", seed, batch)
     graph = NetworkGraph(config.build_network())
     chosen, kl_kind = modes.estimator(estimator), modes.kl_estimate(kl)
-    noise = PhiloxNoise(ctx, seed=7)
+    noise = PhiloxNoise(ctx, seed=seed % 1000)
     got = native_kernels.combined_loss_gradients(
-        X, y, mu, rho, noise, 1, prior, 0.3, graph, native_kernels.Workspace(layout.size, ctx),
-        kl_kind, chosen)
+        X, y, mu, rho, noise, 1, prior, kl_weight, graph,
+        native_kernels.Workspace(layout.size, ctx), kl_kind, chosen)
     size = draw_size(graph, chosen, kl_kind, prior, X.shape[0])
     eps = nd.array(philox_normals_reference(size, noise.key, 0), ctx=ctx, dtype="float64")
     f64 = lambda a: a.astype("float64")  # noqa: E731
     assert_matches(got, reference(estimator, kl, "reverse", prior, network, layout, f64(mu),
-                                  f64(rho), f64(X), f64(y), eps, 0.3), layout, rtol=2e-4)
+                                  f64(rho), f64(X), f64(y), eps, kl_weight), layout, rtol=5e-4)
 
 
 def test_the_forward_kl_runs_on_the_ndarray_backend_and_refuses_what_has_no_closed_form():
