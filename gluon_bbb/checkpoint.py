@@ -13,6 +13,7 @@ highest validation accuracy so far (the earliest of equals).
 import os
 
 import mxnet as mx
+import numpy as np
 from mxnet import nd
 
 from .errors import CheckpointError
@@ -66,11 +67,25 @@ def read_checkpoint(path, ctx=None):
         _, i, j = key.split(":")
         states[int(i)].append((int(j), arrays[key].as_in_context(ctx)))
     states = [[a for _, a in sorted(s, key=lambda t: t[0])] for s in states]
+    check_finite_parameters(path, [("mu:%d" % i, m) for i, m in enumerate(mus)]
+                            + [("rho:%d" % i, r) for i, r in enumerate(rhos)])
     if "layout" not in arrays:
         mus, rhos, states = _from_inputs_outputs(mus, rhos, states)
     return {"mus": mus, "rhos": rhos, "optimizer_states": states,
             "num_update": int(arrays["num_update"].asscalar()),
             "epoch": int(arrays["epoch"].asscalar())}
+
+
+def check_finite_parameters(path, named_arrays):
+    """CheckpointError naming the first of ``named_arrays`` (name, NDArray) holding NaN or
+    infinity: nothing is pruned, evaluated, compressed or resumed from such a file."""
+    for name, array in named_arrays:
+        values = array.asnumpy()
+        bad = ~np.isfinite(values)
+        if bad.any():
+            raise CheckpointError("%s holds non-finite parameters: %d of the %d entries of %s "
+                                  "are NaN or infinite; nothing is computed on them", path,
+                                  int(bad.sum()), values.size, name)
 
 
 def _from_inputs_outputs(mus, rhos, states):

@@ -14,7 +14,9 @@ Library errors name config fields (``{learning_rate}``); only here does a field 
 that sets it (``--learning-rate``). SIGINT and SIGTERM (what ``kill``, a cluster scheduler or
 Dask sends) end a command alike: one line saying what is kept, status 130 or 143 (128 plus the
 signal's number, as a shell reports a process ended by it), even where the signal's handler
-runs inside a finalizer or cuts a constructor short (``_interrupts_raised``).
+runs inside a finalizer or cuts a constructor short (``_interrupts_raised``), and within
+seconds where the main thread is inside a native call that does not return
+(``_ended_even_inside_native_code``).
 """
 import argparse
 import contextlib
@@ -22,6 +24,7 @@ import os
 import signal
 import sys
 import threading
+import time
 import traceback
 
 from .errors import GluonBBBError, Interrupted
@@ -74,6 +77,77 @@ def load_mxnet():
 # How long a signal that arrived where its exception would be lost waits to be sent again: the
 # finalizer it interrupted has ended by then.
 _SEND_AGAIN_SECONDS = 0.01
+# How long the main thread may stay inside one native call (a wait on MXNet's engine, a
+# oneDNN kernel) after a signal before the command is ended without it.
+STUCK_SECONDS = 5.0
+_WATCH_SECONDS = 0.25
+
+
+@contextlib.contextmanager
+def _ended_even_inside_native_code(prog):
+    """A signal's Python handler runs only when the main thread comes back to Python code;
+    inside one long native call it waits. Python writes each signal's number to a wakeup file
+    as the signal arrives, wherever the main thread is; a watcher thread reads it, and where
+    the main thread then stays at the same point of the same frame for ``STUCK_SECONDS`` (one
+    native call that has not returned), it writes the command's one line and ends the process
+    with 128 plus the signal's number. Files are written atomically, so what is on disk stays
+    whole; the work in progress is lost, as with a kill."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    read_end, write_end = os.pipe()
+    os.set_blocking(write_end, False)
+    try:
+        previous = signal.set_wakeup_fd(write_end, warn_on_full_buffer=False)
+    except ValueError:  # not the main interpreter
+        os.close(read_end)
+        os.close(write_end)
+        yield
+        return
+    inside = threading.Event()
+    inside.set()
+
+    def where_the_main_thread_is():
+        frame = sys._current_frames().get(threading.main_thread().ident)
+        return None if frame is None else (id(frame), frame.f_lasti)
+
+    def watch():
+        while True:
+            try:
+                received = os.read(read_end, 64)
+            except OSError:
+                return
+            if not inside.is_set() or not received:
+                return
+            signum = received[-1]
+            if signum not in (signal.SIGINT, signal.SIGTERM):
+                continue
+            place, still = where_the_main_thread_is(), 0.0
+            while still < STUCK_SECONDS:
+                time.sleep(_WATCH_SECONDS)
+                now = where_the_main_thread_is()
+                still = still + _WATCH_SECONDS if now == place else 0.0
+                place = now
+                if not inside.is_set():
+                    return
+            name = signal.Signals(signum).name
+            os.write(2, ("\n%s: %s by %s; it was inside a native call that did not return "
+                         "for %g s, so it ends there\n" % (
+                             prog, "terminated" if name == "SIGTERM" else "interrupted", name,
+                             STUCK_SECONDS)).encode())
+            os._exit(128 + signum)
+
+    watcher = threading.Thread(target=watch, name="signal watcher", daemon=True)
+    watcher.start()
+    try:
+        yield
+    finally:
+        inside.clear()
+        signal.set_wakeup_fd(previous)
+        os.write(write_end, b"\0")  # wakes the watcher, which ends
+        watcher.join(1.0)
+        os.close(write_end)
+        os.close(read_end)
 
 
 @contextlib.contextmanager
@@ -171,7 +245,7 @@ def run_main(main, argv=None, prog=None):
     written or read, and SIGINT or SIGTERM into one line on stderr and a non-zero status."""
     prog = prog or os.path.basename(sys.argv[0])
     try:
-        with _interrupts_raised():
+        with _ended_even_inside_native_code(prog), _interrupts_raised():
             status = main(argv)
         # flushed here, where a vanished reader is caught, not at exit, where Python would
         # print "Exception ignored ... BrokenPipeError" and exit with status 120

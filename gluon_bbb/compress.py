@@ -6,9 +6,12 @@ writes it, ``compressed.py`` reads it).
     python -m gluon_bbb.compress runs/paper-2x400 --max-error-increase 0.2 --sigma-bits 4 \\
         --out mlp.gbbb
 
-``--max-error-increase E`` chooses the largest proportion (of ``compression.SEARCH_PROPORTIONS``)
-whose compressed mean network's validation error is within E percentage points of the unpruned
-mean network's: the run must hold out validation images (the presets hold out 10,000).
+Without ``--proportion`` it chooses the largest proportion (of
+``compression.SEARCH_PROPORTIONS``) whose compressed mean network's error is within
+``--max-error-increase`` (default 0.5) percentage points of the unpruned mean network's, on the
+run's validation images, or where the run holds out none, on 10,000 of the images it trained on
+(saying so): never the test images. A ``--proportion`` that costs more than that is written
+with a warning that names the figure.
 """
 import os
 import sys
@@ -16,6 +19,10 @@ import sys
 from .cli import ArgumentParser, load_mxnet, run_command
 
 PROG = "python -m gluon_bbb.compress"
+# The error a compress without --proportion may add to the unpruned mean network's, in
+# percentage points, and how many training images measure it where a run holds out none.
+DEFAULT_MAX_ERROR_INCREASE = 0.5
+SELECTION_TRAINING_IMAGES = 10000
 
 
 def build_parser(prog=PROG):
@@ -25,10 +32,12 @@ def build_parser(prog=PROG):
                         "(best.params)")
     how = parser.add_mutually_exclusive_group()
     how.add_argument("--proportion", type=float, help="share of all parameters removed by "
-                     "signal-to-noise ratio, in [0, 1) (default 0.95)")
+                     "signal-to-noise ratio, in [0, 1) (default: chosen as "
+                     "--max-error-increase says)")
     how.add_argument("--max-error-increase", type=float, metavar="E",
-                     help="choose the largest proportion whose validation error stays within E "
-                     "percentage points of the unpruned mean network's")
+                     help="choose the largest proportion whose error stays within E percentage "
+                     "points of the unpruned mean network's, on the run's validation images "
+                     "(10,000 of its training images where it holds out none) (default 0.5)")
     parser.add_argument("--precision", type=float, default=1.0,
                         help="quantization step of each array's means, in units of its kept "
                         "entries' median sigma (default 1: no finer than the posterior's own "
@@ -50,66 +59,64 @@ def main(argv=None, prog=PROG):
     import numpy as np
     from .compression import (SEARCH_PROPORTIONS, calibrate_unsure, check_precision,
                               compress_parameters, error_rate, run_parameters, write_model)
-    from .compressed import NumPyOperators, softmax
+    from .compressed import UNSURE_PROBABILITY, NumPyOperators, softmax
     from .config import check_proportion
-    from .data import load_mnist
+    from .data import idx_paths, load_mnist
     from .errors import ConfigError
+    from .files import check_not_an_input
     from .rundir import check_output_dir, resolve_checkpoint
     check_precision(args.precision, args.sigma_bits)
     if args.proportion is not None:
         check_proportion(args.proportion, "proportion")
         if args.proportion == 1.0:
             raise ConfigError("proportion", 1.0, "below 1 (a network with no weights left)")
-    if args.max_error_increase is not None and not args.max_error_increase >= 0:
-        raise ConfigError("max_error_increase", args.max_error_increase, "a number >= 0")
+    if args.max_error_increase is not None and not (
+            0 <= args.max_error_increase <= 100):
+        raise ConfigError("max_error_increase", args.max_error_increase,
+                          "a number of percentage points from 0 to 100")
     if not 1 <= args.samples <= 1000:
         raise ConfigError("samples", args.samples, "an integer in [1, 1000]")
     check_output_dir(os.path.dirname(os.path.abspath(args.out)), "out")
     if os.path.isdir(args.out):
         raise ConfigError("out", args.out, "a file's path, not a directory")
     run, checkpoint_path = resolve_checkpoint(args.run)
+    check_not_an_input(args.out, run.files() + [checkpoint_path])
     load_mxnet()
     config, network, mus, sigmas, ranking, state = run_parameters(run, checkpoint_path)
     if args.sigma_bits and sigmas is None:
         raise ConfigError("sigma_bits", args.sigma_bits, "0 for a %s run (it learns no sigmas)"
                           % config.model)
     data = load_mnist(args.data_dir or run.recorded_data_dir())
-    if config.validation:
-        calibration = data.train_images[-config.validation:], data.train_labels[-config.validation:]
-        where = "the run's %d validation images" % config.validation
-    else:
-        if args.max_error_increase is not None:
-            raise ConfigError("max_error_increase", args.max_error_increase,
-                              "given only for a run that holds out validation images (this one "
-                              "trained on all its images; give --proportion)")
-        calibration = data.test_images, data.test_labels
-        where = "the %d test images (the run holds out no validation images)" % len(
-            data.test_labels)
+    check_not_an_input(args.out, idx_paths(data.directory) if data.directory else [])
+    X_sel, y_sel, where = selection_images(config, data)
     compress = lambda p: compress_parameters(  # noqa: E731
         network, mus, sigmas, ranking, p, args.precision, args.sigma_bits, config.num_outputs)
-    X_val, y_val = calibration
-    if args.max_error_increase is None:
-        proportion = 0.95 if args.proportion is None else args.proportion
-        model, header, blobs, report = compress(proportion)
+    dense_error = float(np.mean(np.concatenate([
+        softmax(network.without_dropout()(X_sel[i:i + 1000], mus, F=NumPyOperators))
+        for i in range(0, len(y_sel), 1000)]).argmax(axis=1) != y_sel))
+    limit = (DEFAULT_MAX_ERROR_INCREASE if args.max_error_increase is None
+             else args.max_error_increase)
+    if args.proportion is not None:
+        model, header, blobs, report = compress(args.proportion)
     else:
-        dense_error = float(np.mean(np.concatenate([
-            softmax(network.without_dropout()(X_val[i:i + 1000], mus, F=NumPyOperators))
-            for i in range(0, len(y_val), 1000)]).argmax(axis=1) != y_val))
+        print("choosing the proportion on %s: the largest whose error is within %g percentage "
+              "points of the unpruned mean network's (%.2f%%)" % (where, limit,
+                                                                  100 * dense_error), flush=True)
         model, header, blobs, report = compress(0.0)
         for proportion in SEARCH_PROPORTIONS:
             candidate = compress(proportion)
-            error = error_rate(candidate[0], X_val, y_val)
-            print("proportion %g: validation error %.2f%% (unpruned %.2f%%)" % (
-                proportion, 100 * error, 100 * dense_error), flush=True)
-            if error <= dense_error + args.max_error_increase / 100.0:
+            error = error_rate(candidate[0], X_sel, y_sel)
+            print("proportion %g: error %.2f%%" % (proportion, 100 * error), flush=True)
+            if error <= dense_error + limit / 100.0:
                 model, header, blobs, report = candidate
-        report["search"] = {"max_error_increase": args.max_error_increase,
-                            "unpruned_validation_error": dense_error}
+        report["search"] = {"max_error_increase": limit, "unpruned_error": dense_error,
+                            "on": where}
     samples = args.samples if model.sigmas is not None else 0
-    header["unsure_entropy_bits"] = calibrate_unsure(model, X_val, samples)
+    header["unsure_entropy_bits"] = calibrate_unsure(model, X_sel, samples)
+    header["unsure_probability"] = UNSURE_PROBABILITY
     header["predictive_samples"] = samples
-    report["validation_error" if config.validation else "test_error"] = error_rate(
-        model, X_val, y_val)
+    error = error_rate(model, X_sel, y_sel)
+    report.update(error=error, unpruned_error=dense_error, error_measured_on=where)
     header["source"] = dict(report, run=os.path.abspath(run.path),
                             checkpoint=os.path.abspath(checkpoint_path), epoch=state["epoch"],
                             model=config.model, unsure_calibrated_on=where)
@@ -118,13 +125,28 @@ def main(argv=None, prog=PROG):
     print("pruned %g of %d parameters, %d kept; network %s" % (
         report["proportion"], report["parameters"], report["kept_after_structure"],
         report["network"]))
-    print("%s: %d bytes, %.1f times smaller than the float32 means (%d bytes); %s error %.2f%%; "
-          "unsure above %.3f bits (%s)" % (
-              args.out, size, dense_bytes / size, dense_bytes,
-              "validation" if config.validation else "test",
-              100 * report["validation_error" if config.validation else "test_error"],
-              header["unsure_entropy_bits"], where))
+    print("%s: %d bytes, %.1f times smaller than the float32 means (%d bytes); error %.2f%% on "
+          "%s (unpruned %.2f%%); unsure above %.3f bits or below probability %g" % (
+              args.out, size, dense_bytes / size, dense_bytes, 100 * error, where,
+              100 * dense_error, header["unsure_entropy_bits"], UNSURE_PROBABILITY))
+    if error > dense_error + limit / 100.0:
+        print("warning: --proportion %g costs %.2f percentage points on %s, more than the %g a "
+              "compress without --proportion allows" % (
+                  args.proportion, 100 * (error - dense_error), where, limit), flush=True)
     return 0
+
+
+def selection_images(config, data):
+    """``(images, labels, where)``: what chooses the proportion and calibrates the unsure
+    threshold: the run's validation images, or where it holds none, the last
+    ``SELECTION_TRAINING_IMAGES`` of the images it trained on (never the test images)."""
+    from .training import split_data
+    train_images, train_labels, val_images, val_labels = split_data(config, data)
+    if config.validation:
+        return val_images, val_labels, "the run's %d validation images" % len(val_labels)
+    count = min(SELECTION_TRAINING_IMAGES, len(train_labels))
+    return (train_images[-count:], train_labels[-count:],
+            "%d of the images the run trained on (it holds out no validation images)" % count)
 
 
 def run(argv=None, prog=PROG):

@@ -37,6 +37,9 @@ VERSION = 1
 FILTERS = [{"id": lzma.FILTER_LZMA2, "preset": 9 | lzma.PRESET_EXTREME, "dict_size": 1 << 20}]
 DECODE_FILTERS = [{"id": lzma.FILTER_LZMA2, "dict_size": 1 << 20}]
 FORMAT_NAME = "gluon-bbb compressed model"
+# A prediction whose class has a probability below this is flagged unsure in absolute terms
+# (see ``unsure``); files may name another in their header's ``unsure_probability``.
+UNSURE_PROBABILITY = 0.5
 
 
 class ModelFileError(GluonBBBError):
@@ -164,6 +167,17 @@ class CompressedModel:
         """The predictive entropy (bits) above which a prediction is flagged unsure."""
         return self.header["unsure_entropy_bits"]
 
+    @property
+    def unsure_probability(self):
+        """The probability of the predicted class below which a prediction is flagged unsure,
+        whatever its entropy (``UNSURE_PROBABILITY`` unless the file says otherwise)."""
+        return self.header.get("unsure_probability", UNSURE_PROBABILITY)
+
+    def unsure(self, probs):
+        """Which predictive distributions (N, classes) are flagged unsure (N,): ``unsure(probs,
+        self.unsure_entropy, self.unsure_probability)``."""
+        return unsure(probs, self.unsure_entropy, self.unsure_probability)
+
     def inputs(self, pixels):
         """Raw pixel values (N, H, W) or (N, H * W), 0 to 255, as the network takes them."""
         pixels = np.asarray(pixels, dtype=np.float32)
@@ -198,6 +212,19 @@ class CompressedModel:
             for i in range(0, X.shape[0], batch_size):
                 total[i:i + batch_size] += softmax(self.logits(X[i:i + batch_size], weights))
         return (total / num_samples).astype(np.float32)
+
+
+def unsure(probs, entropy_bits_above, probability_below=UNSURE_PROBABILITY):
+    """Which predictive distributions (N, classes) are unsure (N,): those whose entropy passes
+    the model's calibrated threshold (relative: the entropy that 5% of its validation digits
+    exceed; None for none), and those whose predicted class has a probability below
+    ``probability_below`` (absolute: a model that is poor everywhere, and so calibrated to its
+    own poor entropies, still says so)."""
+    probs = np.asarray(probs)
+    flagged = probs.max(axis=1) < probability_below
+    if entropy_bits_above is not None:
+        flagged |= entropy_bits(probs) > entropy_bits_above
+    return flagged
 
 
 def softmax(logits):
@@ -261,9 +288,10 @@ load = read
 def decode(data, source="the file"):
     """The ``CompressedModel`` of a file's bytes."""
     header, body = unpack(data, source)
-    if header.get("format") != FORMAT_NAME:
+    if not isinstance(header, dict) or header.get("format") != FORMAT_NAME:
         raise ModelFileError("%s holds no compressed model", source)
     try:
+        _check_header(header)
         network = parse_network(header["network"], header["input"]["features"],
                                 header["classes"])
         shapes = network.param_shapes()
@@ -279,8 +307,46 @@ def decode(data, source="the file"):
     except (KeyError, TypeError, ValueError, GluonBBBError) as exc:
         raise ModelFileError("%s is not a model this gluon-bbb can read: %s", source,
                              exc.describe() if isinstance(exc, GluonBBBError) else exc) from None
+    for i, (mu, sigma) in enumerate(zip(mus, sigmas)):
+        for name, array in (("means", mu), ("sigmas", sigma)):
+            if array is not None and not np.isfinite(array).all():
+                raise ModelFileError("%s holds non-finite %s in array %d; nothing is computed "
+                                     "on them", source, name, i)
     return CompressedModel(header, network, mus,
                            sigmas if all(s is not None for s in sigmas) else None, kept)
+
+
+def _is_number(value):
+    return (isinstance(value, (int, float)) and not isinstance(value, bool)
+            and math.isfinite(value))
+
+
+def _check_header(header):
+    """ValueError saying which entry of a header that passed its checksum is not as this
+    package writes it."""
+    needs = (("network", str), ("classes", int), ("input", dict), ("tensors", list))
+    for name, kind in needs:
+        if not isinstance(header.get(name), kind) or isinstance(header.get(name), bool):
+            raise ValueError("its header's %r is missing or not a %s" % (name, kind.__name__))
+    if header["classes"] < 2:
+        raise ValueError("its header's 'classes' is %d" % header["classes"])
+    scale, features = header["input"].get("pixel_scale"), header["input"].get("features")
+    if not _is_number(scale) or scale <= 0:
+        raise ValueError("its header's input 'pixel_scale' is not a positive number")
+    if not isinstance(features, int) or isinstance(features, bool) or features < 1:
+        raise ValueError("its header's input 'features' is not a positive integer")
+    if "unsure_entropy_bits" not in header or not (
+            header["unsure_entropy_bits"] is None or _is_number(header["unsure_entropy_bits"])):
+        raise ValueError("its header's 'unsure_entropy_bits' is missing or not a number")
+    floor = header.get("unsure_probability", UNSURE_PROBABILITY)
+    if not _is_number(floor) or not 0 <= floor < 1:
+        raise ValueError("its header's 'unsure_probability' is not a number in [0, 1)")
+    samples = header.get("predictive_samples", 0)
+    if not isinstance(samples, int) or isinstance(samples, bool) or not 0 <= samples <= 1000:
+        raise ValueError("its header's 'predictive_samples' is not an integer in [0, 1000]")
+    for tensor in header["tensors"]:
+        if not isinstance(tensor, dict):
+            raise ValueError("its header's tensors are not all objects")
 
 
 def _take(body, offset, size):
@@ -292,6 +358,9 @@ def _take(body, offset, size):
 def _decode_tensor(shape, tensor, body, offset):
     size = math.prod(shape)
     count = tensor["kept"]
+    if not isinstance(count, int) or not 0 <= count <= size or not _is_number(tensor["step"]) \
+            or tensor["value_dtype"] not in ("int8", "int16", "int32", "float32"):
+        raise ValueError("a tensor's 'kept', 'step' or 'value_dtype' is not as written")
     data, offset = _take(body, offset, tensor["index_bytes"])
     positions = positions_from_gaps(decode_varints(data, count))
     if count != positions.size or (count and (positions[0] < 0 or positions[-1] >= size)):

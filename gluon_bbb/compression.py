@@ -181,6 +181,11 @@ def encode_tensor(mu, sigma, precision, sigma_bits):
         step = float(precision * np.median(kept_sigmas))
     if step > 0:
         q = np.round(values / step)
+        largest = float(np.abs(q).max())
+        if not largest <= np.iinfo(np.int32).max:
+            raise ConfigError("precision", precision, "at least %.3g for these weights (a finer "
+                              "step gives integers beyond 32 bits; 0 keeps float32 means)"
+                              % (precision * largest / np.iinfo(np.int32).max))
         dtype = _narrowest_int(q)
         blobs.append(q.astype(dtype).tobytes())
     else:

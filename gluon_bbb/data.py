@@ -70,6 +70,12 @@ def find_idx_file(directory, stem):
     return None
 
 
+def idx_paths(directory):
+    """The paths of the MNIST files present in ``directory``."""
+    paths = [find_idx_file(directory, stem) for stem, _ in IDX_FILES.values()]
+    return [path for path in paths if path]
+
+
 def _has_all_files(directory):
     return all(find_idx_file(directory, stem) for stem, _ in IDX_FILES.values())
 

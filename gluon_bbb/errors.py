@@ -78,10 +78,18 @@ class TrainingDiverged(GluonBBBError):
 
     EXTREME_FIRST_LOSS = 1e10  # a first mini-batch loss is 1e2 to 1e5 for MNIST networks
 
-    def __init__(self, epoch, batch, value, updates=None, learning_rate=None, first_loss=None):
+    def __init__(self, epoch, batch, value, updates=None, learning_rate=None, first_loss=None,
+                 parameter=None, since_batch=None):
         self.epoch, self.batch, self.value = epoch, batch, value
-        where = "loss became non-finite (%s) at epoch %d, batch %d; stopping. " % (
-            value, epoch, batch)
+        if parameter is None:
+            where = "loss became non-finite (%s) at epoch %d, batch %d; stopping. " % (
+                value, epoch, batch)
+        else:
+            # the parameters are read where the losses are: the update that broke them is
+            # known to lie between two such readings
+            where = ("%s became non-finite (%s) at epoch %d, in batches %d to %d, while the "
+                     "losses were finite; stopping. " % (parameter, value, epoch, since_batch,
+                                                         batch))
         kept = "The last checkpoint (if any) is from an earlier epoch and is intact. "
         start = ("the initial weights ({mu_scale}, {rho_offset}), the prior ({sigma_p}, "
                  "{sigma_p1}, {sigma_p2}) or the network's depth ({num_hidden_layers})")

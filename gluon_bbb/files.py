@@ -39,6 +39,19 @@ def write_atomically(path, write):
         raise OutputError("cannot write %s: %s", path, reason) from None
 
 
+def check_not_an_input(path, inputs, field="out"):
+    """OutputError where the file ``path`` is one of ``inputs``, the files a command reads (the
+    same file however it is named: links and relative paths included). No command writes over
+    a run it reads or its own inputs; each passes what it reads here before it writes."""
+    if not os.path.exists(path):
+        return path
+    for source in inputs:
+        if os.path.exists(source) and os.path.samefile(path, source):
+            raise OutputError("{%s} %%s is %%s, which this command reads; it is never written "
+                              "over: choose another path" % field, path, source)
+    return path
+
+
 def write_json(path, value):
     """Write ``value`` as indented JSON to ``path`` atomically."""
     write_text(path, json.dumps(value, indent=2) + "\n")

@@ -70,10 +70,10 @@ def weights_figure(mus, sigmas):
     sigma = np.concatenate([s.asnumpy().ravel() for s in sigmas])
     fig = new_figure((12, 3.6))
     ax_mu, ax_sigma, ax_one = (fig.add_subplot(1, 3, k) for k in (1, 2, 3))
-    ax_mu.hist(mu, bins=200)
+    ax_mu.hist(finite(mu), bins=200)
     ax_mu.set_xlabel("mu")
-    ax_mu.set_title("posterior means (%d parameters)" % mu.size)
-    ax_sigma.hist(sigma, bins=200)
+    ax_mu.set_title("posterior means (%d parameters%s)" % (mu.size, not_drawn(mu)))
+    ax_sigma.hist(finite(sigma), bins=200)
     ax_sigma.set_xlabel("sigma = softplus(rho)")
     ax_sigma.set_title("posterior standard deviations")
     m0 = float(mus[0].asnumpy().flat[0])
@@ -83,6 +83,19 @@ def weights_figure(mus, sigmas):
     ax_one.set_xlabel("w")
     ax_one.set_title("q(W1[0,0]) = N(%.3g, %.3g^2)" % (m0, s0))
     return fig
+
+
+def finite(values):
+    """The finite entries of ``values``: a histogram's range is taken from them (NaN or
+    infinity in it would make NumPy's bins fail)."""
+    values = np.asarray(values).ravel()
+    return values[np.isfinite(values)]
+
+
+def not_drawn(values):
+    """Words for a title where some of ``values`` are not finite: how many are not drawn."""
+    count = int(np.size(values) - np.isfinite(values).sum())
+    return ", %d non-finite not drawn" % count if count else ""
 
 
 def plot_weights(mus, sigmas, path):
@@ -135,8 +148,9 @@ def uncertainty_figure(entropies, probs, labels):
     fig = new_figure((11, 4))
     ax = fig.add_subplot(1, 2, 1)
     for name, values in entropies.items():
-        ax.hist(values, bins=50, range=(0, np.log2(probs.shape[1])), alpha=0.5, density=True,
-                label="%s (mean %.2f)" % (name, values.mean()))
+        ax.hist(finite(values), bins=50, range=(0, np.log2(probs.shape[1])), alpha=0.5,
+                density=True, label="%s (mean %.2f%s)" % (name, values.mean(),
+                                                          not_drawn(values)))
     ax.set_xlabel("predictive entropy (bits)")
     ax.set_ylabel("density")
     ax.legend()

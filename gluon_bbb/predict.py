@@ -14,17 +14,21 @@ installed) or a run directory (read with MXNet). INPUT is any number of:
 
 One line per image: the label, its probability, the predictive entropy in bits and ``unsure``
 where the entropy passes the threshold the model was calibrated with (the entropy that 5% of its
-validation digits exceed); ``--json`` prints the same as one JSON document.
+validation digits exceed) or the label's probability is below 0.5
+(``compressed.UNSURE_PROBABILITY``: a model poor everywhere says so too); ``--json`` prints the
+same as one JSON document.
 """
 import json
 import os
 import sys
+import warnings
 
 from .cli import ArgumentParser, load_mxnet, run_command
 from .errors import GluonBBBError
 
 PROG = "python -m gluon_bbb.predict"
 SIDE = 28  # the images' height and width
+MAX_PIXELS = 4096 * 4096  # the largest image --resize scales down to a digit
 
 
 class InputError(GluonBBBError):
@@ -55,6 +59,9 @@ def read_inputs(paths, invert=False, resize=False):
     import numpy as np
     names, images = [], []
     for path in paths:
+        if os.path.isdir(path):
+            raise InputError("%s: a directory; give the image files in it (%s/*.png)", path,
+                             path.rstrip(os.sep))
         if not os.path.isfile(path):
             raise InputError("%s: no such file", path)
         lower = path.lower()
@@ -69,6 +76,8 @@ def read_inputs(paths, invert=False, resize=False):
                 found = read_idx(path, ndim=3).astype(np.float32)
             except DataError as exc:
                 raise InputError("%s", exc.describe()) from None
+            if found.shape[0] == 0:
+                raise InputError("%s: an IDX file that holds no image", path)
             if found.shape[1:] != (SIDE, SIDE):
                 raise InputError("%s: images are %dx%d, the model takes %dx%d", path,
                                  found.shape[1], found.shape[2], SIDE, SIDE)
@@ -86,9 +95,29 @@ def _read_png(path, resize):
     import numpy as np
     from PIL import Image, UnidentifiedImageError
     try:
-        with Image.open(path) as image:
-            image.load()
+        with warnings.catch_warnings():
+            # PIL warns of, then refuses, images of over 89 and 179 million pixels as it opens
+            # them: either is far too large to be a digit
+            warnings.simplefilter("error", Image.DecompressionBombWarning)
+            image = Image.open(path)
+    except (Image.DecompressionBombWarning, Image.DecompressionBombError):
+        raise InputError("%s: too large to be a digit (over %d million pixels by its header; at "
+                         "most %d pixels are scaled)", path, Image.MAX_IMAGE_PIXELS // 10 ** 6,
+                         MAX_PIXELS) from None
+    except (UnidentifiedImageError, OSError, ValueError) as exc:
+        raise InputError("%s: not a readable PNG image (%s)", path, exc) from None
+    try:
+        with image:
             mode, size = image.mode, image.size
+            # the header says how large it is: an image far larger than a digit is refused
+            # before it is decoded (a 15000x15000 PNG takes PIL's decompression bomb check)
+            if size != (SIDE, SIDE) and not resize:
+                raise InputError("%s: is %dx%d, the model takes %dx%d (--resize scales it)",
+                                 path, size[0], size[1], SIDE, SIDE)
+            if size[0] * size[1] > MAX_PIXELS:
+                raise InputError("%s: is %dx%d, too large to be a digit (at most %d pixels; "
+                                 "crop it first)", path, size[0], size[1], MAX_PIXELS)
+            image.load()
             if mode in ("I;16", "I;16B", "I"):
                 array = np.asarray(image, dtype=np.float64)
                 array = array * (255.0 / 65535.0)
@@ -99,9 +128,10 @@ def _read_png(path, resize):
     except (UnidentifiedImageError, OSError, ValueError) as exc:
         raise InputError("%s: not a readable PNG image (%s)", path, exc) from None
     if array.ndim == 3:
-        colour, alpha = array[..., :3], array[..., 3] if array.shape[2] in (2, 4) else None
-        if array.shape[2] == 2:
-            colour, alpha = array[..., :1], array[..., 1]
+        # gray and alpha (LA), gray (L as three equal channels), RGB, RGBA
+        channels = array.shape[2]
+        colour = array[..., :1] if channels <= 2 else array[..., :3]
+        alpha = array[..., channels - 1] if channels in (2, 4) else None
         if alpha is not None and np.any(alpha < 255):
             raise InputError("%s: has transparent pixels; give an opaque grayscale PNG", path)
         if np.any(colour != colour[..., :1]):
@@ -136,10 +166,18 @@ def _read_npy(path):
                          "(N, 28, 28) or (N, 784)", path, shape)
     if array.size == 0:
         raise InputError("%s: holds no image", path)
+    floats = np.issubdtype(array.dtype, np.floating)
     array = array.astype(np.float64)
-    if not np.all(np.isfinite(array)) or array.min() < 0 or array.max() > 255:
+    if not np.all(np.isfinite(array)):
+        raise InputError("%s: holds %d NaN or infinite values; pixel values are numbers from "
+                         "0 to 255", path, int(np.sum(~np.isfinite(array))))
+    if array.min() < 0 or array.max() > 255:
         raise InputError("%s: pixel values must lie in [0, 255] (MNIST's raw values), these "
-                         "run from %g to %g", path, np.nanmin(array), np.nanmax(array))
+                         "run from %g to %g", path, array.min(), array.max())
+    if floats and 0 < array.max() <= 1:
+        raise InputError("%s: pixel values run from %g to %g, as images scaled to [0, 1] do; the "
+                         "model takes MNIST's raw values 0 to 255 (multiply the array by 255)",
+                         path, array.min(), array.max())
     return array.astype(np.float32)
 
 
@@ -153,6 +191,7 @@ class FilePredictor:
         self.model = compressed.read(path)
         self.default_samples = self.model.header.get("predictive_samples", 0)
         self.threshold = self.model.unsure_entropy
+        self.probability_floor = self.model.unsure_probability
         self.can_sample = self.model.sigmas is not None
 
     def probabilities(self, pixels, samples):
@@ -181,9 +220,10 @@ class RunPredictor:
         held_out = self.config.validation
         images = data.train_images[-held_out:] if held_out else data.test_images
         import numpy as np
-        from .compressed import entropy_bits
+        from .compressed import UNSURE_PROBABILITY, entropy_bits
         entropy = entropy_bits(self._predict(images, self.samples))
         self.threshold = float(np.quantile(entropy, 1.0 - UNSURE_SHARE))
+        self.probability_floor = UNSURE_PROBABILITY
 
     def _predict(self, X, samples):
         from .uncertainty import predict
@@ -195,7 +235,8 @@ class RunPredictor:
 
 def main(argv=None, prog=PROG):
     args = build_parser(prog).parse_args(argv)
-    from .compressed import entropy_bits
+    import numpy as np
+    from .compressed import entropy_bits, unsure
     from .errors import ConfigError
     if args.samples is not None and not 0 <= args.samples <= 1000:
         raise ConfigError("samples", args.samples, "an integer in [0, 1000]")
@@ -212,15 +253,20 @@ def main(argv=None, prog=PROG):
                           "distribution to sample)")
     names, pixels = read_inputs(args.inputs, args.invert, args.resize)
     probs = predictor.probabilities(pixels, samples)
+    if not np.isfinite(probs).all():
+        raise InputError("%s gives non-finite probabilities for these inputs; nothing is "
+                         "reported", args.model)
     entropy = entropy_bits(probs)
     labels = probs.argmax(axis=1)
+    flagged = unsure(probs, predictor.threshold, predictor.probability_floor)
     records = [{"input": name, "label": int(label), "probability": float(p[label]),
-                "entropy_bits": float(h), "unsure": bool(h > predictor.threshold)}
-               for name, label, p, h in zip(names, labels, probs, entropy)]
+                "entropy_bits": float(h), "unsure": bool(u)}
+               for name, label, p, h, u in zip(names, labels, probs, entropy, flagged)]
     if args.json:
         print(json.dumps({"model": os.path.abspath(args.model), "samples": samples,
-                          "unsure_above_bits": predictor.threshold, "predictions": records},
-                         indent=2))
+                          "unsure_above_bits": predictor.threshold,
+                          "unsure_below_probability": predictor.probability_floor,
+                          "predictions": records}, indent=2))
         return 0
     width = max(len(name) for name in names)
     for record in records:

@@ -40,6 +40,8 @@ CHECKPOINT_FILE = "checkpoint.params"
 BEST_CHECKPOINT_FILE = "best.params"
 LOCK_FILE = ".lock"
 REGRESSION_METRICS_FILE = "metrics.json"
+RUN_FILES = (CONFIG_FILE, HISTORY_FILE, CHECKPOINT_FILE, BEST_CHECKPOINT_FILE, LOCK_FILE,
+             REGRESSION_METRICS_FILE)
 # config.json's entries beside the Config's fields: how the run was made, not what it learns
 RUN_RECORD = ("ctx", "data_dir", "problem", "scaling")
 # Fields that may differ between a run and its resumption (training longer is allowed).
@@ -111,6 +113,12 @@ class RunDirectory:
         finally:
             self._lock_file = None
             lock_file.close()  # releases the lock
+
+    def files(self):
+        """The paths of the files that make up the run (its config, history, parameters, lock
+        and metrics): what no command may write over while reading the run
+        (``files.check_not_an_input``)."""
+        return [self.file(name) for name in RUN_FILES]
 
     def holds_run(self):
         """True once a checkpoint has been written here."""
@@ -284,8 +292,21 @@ def resolve_checkpoint(path):
             raise CheckpointError("%s is a directory, not a checkpoint file", params)
         return run, params
     if os.path.isfile(path):
+        if _is_compressed_model(path):
+            raise CheckpointError("%s is a compressed model, not a run: classify images with it "
+                                  "with python -m gluon_bbb.predict %s IMAGE...", path, path)
         return RunDirectory(os.path.dirname(path) or "."), path
     raise CheckpointError("checkpoint %s does not exist", path)
+
+
+def _is_compressed_model(path):
+    """True for a file that starts as the files gluon_bbb.compress writes do."""
+    from .compressed import MAGIC
+    try:
+        with open(path, "rb") as f:
+            return f.read(len(MAGIC)) == MAGIC
+    except OSError:
+        return False
 
 
 def load_checkpoint(path, ctx=None):

@@ -62,7 +62,8 @@ def train(config, data, ctx, out_dir=None, resume=False, eval_train=False,
     was interrupted and resumed. ``log`` receives the backend line, then one line per epoch;
     ``progress`` (default: when stderr is a terminal) draws a progress bar within the epoch,
     else a line goes to ``log`` every minute of a long epoch.
-    Raises TrainingDiverged on a non-finite loss, before writing anything for that epoch, and
+    Raises TrainingDiverged on a non-finite loss or parameter, before writing anything for
+    that epoch, and
     ``Interrupted`` on SIGINT (or the commands' SIGTERM), saying which epochs are kept.
     ``backend``: ``native``, ``ndarray`` or None (native wherever it serves; see
     ``step.choose_backend``); both give the same run up to float rounding. With
@@ -96,7 +97,7 @@ class _Saved:
 def check_training(config, data, resume=False):
     """The checks a run passes before anything is written: the data split, something to
     train, and memory for the network."""
-    _split(config, data)
+    split_data(config, data)
     if config.likelihood != "categorical":
         raise ConfigError("likelihood", config.likelihood, "categorical to classify images "
                           "(regression: gluon_bbb.regression)")
@@ -105,7 +106,7 @@ def check_training(config, data, resume=False):
     check_memory(config)
 
 
-def _split(config, data):
+def split_data(config, data):
     """(training images, their labels, validation images, their labels) of ``data`` as the
     config asks: the last ``validation`` images held out, then the first ``train_size``."""
     images, labels = data.train_images, data.train_labels
@@ -125,7 +126,7 @@ def _train(config, data, ctx, run, resume, eval_train, log, progress, check_ever
            saved):
     """``train`` once its inputs are checked and the run directory, if any, is locked; keeps
     ``saved.epochs``, the epochs whose checkpoint is written, up to date."""
-    train_images, train_labels, val_images, val_labels = _split(config, data)
+    train_images, train_labels, val_images, val_labels = split_data(config, data)
     num_train = train_images.shape[0]
     num_batches = math.ceil(num_train / config.batch_size)
     batch_kl_weights = [config.kl_scale * weight
@@ -223,7 +224,9 @@ def _train_epoch(step, epoch, X_epoch, y_epoch, batch_kl_weights, progress, chec
         # reading a loss waits for MXNet's queue, so check for NaN only every check_every steps
         if len(pending) == check_every or batch == num_batches - 1:
             first = batch - len(pending) + 1
-            loss_sum += check_finite(pending, step, [(epoch, b) for b in range(first, batch + 1)])
+            positions = [(epoch, b) for b in range(first, batch + 1)]
+            loss_sum += check_finite(pending, step, positions)
+            check_parameters_finite(step, positions)
             pending = []
             if progress:
                 _draw_progress(epoch + 1, epochs, batch + 1, num_batches)
@@ -248,6 +251,27 @@ def check_finite(losses, step, positions):
         raise TrainingDiverged(epoch + 1, batch + 1, values[bad[0]], updates_before,
                                step.config.learning_rate_at(epoch), first_loss)
     return float(values.sum())
+
+
+def check_parameters_finite(step, positions):
+    """Raises TrainingDiverged naming the parameter array and the updates ``positions`` (0-based
+    (epoch, batch) pairs, the last made) where one of ``step``'s mu and rho turned non-finite
+    with a finite loss (an update that overflows a parameter): nothing is computed, or saved,
+    on NaN. One sum of each flat vector; the arrays are looked at only where a sum is not
+    finite."""
+    sums = nd.concat(nd.sum(step.mu).reshape((1,)), nd.sum(step.rho).reshape((1,)), dim=0)
+    if np.isfinite(sums.asnumpy()).all():
+        return
+    for name, arrays in (("mu", step.mus), ("rho", step.rhos)):
+        for i, array in enumerate(arrays):
+            values = array.asnumpy()
+            bad = ~np.isfinite(values)
+            if bad.any():
+                (epoch, first), (_, last) = positions[0], positions[-1]
+                raise TrainingDiverged(epoch + 1, last + 1, values[bad][0],
+                                       parameter="%s:%d (%d of its %d entries)" % (
+                                           name, i, int(bad.sum()), values.size),
+                                       since_batch=first + 1)
 
 
 def _draw_progress(epoch, epochs, batch, num_batches, width=30):

@@ -308,11 +308,16 @@ def test_max_error_increase_chooses_the_largest_proportion_within_it(small_run, 
     path = tmp_path / "model.gbbb"
     proc = run(COMPRESS, small_run, "--max-error-increase", "2", "--out", path)
     assert proc.returncode == 0, proc.stderr
-    searched = [line for line in proc.stdout.splitlines() if line.startswith("proportion ")]
-    errors = {float(line.split()[1][:-1]): float(line.split()[4][:-1]) for line in searched}
-    unpruned = float(searched[0].split("unpruned ")[1][:-2])
+    lines = proc.stdout.splitlines()
+    assert lines[0].startswith("choosing the proportion on the run's 2000 validation images: "
+                               "the largest whose error is within 2 percentage points")
+    unpruned = float(lines[0].rsplit("(", 1)[1][:-2])
+    searched = [line for line in lines if line.startswith("proportion ")]
+    errors = {float(line.split()[1][:-1]): float(line.split()[3][:-1]) for line in searched}
     header = compressed.read(str(path)).header
     chosen = header["source"]["proportion"]
     within = [p for p, e in errors.items() if e <= unpruned + 2 + 1e-9]
     assert within and chosen == max(within) and max(errors) > chosen
-    assert header["source"]["validation_error"] * 100 == pytest.approx(errors[chosen], abs=0.006)
+    assert header["source"]["error"] * 100 == pytest.approx(errors[chosen], abs=0.006)
+    assert header["source"]["unpruned_error"] * 100 == pytest.approx(unpruned, abs=0.006)
+    assert "warning" not in proc.stdout

@@ -229,6 +229,44 @@ def test_a_signal_whose_handler_runs_in_a_finalizer_still_ends_the_command(name)
     assert proc.stderr.strip() == stopped_by("finalizer", name)
 
 
+INSIDE_A_NATIVE_CALL = """
+import sys, time
+import gluon_bbb
+from gluon_bbb.cli import run_main
+def main(argv):
+    from mxnet import nd
+    a = nd.random.normal(shape=(3000, 3000))
+    for _ in range(60):  # minutes of products on two cores, queued on MXNet's engine
+        a = nd.dot(a, a) * 1e-3
+    print("waiting", flush=True)
+    a.wait_to_read()  # one native call, a wait that no signal interrupts
+    print("went on")
+    return 0
+sys.exit(run_main(main, [], prog="native"))
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["SIGINT", "SIGTERM"])
+def test_a_signal_ends_a_command_stuck_inside_a_native_call_within_seconds(name):
+    from gluon_bbb.cli import STUCK_SECONDS
+    proc = start([sys.executable, "-c", INSIDE_A_NATIVE_CALL])
+    try:
+        assert proc.stdout.readline() == "waiting\n"
+        time.sleep(0.5)
+        sent = time.monotonic()
+        proc.send_signal(getattr(signal, name))
+        proc.wait(timeout=STUCK_SECONDS + 10)
+        took = time.monotonic() - sent
+    finally:
+        proc.kill()
+    assert proc.returncode == 128 + getattr(signal, name)
+    assert STUCK_SECONDS <= took <= STUCK_SECONDS + 3, took
+    assert proc.stderr.read().strip() == stopped_by("native", name) + (
+        "; it was inside a native call that did not return for %g s, so it ends there"
+        % STUCK_SECONDS)
+
+
 @pytest.mark.parametrize("name", ["SIGINT", "SIGTERM"])
 def test_an_interrupt_a_library_turns_into_its_own_error_still_ends_as_an_interrupt(name):
     # as NumPy's import does when interrupted (ImportError with a page of advice), or a C

@@ -169,3 +169,66 @@ def test_the_numpy_predictor_computes_mxnets_network(ctx, description, seed):
     theirs = network(nd.array(X, ctx=ctx), [nd.array(p, ctx=ctx) for p in params]).asnumpy()
     ours = network(X, params, F=compressed.NumPyOperators)
     np.testing.assert_allclose(ours, theirs, rtol=1e-4, atol=1e-5 * (np.abs(theirs).max() + 1))
+
+
+@st.composite
+def tensors(draw):
+    """(mu, sigma, precision, sigma_bits) of one array as ``compression.encode_tensor`` takes
+    it: some entries pruned to 0."""
+    rng = np.random.default_rng(draw(SEEDS))
+    shape = tuple(draw(st.lists(st.integers(1, 9), min_size=1, max_size=4)))
+    mu = (rng.normal(size=shape) * 10.0 ** draw(st.integers(-3, 1))).astype(np.float32)
+    mu[rng.uniform(size=shape) < draw(st.floats(0.0, 1.0))] = 0
+    sigma = np.exp(rng.normal(draw(st.floats(-8.0, 0.0)), draw(st.floats(0.0, 2.0)),
+                              size=shape)).astype(np.float32)
+    return mu, sigma, draw(st.sampled_from([0.0, 0.1, 0.5, 1.0, 3.0])), draw(st.integers(0, 8))
+
+
+@given(tensors())
+def test_an_array_round_trips_through_the_files_coding(case):
+    from gluon_bbb.compression import encode_tensor
+    mu, sigma, precision, sigma_bits = case
+    tensor, blobs = encode_tensor(mu, sigma, precision, sigma_bits)
+    decoded_mu, decoded_sigma, positions, offset = compressed._decode_tensor(
+        mu.shape, tensor, b"".join(blobs), 0)
+    assert offset == sum(len(b) for b in blobs)
+    np.testing.assert_array_equal(positions, np.flatnonzero(mu))
+    assert (decoded_mu[mu == 0] == 0).all()
+    # a kept mean is within half a step of its own value (exact as float32 where the step is 0)
+    np.testing.assert_allclose(decoded_mu, mu, rtol=1e-6, atol=tensor["step"] / 2 * (1 + 1e-5))
+    if sigma_bits:
+        low, high = tensor["log_sigma_range"]
+        grid = (high - low) / ((1 << sigma_bits) - 1)
+        kept = mu != 0
+        np.testing.assert_allclose(np.log(decoded_sigma[kept]), np.log(sigma[kept]),
+                                   atol=grid / 2 + 1e-5)
+    else:
+        assert decoded_sigma is None
+
+
+@given(networks(), st.floats(0.0, 0.99), st.integers(0, 8), SEEDS)
+def test_a_compressed_file_predicts_what_the_pruned_mean_network_does(description, proportion,
+                                                                        sigma_bits, seed):
+    """compress -> read: the units the pruning cut off are removed, the rest is the pruned
+    mean network (float32 means), and the file reads back as the model compress built."""
+    from gluon_bbb.compression import compress_parameters
+    from gluon_bbb.pruning import keep_masks
+    description, features, classes = description
+    network = parse_network(description, features, classes).without_dropout()
+    rng = np.random.default_rng(seed)
+    shapes = network.param_shapes()
+    mus = [(rng.normal(size=s) / np.sqrt(np.prod(s[1:]) if len(s) > 1 else 1))
+           .astype(np.float32) for s in shapes]
+    sigmas = [np.exp(rng.normal(-3, 1, size=s)).astype(np.float32) for s in shapes]
+    model, header, blobs, report = compress_parameters(network, mus, sigmas, sigmas, proportion,
+                                                       0.0, sigma_bits, classes)
+    read = compressed.decode(compressed.pack(dict(header, unsure_entropy_bits=1.0), blobs))
+    X = rng.uniform(size=(3, features)).astype(np.float32)
+    keep = keep_masks(mus, sigmas, proportion)
+    pruned = network(X, [m * k for m, k in zip(mus, keep)], F=compressed.NumPyOperators)
+    scale = np.abs(pruned).max() + 1
+    np.testing.assert_allclose(read.logits(X), pruned, rtol=1e-4, atol=1e-5 * scale)
+    np.testing.assert_array_equal(read.predict(X), model.predict(X))
+    assert report["kept_after_pruning"] == sum(int(k.sum()) for k in keep)
+    if sigma_bits:
+        np.testing.assert_array_equal(read.predict(X, 3, seed=1), model.predict(X, 3, seed=1))
