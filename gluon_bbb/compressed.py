@@ -179,7 +179,11 @@ class CompressedModel:
         return unsure(probs, self.unsure_entropy, self.unsure_probability)
 
     def inputs(self, pixels):
-        """Raw pixel values (N, H, W) or (N, H * W), 0 to 255, as the network takes them."""
+        """Raw pixel values (N, H, W) or (N, H * W), 0 to 255, as the network takes them;
+        ValueError for values that are not such pixels (``pixel_problem``)."""
+        problem = pixel_problem(pixels)
+        if problem:
+            raise ValueError("pixel values: " + problem)
         pixels = np.asarray(pixels, dtype=np.float32)
         return pixels.reshape(pixels.shape[0], -1) / np.float32(self.header["input"]["pixel_scale"])
 
@@ -212,6 +216,29 @@ class CompressedModel:
             for i in range(0, X.shape[0], batch_size):
                 total[i:i + batch_size] += softmax(self.logits(X[i:i + batch_size], weights))
         return (total / num_samples).astype(np.float32)
+
+
+def pixel_problem(pixels):
+    """What keeps ``pixels`` from being raw pixel values 0 to 255 as MNIST's, in words (None
+    where nothing does): NaN or infinity, values outside 0-255, or floats within 0-1, which
+    are images scaled to [0, 1] (every one would be read as nearly black)."""
+    pixels = np.asarray(pixels)
+    if not np.issubdtype(pixels.dtype, np.number) or np.issubdtype(pixels.dtype,
+                                                                   np.complexfloating):
+        return "they hold %s, not numbers" % pixels.dtype
+    values = pixels.astype(np.float64)
+    if not np.isfinite(values).all():
+        return "%d of them are NaN or infinite" % int(np.sum(~np.isfinite(values)))
+    if values.size == 0:
+        return None
+    low, high = values.min(), values.max()
+    if low < 0 or high > 255:
+        return "they must lie in [0, 255] (MNIST's raw values), these run from %g to %g" % (
+            low, high)
+    if np.issubdtype(pixels.dtype, np.floating) and 0 < high <= 1:
+        return ("they run from %g to %g, as images scaled to [0, 1] do; the model takes MNIST's "
+                "raw values 0 to 255 (multiply the array by 255)" % (low, high))
+    return None
 
 
 def unsure(probs, entropy_bits_above, probability_below=UNSURE_PROBABILITY):

@@ -154,8 +154,10 @@ def _read_npy(path):
         array = np.load(path, allow_pickle=False)
     except (OSError, ValueError) as exc:
         raise InputError("%s: not a readable .npy array (%s)", path, exc) from None
-    if not np.issubdtype(array.dtype, np.number) or np.issubdtype(array.dtype, np.complexfloating):
-        raise InputError("%s: holds %s, not pixel values", path, array.dtype)
+    from .compressed import pixel_problem
+    problem = pixel_problem(array)
+    if problem:
+        raise InputError("%s: pixel values: %s", path, problem)
     shape = array.shape
     if shape in ((SIDE, SIDE), (SIDE * SIDE,)):
         array = array.reshape(1, SIDE, SIDE)
@@ -166,18 +168,6 @@ def _read_npy(path):
                          "(N, 28, 28) or (N, 784)", path, shape)
     if array.size == 0:
         raise InputError("%s: holds no image", path)
-    floats = np.issubdtype(array.dtype, np.floating)
-    array = array.astype(np.float64)
-    if not np.all(np.isfinite(array)):
-        raise InputError("%s: holds %d NaN or infinite values; pixel values are numbers from "
-                         "0 to 255", path, int(np.sum(~np.isfinite(array))))
-    if array.min() < 0 or array.max() > 255:
-        raise InputError("%s: pixel values must lie in [0, 255] (MNIST's raw values), these "
-                         "run from %g to %g", path, array.min(), array.max())
-    if floats and 0 < array.max() <= 1:
-        raise InputError("%s: pixel values run from %g to %g, as images scaled to [0, 1] do; the "
-                         "model takes MNIST's raw values 0 to 255 (multiply the array by 255)",
-                         path, array.min(), array.max())
     return array.astype(np.float32)
 
 

@@ -278,7 +278,7 @@ def test_bad_inputs_and_models_are_one_line(tmp_path):
             (path, [tmp_path / "notes.txt"], "notes.txt: not a PNG image, a .npy array or an "
                                              "IDX image file"),
             (path, [tmp_path / "fake.png"], "fake.png: not a readable PNG image"),
-            (path, [tmp_path / "big.npy"], "pixel values must lie in [0, 255]"),
+            (path, [tmp_path / "big.npy"], "pixel values: they must lie in [0, 255]"),
             (path, [tmp_path / "shape.npy"], "an array of shape (5, 5)"),
             (tmp_path / "notes.txt", [tmp_path / "c.png"], "is not a compressed gluon-bbb "
                                                             "model"),

@@ -111,65 +111,6 @@ def test_net_matches_numpy(ctx):
     np.testing.assert_allclose(out.asnumpy(), np_net(X, params), rtol=1e-5, atol=1e-5)
 
 
-def np_convolution(x, W, b, stride=1, pad=0, dilate=1):
-    """out[n, c, i, j] = b[c] + sum W[c, k, u, v] xp[n, k, i s + u d, j s + v d] over k, u, v,
-    xp: x with ``pad`` zeros on each side; and the same sums taken backwards for the gradients
-    of sum(head * out). Returns (out, a function of head giving (d x, d W, d b))."""
-    kernel = W.shape[2]
-    xp = np.pad(x, ((0, 0), (0, 0), (pad, pad), (pad, pad)))
-    rows = (xp.shape[2] - dilate * (kernel - 1) - 1) // stride + 1
-    cols = (xp.shape[3] - dilate * (kernel - 1) - 1) // stride + 1
-    window = lambda u, v: (slice(None), slice(None),
-                           slice(u * dilate, u * dilate + stride * (rows - 1) + 1, stride),
-                           slice(v * dilate, v * dilate + stride * (cols - 1) + 1, stride))
-    out = np.zeros((x.shape[0], W.shape[0], rows, cols)) + b[None, :, None, None]
-    for u in range(kernel):
-        for v in range(kernel):
-            out += np.einsum("ck,nkij->ncij", W[:, :, u, v], xp[window(u, v)])
-
-    def gradients(head):
-        grad_W, grad_xp = np.zeros_like(W), np.zeros_like(xp)
-        for u in range(kernel):
-            for v in range(kernel):
-                grad_W[:, :, u, v] = np.einsum("ncij,nkij->ck", head, xp[window(u, v)])
-                grad_xp[window(u, v)] += np.einsum("ncij,ck->nkij", head, W[:, :, u, v])
-        grad_x = grad_xp[:, :, pad:pad + x.shape[2], pad:pad + x.shape[3]]
-        return grad_x, grad_W, head.sum(axis=(0, 2, 3))
-    return out, gradients
-
-
-@pytest.mark.parametrize("in_channels", [1, 3])  # 1: the dense product over patches
-@pytest.mark.parametrize("stride, pad, dilate", [(1, 0, 1), (2, 1, 2)])
-def test_convolution_and_its_gradients_match_numpy(ctx, in_channels, stride, pad, dilate):
-    from mxnet import sym
-    from gluon_bbb.network import convolution
-    rng = np.random.default_rng(2)
-    x, W, b = (rng.normal(size=s) for s in ((5, in_channels, 6, 9), (4, in_channels, 3, 3),
-                                               (4,)))
-    expected, gradients = np_convolution(x, W, b, stride, pad, dilate)
-    head = rng.normal(size=expected.shape)  # d loss / d out of loss = sum(head * out)
-    options = dict(num_filter=4, kernel=(3, 3), in_channels=in_channels, stride=(stride,) * 2,
-                   pad=(pad,) * 2, dilate=(dilate,) * 2)
-    inputs = [nd.array(a, ctx=ctx) for a in (x, W, b)]
-    for array in inputs:
-        array.attach_grad()
-    with autograd.record():
-        out = convolution(nd, *inputs, **options)
-        loss = nd.sum(out * nd.array(head, ctx=ctx))
-    loss.backward()
-    assert out.shape == expected.shape and out.context == ctx
-    np.testing.assert_allclose(out.asnumpy(), expected, rtol=1e-5, atol=1e-5)
-    for array, want in zip(inputs, gradients(head)):
-        np.testing.assert_allclose(array.grad.asnumpy(), want, rtol=1e-5, atol=1e-4)
-    # not recorded (MXNet's Convolution for any input) and in a symbolic graph, where the
-    # shapes are not known when it is written
-    np.testing.assert_allclose(convolution(nd, *inputs, **options).asnumpy(), expected,
-                               rtol=1e-5, atol=1e-5)
-    graph = convolution(sym, sym.var("x"), sym.var("W"), sym.var("b"), **options)
-    got = graph.eval(ctx=ctx, x=inputs[0], W=inputs[1], b=inputs[2])[0]
-    np.testing.assert_allclose(got.asnumpy(), expected, rtol=1e-5, atol=1e-5)
-
-
 def test_log_gaussian(ctx):
     x = np.array([-2.0, 0.0, 0.5, 3.0])
     mu = np.array([0.0, 0.1, -0.5, 3.0])

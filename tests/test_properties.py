@@ -13,7 +13,33 @@ from mxnet import autograd, nd, sym
 
 from gluon_bbb import compressed
 from gluon_bbb.network import MaxPool2D, convolution, parse_network
-from test_model import np_convolution
+
+def np_convolution(x, W, b, stride=1, pad=0, dilate=1):
+    """out[n, c, i, j] = b[c] + sum W[c, k, u, v] xp[n, k, i s + u d, j s + v d] over k, u, v,
+    xp: x with ``pad`` zeros on each side; and the same sums taken backwards for the gradients
+    of sum(head * out). Returns (out, a function of head giving (d x, d W, d b))."""
+    kernel = W.shape[2]
+    xp = np.pad(x, ((0, 0), (0, 0), (pad, pad), (pad, pad)))
+    rows = (xp.shape[2] - dilate * (kernel - 1) - 1) // stride + 1
+    cols = (xp.shape[3] - dilate * (kernel - 1) - 1) // stride + 1
+    window = lambda u, v: (slice(None), slice(None),
+                           slice(u * dilate, u * dilate + stride * (rows - 1) + 1, stride),
+                           slice(v * dilate, v * dilate + stride * (cols - 1) + 1, stride))
+    out = np.zeros((x.shape[0], W.shape[0], rows, cols)) + b[None, :, None, None]
+    for u in range(kernel):
+        for v in range(kernel):
+            out += np.einsum("ck,nkij->ncij", W[:, :, u, v], xp[window(u, v)])
+
+    def gradients(head):
+        grad_W, grad_xp = np.zeros_like(W), np.zeros_like(xp)
+        for u in range(kernel):
+            for v in range(kernel):
+                grad_W[:, :, u, v] = np.einsum("ncij,nkij->ck", head, xp[window(u, v)])
+                grad_xp[window(u, v)] += np.einsum("ncij,ck->nkij", head, W[:, :, u, v])
+        grad_x = grad_xp[:, :, pad:pad + x.shape[2], pad:pad + x.shape[3]]
+        return grad_x, grad_W, head.sum(axis=(0, 2, 3))
+    return out, gradients
+
 
 CHANNELS = st.one_of(st.integers(1, 70), st.sampled_from([8, 16, 24, 32, 40, 48, 64]))
 SEEDS = st.integers(0, 2 ** 32 - 1)
