@@ -112,6 +112,12 @@ def _ended_even_inside_native_code(prog):
         return None if frame is None else (id(frame), frame.f_lasti)
 
     def watch():
+        try:
+            watch_until_the_command_ends()
+        finally:
+            os.close(read_end)
+
+    def watch_until_the_command_ends():
         while True:
             try:
                 received = os.read(read_end, 64)
@@ -142,12 +148,11 @@ def _ended_even_inside_native_code(prog):
     try:
         yield
     finally:
+        # nothing here waits: the watcher ends on its own (the closed pipe wakes it) and closes
+        # its end of the pipe
         inside.clear()
         signal.set_wakeup_fd(previous)
-        os.write(write_end, b"\0")  # wakes the watcher, which ends
-        watcher.join(1.0)
         os.close(write_end)
-        os.close(read_end)
 
 
 @contextlib.contextmanager
@@ -245,7 +250,8 @@ def run_main(main, argv=None, prog=None):
     written or read, and SIGINT or SIGTERM into one line on stderr and a non-zero status."""
     prog = prog or os.path.basename(sys.argv[0])
     try:
-        with _ended_even_inside_native_code(prog), _interrupts_raised():
+        # the handlers are put back last, as the command's very last act
+        with _interrupts_raised(), _ended_even_inside_native_code(prog):
             status = main(argv)
         # flushed here, where a vanished reader is caught, not at exit, where Python would
         # print "Exception ignored ... BrokenPipeError" and exit with status 120
