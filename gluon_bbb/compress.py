@@ -137,9 +137,13 @@ def main(argv=None, prog=PROG):
               args.out, size, dense_bytes / size, dense_bytes, 100 * error, where,
               100 * dense_error, header["unsure_entropy_bits"], UNSURE_PROBABILITY))
     if error > dense_error + limit / 100.0:
-        print("warning: --proportion %g costs %.2f percentage points on %s, more than the %g a "
-              "compress without --proportion allows" % (
-                  args.proportion, 100 * (error - dense_error), where, limit), flush=True)
+        what = ("--proportion %g" % args.proportion if args.proportion is not None else
+                "no proportion is within it: with nothing pruned, --precision %g" % args.precision)
+        print("warning: %s costs %.2f percentage points on %s, more than the %g a compress "
+              "without --proportion allows%s" % (
+                  what, 100 * (error - dense_error), where, limit,
+                  "" if args.proportion is not None else
+                  " (a smaller --precision costs less; 0 keeps float32 means)"), flush=True)
     return 0
 
 

@@ -220,8 +220,9 @@ class CompressedModel:
 
 def pixel_problem(pixels):
     """What keeps ``pixels`` from being raw pixel values 0 to 255 as MNIST's, in words (None
-    where nothing does): NaN or infinity, values outside 0-255, or floats within 0-1, which
-    are images scaled to [0, 1] (every one would be read as nearly black)."""
+    where nothing does): NaN or infinity, values outside 0-255, or values within 0-1 that are
+    not all 0, which are images scaled to [0, 1] (floats, or a binary image of 0s and 1s):
+    every one would be read as nearly black."""
     pixels = np.asarray(pixels)
     if not np.issubdtype(pixels.dtype, np.number) or np.issubdtype(pixels.dtype,
                                                                    np.complexfloating):
@@ -235,7 +236,7 @@ def pixel_problem(pixels):
     if low < 0 or high > 255:
         return "they must lie in [0, 255] (MNIST's raw values), these run from %g to %g" % (
             low, high)
-    if np.issubdtype(pixels.dtype, np.floating) and 0 < high <= 1:
+    if 0 < high <= 1:
         return ("they run from %g to %g, as images scaled to [0, 1] do; the model takes MNIST's "
                 "raw values 0 to 255 (multiply the array by 255)" % (low, high))
     return None

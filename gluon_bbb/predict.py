@@ -84,8 +84,13 @@ def read_inputs(paths, invert=False, resize=False):
         else:
             raise InputError("%s: not a PNG image, a .npy array or an IDX image file (by its "
                              "name)", path)
+        from .compressed import pixel_problem
         for i, image in enumerate(found):
-            names.append(path if len(found) == 1 else "%s[%d]" % (path, i))
+            name = path if len(found) == 1 else "%s[%d]" % (path, i)
+            problem = pixel_problem(image)
+            if problem:
+                raise InputError("%s: pixel values: %s", name, problem)
+            names.append(name)
             images.append(image)
     pixels = np.stack(images).astype(np.float32)
     return names, (255.0 - pixels if invert else pixels)

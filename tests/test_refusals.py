@@ -90,6 +90,8 @@ def test_predict_takes_or_refuses_each_kind_of_odd_input(tmp_path):
     nan = np.zeros((28, 28))
     nan[3, 4] = np.nan
     np.save(tmp_path / "nan.npy", nan)
+    np.save(tmp_path / "binary.npy", (digit > 128).astype(np.int64))  # 0s and 1s
+    Image.fromarray((digit > 128).astype(np.uint8)).save(tmp_path / "binary.png")
     for inputs, expected in (
             ([tmp_path / "see-through.png"], "has transparent pixels"),
             ([tmp_path / "huge.png"], "huge.png: too large to be a digit (over 89 million "
@@ -101,7 +103,10 @@ def test_predict_takes_or_refuses_each_kind_of_odd_input(tmp_path):
             ([tmp_path / "folder"], "folder: a directory; give the image files in it"),
             ([tmp_path / "unit.npy"], "as images scaled to [0, 1] do; the model takes MNIST's "
                                       "raw values 0 to 255 (multiply the array by 255)"),
-            ([tmp_path / "nan.npy"], "nan.npy: pixel values: 1 of them are NaN or infinite")):
+            ([tmp_path / "nan.npy"], "nan.npy: pixel values: 1 of them are NaN or infinite"),
+            ([tmp_path / "binary.npy"], "binary.npy: pixel values: they run from 0 to 1, as "
+                                        "images scaled to [0, 1] do"),
+            ([tmp_path / "binary.png"], "binary.png: pixel values: they run from 0 to 1")):
         assert_one_line_error(run(PREDICT, model, *inputs), expected)
 
 
@@ -222,6 +227,13 @@ def test_compress_without_flags_chooses_on_training_images_and_says_so(quick_run
     assert warning.startswith("warning: --proportion 0.995 costs ") and warning.endswith(
         " percentage points on 2000 of the images the run trained on (it holds out no "
         "validation images), more than the 0.25 a compress without --proportion allows")
+    # where the quantized means alone cost more than the allowance, no proportion is within it
+    proc = run(COMPRESS, quick_run, "--max-error-increase", "0", "--precision", "4", "--out",
+               tmp_path / "coarse.gbbb")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines()[-1].startswith(
+        "warning: no proportion is within it: with nothing pruned, --precision 4 costs ")
+    assert compressed.read(str(tmp_path / "coarse.gbbb")).header["source"]["proportion"] == 0
 
 
 @pytest.mark.slow
