@@ -349,8 +349,13 @@ def test_ctrl_c_while_mxnet_frees_or_builds_an_ndarray_ends_training_on_one_line
     proc = run([sys.executable, "-c", program], "--out", str(out), "--epochs", "100000",
                *SMALL, timeout=120)
     assert proc.returncode == 130, proc.stderr
-    assert proc.stderr.strip() == stopped_by("train_mnist.py", "SIGINT") + (
-        "; 1 completed epoch is saved in %s; --resume continues the run" % out), proc.stderr
+    # the signal comes right after epoch 1 is saved; where its handler lands in a finalizer it
+    # is sent again 10 ms later, and again, until it lands in the program's own code. An epoch
+    # here takes about 50 ms, so on a loaded machine the next epoch may be saved first (seen
+    # in CI): not lost either way (before the fix, training went on past epoch 7)
+    assert proc.stderr.strip() in [stopped_by("train_mnist.py", "SIGINT") + (
+        "; %s saved in %s; --resume continues the run" % (saved, out))
+        for saved in ("1 completed epoch is", "2 completed epochs are")], proc.stderr
 
 
 def test_smaller_messages(tmp_path, trained_run):
