@@ -35,7 +35,8 @@ class Config:
     ``deterministic`` (formerly ``mlp``), a baseline trained on the mean weights with the same
     data and optimizer (likelihood only, no prior; rho unused by both).
     ``estimator``: ``sample`` draws weights (the tutorial), ``lrt`` draws pre-activations
-    (local reparametrization); ``kl``: ``mc`` estimates log q - log P at the sampled weights
+    (local reparametrization), ``flipout`` draws one weight perturbation with random signs per
+    example (Flipout); ``kl``: ``mc`` estimates log q - log P at the sampled weights
     (the tutorial), ``analytic`` uses the closed form (Gaussian prior only);
     ``kl_direction``: ``reverse``, KL(q || P) (the ELBO), or ``forward``, KL(P || q) (mass
     covering; the ndarray backend). These choices

@@ -24,7 +24,7 @@ import numpy as np
 
 from . import modes
 
-ABI_VERSION = 4           # must match ABI_VERSION in _fused.c
+ABI_VERSION = 5           # must match ABI_VERSION in _fused.c
 
 _P, _I64, _U64, _F32 = ctypes.c_void_p, ctypes.c_int64, ctypes.c_uint64, ctypes.c_float
 _SIGNATURES = {
@@ -34,6 +34,7 @@ _SIGNATURES = {
     "bbb_sample_weights": ([_I64, _P, _P, _U64, _U64, _U64, _P, _P], None),
     "bbb_kl_gradients": ([_I64, _P, _P, _P, _P, _P, _P, ctypes.c_int, _F32, ctypes.c_int,
                           ctypes.c_int, _F32, _F32, _F32, _P, _P], ctypes.c_double),
+    "bbb_serves": ([ctypes.c_int] * 3, ctypes.c_int),
     "bbb_perturb": ([_I64, _P, _P, _P, _P, _P, _P], None),
     "bbb_sgd_update": ([_I64, _P, _P, _F32, _F32, _F32], None),
     "bbb_adam_update": ([_I64, _P, _P, _P, _P] + [_F32] * 6, None),
@@ -130,6 +131,16 @@ def perturb(mu, rho, eps, sigma=None, delta=None, w=None):
         _host_pointer(w, write=True) if w is not None else None)
 
 
+def serves(kind, kl_code, prior_code):
+    """Whether the C kernels implement the data term ``kind`` (an estimator's
+    ``kernel_data_kind``), the KL estimate ``kl_code`` (``kernel_code``) and the prior
+    ``prior_code`` (the first of its ``kernel_args``) together: the C code's own answer
+    (``bbb_serves``), so that Python and C cannot disagree about what it serves."""
+    if None in (kind, kl_code, prior_code):
+        return False
+    return bool(library().bbb_serves(kind, kl_code, prior_code))
+
+
 def kl_gradients(mu, rho, eps, w, grad_data_mu, grad_data_sigma, kind, kl_weight, prior, kl,
                  grad_mu, grad_rho):
     """The KL term summed over the N entries (a float) and the loss's gradients: fills
@@ -144,6 +155,10 @@ def kl_gradients(mu, rho, eps, w, grad_data_mu, grad_data_sigma, kind, kl_weight
     arrays (N,) float32 on a CPU context.
     """
     density, pi, sigma1, sigma2 = prior.kernel_args()
+    if not serves(kind, kl.kernel_code, density):
+        raise ValueError("the native kernels do not serve data term %r, KL estimate %r and "
+                         "prior %r together (step.choose_backend keeps such a run on the "
+                         "ndarray backend)" % (kind, kl.kernel_code, density))
     return library().bbb_kl_gradients(
         rho.size, _host_pointer(mu), _host_pointer(rho), _host_pointer(eps), _host_pointer(w),
         _host_pointer(grad_data_mu), _host_pointer(grad_data_sigma), kind,

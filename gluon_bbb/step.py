@@ -42,11 +42,25 @@ def choose_backend(config, ctx, backend=None):
         why_not = "the native kernels do not implement the %s KL" % config.kl_direction
     elif not native.available():
         why_not = native.unavailable_reason()
+    elif not _served_natively(config):
+        # the C code's own table (native.serves), asked for this run's prior too: a prior it
+        # does not know never trains with another prior's formulas
+        why_not = "the native kernels do not implement prior %s with the %s KL" % (
+            config.prior, config.kl)
     if backend == "native" and why_not:
         raise ConfigError("backend", backend, "ndarray here: %s" % why_not)
     if backend == "ndarray":
         return backend, "asked for"
     return ("ndarray", why_not) if why_not else ("native", None)
+
+
+def _served_natively(config):
+    """Whether the C kernels implement this config's estimator, KL estimate and prior together
+    (a prior without ``kernel_args`` is not theirs)."""
+    prior = config.build_prior()
+    kernel_args = getattr(prior, "kernel_args", None)
+    return kernel_args is not None and native.serves(
+        config.estimator_kind.kernel_data_kind, config.kl_kind.kernel_code, kernel_args()[0])
 
 
 def training_memory_bytes(config):

@@ -95,9 +95,10 @@ def build_parser(prog=PROG, raise_errors=False):
     parser.add_argument("--ood-data-dir", help="another MNIST-format dataset's test images "
                         "for the out-of-distribution part of the report")
     parser.add_argument("--backend", choices=("native", "ndarray"),
-                        help="native: the C kernels (CPU, weight sampling); ndarray: MXNet "
-                        "operators (any context, any estimator); default: native where it "
-                        "serves")
+                        help="native: the C kernels (CPU contexts; every estimator, the "
+                        "reverse KL, the Gaussian and scale-mixture priors); ndarray: MXNet "
+                        "operators (any context, everything); default: native where it serves, "
+                        "and the run says why where it does not")
     types = {field.name: FLAG_TYPES[field.type] for field in dataclasses.fields(Config)}
     for field, text in CONFIG_FLAGS.items():
         default = getattr(defaults, field)

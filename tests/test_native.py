@@ -207,6 +207,53 @@ def test_asking_for_the_native_backend_where_it_cannot_serve_is_an_error(ctx, mn
               log=lambda line: None, progress=False, backend="native")
 
 
+def test_the_c_kernels_say_what_they_serve_and_refuse_the_rest(ctx, native_kernels):
+    from gluon_bbb import modes
+    kinds = {modes.estimator(name).kernel_data_kind for name in ("sample", "lrt", "flipout")}
+    estimates = {modes.kl_estimate(name).kernel_code for name in ("mc", "analytic")}
+    priors = {GaussianPrior(): True, ScaleMixturePrior(): False}  # has a closed-form KL
+    for kind in kinds:
+        for code in estimates:
+            for prior, closed_form in priors.items():
+                expected = code == modes.kl_estimate("mc").kernel_code or closed_form
+                assert native_kernels.serves(kind, code, prior.kernel_args()[0]) == expected
+    for unknown in ((3, 0, 0), (-1, 0, 0), (0, 2, 0), (0, 0, 2), (0, 0, -1)):
+        assert not native_kernels.serves(*unknown)
+    # called with a prior code it does not know, the kernel computes nothing it could mistake
+    # for another prior's formulas
+    n = 16
+    arrays = [nd.ones(n, ctx=ctx) for _ in range(8)]
+    total = native_kernels.library().bbb_kl_gradients(
+        n, *(native_kernels._host_pointer(a) for a in arrays[:6]), 0, 1.0, 0, 7, 0.5, 1.0, 0.1,
+        native_kernels._host_pointer(arrays[6], write=True),
+        native_kernels._host_pointer(arrays[7], write=True))
+    assert math.isnan(total)
+    assert np.isnan(arrays[6].asnumpy()).all() and np.isnan(arrays[7].asnumpy()).all()
+
+
+def test_a_prior_the_c_kernels_do_not_know_trains_on_the_ndarray_backend(ctx, mnist,
+                                                                       native_kernels,
+                                                                       monkeypatch):
+    from gluon_bbb.errors import ConfigError
+    from gluon_bbb.step import choose_backend
+    config = Config(epochs=1, train_size=256, prior="scale_mixture")
+    assert choose_backend(config, ctx) == ("native", None)
+    monkeypatch.setattr(ScaleMixturePrior, "kernel_args", lambda self: (7, self.pi, 1.0, 0.1))
+    assert choose_backend(config, ctx) == (
+        "ndarray", "the native kernels do not implement prior scale_mixture with the mc KL")
+    with pytest.raises(ConfigError, match="backend must be ndarray here: the native kernels do "
+                                          "not implement prior scale_mixture"):
+        choose_backend(config, ctx, "native")
+    with pytest.raises(ValueError, match="do not serve data term 0, KL estimate 0 and prior 7"):
+        native_kernels.kl_gradients(*[nd.ones(4, ctx=ctx)] * 6, 0, 1.0, config.build_prior(),
+                                    kl_estimate("mc"), nd.zeros(4, ctx=ctx),
+                                    nd.zeros(4, ctx=ctx))
+    lines = []
+    train(config, mnist, ctx, log=lines.append, progress=False)
+    assert lines[0].endswith("native not used: the native kernels do not implement prior "
+                             "scale_mixture with the mc KL)")
+
+
 def test_training_without_the_built_library_gives_the_same_run(ctx, mnist, monkeypatch):
     # no C compiler at install: NumPy's Philox draws the same noise, MXNet does the rest
     config = Config(epochs=1, train_size=1024, seed=5)
