@@ -15,25 +15,18 @@ The strings are what a config's ``likelihood`` field holds (``parse_likelihood``
 """
 import math
 
+from .elementwise import LOG_SQRT_2PI, operators
 from .errors import ConfigError
 from .network import LogVariance
 
-LOG_SQRT_2PI = 0.5 * math.log(2.0 * math.pi)
 # A predicted log variance is clipped to +-20 (standard deviations from 4.5e-5 to 22,000):
 # exp(-log variance) stays finite in float32 however far an untrained head strays
 LOG_VARIANCE_LIMIT = 20.0
 
 
-def _operators(F):
-    """``F``, or MXNet's NDArray operators where none is given."""
-    if F is None:
-        from mxnet import nd as F
-    return F
-
-
 def log_softmax_likelihood(yhat_linear, y_one_hot, F=None):
     """Per-example log p(y | x, w) from logits (batch, classes) and one-hot labels; (batch,)."""
-    F = _operators(F)
+    F = operators(F)
     return F.sum(y_one_hot * F.log_softmax(yhat_linear, axis=1), axis=1)
 
 
@@ -44,7 +37,7 @@ def clip_log_variance(log_variance, F):
 def gaussian_log_likelihood(y, mean, log_variance, F=None):
     """Per-example log N(y | mean, exp(log_variance)), summed over the targets; y, mean and
     log_variance (batch, targets), the log variance clipped to +-LOG_VARIANCE_LIMIT; (batch,)."""
-    F = _operators(F)
+    F = operators(F)
     log_variance = clip_log_variance(log_variance, F)
     return F.sum(-LOG_SQRT_2PI - 0.5 * log_variance
                  - 0.5 * F.square(y - mean) * F.exp(-log_variance), axis=1)

@@ -20,13 +20,13 @@ autograd of ``combined_loss``.
 import numpy as np
 from mxnet import nd
 
+# the tutorial's names, from the modules that own them
+from .elementwise import (LOG_SQRT_2PI, SOFTPLUS_FLOOR, log_gaussian, sigmoid,  # noqa: F401
+                          softplus, total)
 from .likelihood import gaussian_log_likelihood, log_softmax_likelihood  # noqa: F401
 from .network import Conv2D, mlp, mlp_of
-from .priors import (LOG_SQRT_2PI, GaussianPrior, ScaleMixturePrior,  # noqa: F401
-                     gaussian_prior, prior_for, scale_mixture_prior)
-# rho is floored here in softplus and sigmoid, as in the C kernels (_fused.c): sigma bottoms
-# out at softplus(-80) = 1.8e-35, so log sigma and 1/sigma stay finite for any rho
-SOFTPLUS_FLOOR = -80.0
+from .priors import (GaussianPrior, ScaleMixturePrior, gaussian_prior, prior_for,  # noqa: F401
+                     scale_mixture_prior)
 
 
 def layer_param_shapes(num_inputs=784, num_hidden=400, num_layers=2, num_outputs=10):
@@ -59,27 +59,6 @@ def sample_epsilons(param_shapes, ctx, noise=None):
     if noise is not None:
         return [noise.normal(shape) for shape in param_shapes]
     return [nd.random.normal(shape=shape, ctx=ctx, dtype="float32") for shape in param_shapes]
-
-
-def softplus(x, F=nd):
-    """log(1 + exp(x)) elementwise, with x floored at ``SOFTPLUS_FLOOR`` as in the C kernels:
-    relu(x) - log1p(-sigmoid(-|x|)), exact in both tails, no overflow for large x. ``F=sym``
-    builds the same in a graph (the Gluon blocks' forward).
-
-    -|x| is written x - 2 relu(x) so that autograd's gradient is sigmoid(x) everywhere, 0.5 at
-    x = 0 included. exp(-|x|) comes from ``sigmoid``, whose CPU kernel is vectorised, where
-    ``nd.exp`` is not. MXNet's float32 ``softrelu`` is not used: it returns -1.9e-6 at x = -20.
-    """
-    x = F.maximum(x, SOFTPLUS_FLOOR)
-    positive_part = F.relu(x)
-    return positive_part - F.log1p(-sigmoid(x - 2.0 * positive_part, F))
-
-
-def sigmoid(x, F=nd):
-    """1 / (1 + exp(-x)) elementwise, the derivative of ``softplus``. ``Activation`` runs
-    oneDNN's vectorised kernel on the CPU: 0.3 ms for 478k floats here against 2.5 ms for
-    ``nd.sigmoid``, within 2.5e-7 relative of float64 (float64 inputs take MXNet's own)."""
-    return F.Activation(x, act_type="sigmoid")
 
 
 def transform_rhos(rhos, F=nd):
@@ -131,18 +110,6 @@ def flipout_net(X, mus, deltas, noise, F=nd, network=None):
         return layer(F, h, mus[i:i + 2], shape) + F.broadcast_mul(
             layer(F, flipped, deltas[i:i + 2], shape), signs_out)
     return network.run(X, draw, F)
-
-
-def total(x):
-    """The sum of all entries of ``x``, shape (1,), as a BLAS dot with ones: on the CPU 30 times
-    faster than ``nd.sum``, which reduces on one thread (3 ms for 478k entries on 2 cores)."""
-    flat = x.reshape((-1,))
-    return nd.dot(flat, nd.ones_like(flat))
-
-
-def log_gaussian(x, mu, sigma):
-    """Elementwise log N(x | mu, sigma^2); mu and sigma broadcast against x."""
-    return -LOG_SQRT_2PI - nd.log(sigma) - (x - mu) ** 2 / (2.0 * sigma ** 2)
 
 
 def combined_loss(output, label_one_hot, params, mus, sigmas, log_prior, log_likelihood,

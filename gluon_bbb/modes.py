@@ -12,6 +12,7 @@ what computes on arrays imports it when called.
 """
 import math
 
+from .elementwise import LOG_SQRT_2PI, total
 from .errors import ConfigError
 
 
@@ -357,7 +358,6 @@ class MonteCarloKL(KLEstimate):
 
     def closed_term(self, prior, mu, sigma, kl_weight):
         from mxnet import nd
-        from .model import total
         return -(kl_weight * total(nd.log(sigma))), None, -kl_weight / sigma
 
 
@@ -391,7 +391,6 @@ class ForwardMonteCarloKL(KLEstimate):
         """``(sum of log P(w) - log q(w), d/dmu, d/dsigma)`` at the prior sample of
         ``noise``."""
         from mxnet import nd
-        from .model import LOG_SQRT_2PI, total
         w = prior.sample(noise, mu.size)
         z = (w - mu) / sigma
         log_q_sum = -total(nd.log(sigma)) - 0.5 * total(z * z) - mu.size * LOG_SQRT_2PI
@@ -412,7 +411,6 @@ class ForwardClosedFormKL(ClosedFormKL):
 
 def _weighted(terms, kl_weight):
     """A closed form's (elementwise value, d/dmu, d/dsigma), summed and weighted."""
-    from .model import total
     value, d_mu, d_sigma = terms
     return kl_weight * total(value), kl_weight * d_mu, kl_weight * d_sigma
 

@@ -22,7 +22,6 @@ import sys
 import mxnet as mx
 import numpy as np
 
-from . import modes
 
 ABI_VERSION = 5           # must match ABI_VERSION in _fused.c
 
@@ -184,14 +183,14 @@ class Workspace:
 
 
 def combined_loss_gradients(X, y_one_hot, mu, rho, noise, num_samples, prior, kl_weight,
-                            graph, workspace, kl="mc", estimator="sample"):
+                            graph, workspace, kl, estimator):
     """``ndarray_backend.combined_loss_gradients`` on a CPU context, the noise of
     ``num_samples`` Philox streams of ``noise`` (a ``noise.PhiloxNoise``), the same draws as the
-    ndarray backend takes; ``kl`` and ``estimator``: ``modes.py`` objects or their names (the
-    estimator's ``native_data_term`` gives the data term). Returns ``(loss (1,), dL/dmu (N,),
+    ndarray backend takes; ``kl`` and ``estimator``: ``modes.py`` objects (the estimator's
+    ``native_data_term`` gives the data term). Returns ``(loss (1,), dL/dmu (N,),
     dL/drho (N,))``; with one sample the gradients live in ``workspace`` and are overwritten by
     its next step."""
-    ws, kl, estimator = workspace, modes.kl_estimate(kl), modes.estimator(estimator)
+    ws = workspace
     loss = grad_mu = grad_rho = None
     for sample in range(num_samples):
         nll, data_mu, data_sigma, eps, w = estimator.native_data_term(

@@ -16,7 +16,8 @@ from mxnet import autograd, nd, sym
 
 from . import modes
 from .likelihood import Categorical
-from .model import LOG_SQRT_2PI, SOFTPLUS_FLOOR, sigmoid, transform_rhos
+from .elementwise import LOG_SQRT_2PI, SOFTPLUS_FLOOR, sigmoid
+from .model import transform_rhos
 from .network import Network, mlp_of
 
 

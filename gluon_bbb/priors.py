@@ -11,9 +11,8 @@ not loaded); the density's operators come with the first call.
 """
 import math
 
+from .elementwise import LOG_SQRT_2PI, sigmoid, softplus, total
 from .errors import ConfigError
-
-LOG_SQRT_2PI = 0.5 * math.log(2.0 * math.pi)
 # what the C kernels call each prior's density (_fused.c)
 GAUSSIAN_KERNEL, SCALE_MIXTURE_KERNEL = 0, 1
 
@@ -107,7 +106,6 @@ class ScaleMixturePrior:
     def log_density_and_gradient(self, x, gradient=True):
         """(the summed log density (1,), elementwise d log P / dx or None), where
         d log P / dx = -x (share1 / s1^2 + share2 / s2^2)."""
-        from .model import sigmoid, softplus, total
         nd = _nd()
         x2 = nd.square(x)
         k1, k2 = 0.5 / self.sigma_p1 ** 2, 0.5 / self.sigma_p2 ** 2

@@ -148,7 +148,7 @@ def test_native_backend_with_a_learned_noise_equals_autograd(ctx, native_kernels
     noise = PhiloxNoise(ctx, seed=6)
     got = native_kernels.combined_loss_gradients(
         X, y, mu, rho, noise, 1, prior_for(config), 0.5, NetworkGraph(network, likelihood),
-        native_kernels.Workspace(layout.size, ctx))
+        native_kernels.Workspace(layout.size, ctx), config.kl_kind, config.estimator_kind)
     f64 = lambda a: a.astype("float64")  # noqa: E731
     eps = nd.array(philox_normals_reference(layout.size, noise.key, 0), ctx=ctx, dtype="float64")
     reference = tutorial_gradients(

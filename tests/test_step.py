@@ -70,7 +70,8 @@ def test_native_backend_equals_autograd_of_combined_loss(ctx, native_kernels, mn
     noise = PhiloxNoise(ctx, seed=7)
     got = native_kernels.combined_loss_gradients(
         X, y, mu, rho, noise, num_samples, prior_for(config), 0.003,
-        NetworkGraph(layout.shapes), native_kernels.Workspace(layout.size, ctx), kl)
+        NetworkGraph(layout.shapes), native_kernels.Workspace(layout.size, ctx),
+        config.kl_kind, config.estimator_kind)
     assert noise.stream == num_samples and all(a.context == ctx for a in got)
     # the reference in float64, on the same Philox streams
     f64 = lambda a: a.astype("float64")
@@ -226,7 +227,7 @@ def test_native_backend_equals_autograd_for_lenet(ctx, native_kernels, mnist):
     noise = PhiloxNoise(ctx, seed=3)
     got = native_kernels.combined_loss_gradients(
         X, y, mu, rho, noise, 1, prior_for(config), 0.002, NetworkGraph(network),
-        native_kernels.Workspace(layout.size, ctx))
+        native_kernels.Workspace(layout.size, ctx), config.kl_kind, config.estimator_kind)
     f64 = lambda a: a.astype("float64")
     epsilons = [layout.views(nd.array(philox_normals_reference(layout.size, noise.key, 0),
                                       ctx=ctx, dtype="float64"))]
