@@ -28,7 +28,7 @@ import zlib
 import numpy as np
 
 from .errors import GluonBBBError
-from .network import Network, parse_network
+from .network import parse_network
 
 MAGIC = b"GLUONBBB"
 VERSION = 1
