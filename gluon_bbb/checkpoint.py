@@ -67,8 +67,7 @@ def read_checkpoint(path, ctx=None):
         _, i, j = key.split(":")
         states[int(i)].append((int(j), arrays[key].as_in_context(ctx)))
     states = [[a for _, a in sorted(s, key=lambda t: t[0])] for s in states]
-    check_finite_parameters(path, [("mu:%d" % i, m) for i, m in enumerate(mus)]
-                            + [("rho:%d" % i, r) for i, r in enumerate(rhos)])
+    check_finite_parameters(path, mus, rhos)
     if "layout" not in arrays:
         mus, rhos, states = _from_inputs_outputs(mus, rhos, states)
     return {"mus": mus, "rhos": rhos, "optimizer_states": states,
@@ -76,16 +75,28 @@ def read_checkpoint(path, ctx=None):
             "epoch": int(arrays["epoch"].asscalar())}
 
 
-def check_finite_parameters(path, named_arrays):
-    """CheckpointError naming the first of ``named_arrays`` (name, NDArray) holding NaN or
-    infinity: nothing is pruned, evaluated, compressed or resumed from such a file."""
-    for name, array in named_arrays:
+def first_non_finite(mus, rhos):
+    """Where ``mus`` and ``rhos`` (NDArrays) first hold NaN or infinity: ``(name, count, size,
+    value)``, the array by its key here (``mu:i``, ``rho:i``), how many of its entries, of how
+    many, and the first such value; None where all are finite."""
+    named = [("mu:%d" % i, m) for i, m in enumerate(mus)] + [
+        ("rho:%d" % i, r) for i, r in enumerate(rhos)]
+    for name, array in named:
         values = array.asnumpy()
         bad = ~np.isfinite(values)
         if bad.any():
-            raise CheckpointError("%s holds non-finite parameters: %d of the %d entries of %s "
-                                  "are NaN or infinite; nothing is computed on them", path,
-                                  int(bad.sum()), values.size, name)
+            return name, int(bad.sum()), values.size, values[bad][0]
+    return None
+
+
+def check_finite_parameters(path, mus, rhos):
+    """CheckpointError naming the first array of ``mus`` and ``rhos`` holding NaN or infinity:
+    nothing is pruned, evaluated, compressed or resumed from such a file."""
+    found = first_non_finite(mus, rhos)
+    if found:
+        raise CheckpointError("%s holds non-finite parameters: %d of the %d entries of %s are "
+                              "NaN or infinite; nothing is computed on them", path, found[1],
+                              found[2], found[0])
 
 
 def _from_inputs_outputs(mus, rhos, states):

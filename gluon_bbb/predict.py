@@ -57,6 +57,7 @@ def read_inputs(paths, invert=False, resize=False):
     """``(names, pixels)``: a name per image and their raw pixels (N, 28, 28) float32 in
     [0, 255]; InputError, naming the file, for what is not such an image."""
     import numpy as np
+    from .compressed import pixel_problem
     names, images = [], []
     for path in paths:
         if os.path.isdir(path):
@@ -84,13 +85,12 @@ def read_inputs(paths, invert=False, resize=False):
         else:
             raise InputError("%s: not a PNG image, a .npy array or an IDX image file (by its "
                              "name)", path)
-        from .compressed import pixel_problem
+        # the file's values, whatever its kind, checked once (as model.inputs checks a batch)
+        problem = pixel_problem(found)
+        if problem:
+            raise InputError("%s: pixel values: %s", path, problem)
         for i, image in enumerate(found):
-            name = path if len(found) == 1 else "%s[%d]" % (path, i)
-            problem = pixel_problem(image)
-            if problem:
-                raise InputError("%s: pixel values: %s", name, problem)
-            names.append(name)
+            names.append(path if len(found) == 1 else "%s[%d]" % (path, i))
             images.append(image)
     pixels = np.stack(images).astype(np.float32)
     return names, (255.0 - pixels if invert else pixels)
@@ -159,10 +159,6 @@ def _read_npy(path):
         array = np.load(path, allow_pickle=False)
     except (OSError, ValueError) as exc:
         raise InputError("%s: not a readable .npy array (%s)", path, exc) from None
-    from .compressed import pixel_problem
-    problem = pixel_problem(array)
-    if problem:
-        raise InputError("%s: pixel values: %s", path, problem)
     shape = array.shape
     if shape in ((SIDE, SIDE), (SIDE * SIDE,)):
         array = array.reshape(1, SIDE, SIDE)
@@ -173,7 +169,7 @@ def _read_npy(path):
                          "(N, 28, 28) or (N, 784)", path, shape)
     if array.size == 0:
         raise InputError("%s: holds no image", path)
-    return array.astype(np.float32)
+    return array  # its values are checked with every input's (read_inputs)
 
 
 # The model: a compressed file, or a run directory.

@@ -15,8 +15,10 @@ import numpy as np
 from mxnet import nd
 
 from . import modes
+from .checkpoint import first_non_finite
 from .config import Config
 from .context import context_name
+from .elementwise import total
 from .errors import CheckpointError, ConfigError, Interrupted, TrainingDiverged
 from .files import signals_deferred
 from .model import evaluate_accuracy, transform_rhos
@@ -259,19 +261,15 @@ def check_parameters_finite(step, positions):
     with a finite loss (an update that overflows a parameter): nothing is computed, or saved,
     on NaN. One sum of each flat vector; the arrays are looked at only where a sum is not
     finite."""
-    sums = nd.concat(nd.sum(step.mu).reshape((1,)), nd.sum(step.rho).reshape((1,)), dim=0)
+    sums = nd.concat(total(step.mu), total(step.rho), dim=0)
     if np.isfinite(sums.asnumpy()).all():
         return
-    for name, arrays in (("mu", step.mus), ("rho", step.rhos)):
-        for i, array in enumerate(arrays):
-            values = array.asnumpy()
-            bad = ~np.isfinite(values)
-            if bad.any():
-                (epoch, first), (_, last) = positions[0], positions[-1]
-                raise TrainingDiverged(epoch + 1, last + 1, values[bad][0],
-                                       parameter="%s:%d (%d of its %d entries)" % (
-                                           name, i, int(bad.sum()), values.size),
-                                       since_batch=first + 1)
+    found = first_non_finite(step.mus, step.rhos)
+    if found:
+        name, count, size, value = found
+        (epoch, first), (_, last) = positions[0], positions[-1]
+        raise TrainingDiverged(epoch + 1, last + 1, value, since_batch=first + 1,
+                               parameter="%s (%d of its %d entries)" % (name, count, size))
 
 
 def _draw_progress(epoch, epochs, batch, num_batches, width=30):

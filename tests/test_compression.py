@@ -247,21 +247,27 @@ def test_predict_reads_pngs_arrays_and_idx_files(small_run, tmp_path, mnist):
     assert labels == expected.tolist()
 
 
-def synthetic_model(path, description="dense:20,relu,dense:10", seed=0):
-    """A compressed file of a random network (no training needed to test the file's readers)."""
+def synthetic_model(path, mus=None, description="dense:20,relu,dense:10", seed=0,
+                    proportion=0.0, precision=0.0, sigma_bits=0, **header):
+    """A compressed file of a random network (no training needed to test the file's readers):
+    ``mus`` or random means, sigmas of 0.05, ``header`` entries replaced."""
     from gluon_bbb.compression import compress_parameters, write_model
     network = parse_network(description, 784, 10)
     rng = np.random.default_rng(seed)
-    mus = [rng.normal(0, 0.1, size=s).astype(np.float32) for s in network.param_shapes()]
+    if mus is None:
+        mus = [rng.normal(0, 0.1, size=s).astype(np.float32) for s in network.param_shapes()]
     sigmas = [np.full(s, 0.05, np.float32) for s in network.param_shapes()]
-    _, header, blobs, _ = compress_parameters(network, mus, sigmas, sigmas, 0.5)
-    write_model(str(path), dict(header, unsure_entropy_bits=1.0, predictive_samples=0), blobs)
+    _, written, blobs, _ = compress_parameters(network, mus, sigmas, sigmas, proportion,
+                                               precision, sigma_bits)
+    written.update(unsure_entropy_bits=1.0, predictive_samples=0)
+    written.update(header)
+    write_model(str(path), written, blobs)
     return path
 
 
 def test_bad_inputs_and_models_are_one_line(tmp_path):
     from PIL import Image
-    path = synthetic_model(tmp_path / "model.gbbb")
+    path = synthetic_model(tmp_path / "model.gbbb", proportion=0.5, precision=1.0)
     rng = np.random.default_rng(0)
     Image.fromarray(rng.integers(0, 255, (28, 28, 3), dtype=np.uint8)).save(tmp_path / "c.png")
     Image.fromarray(rng.integers(0, 255, (40, 30), dtype=np.uint8)).save(tmp_path / "w.png")

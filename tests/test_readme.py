@@ -41,8 +41,8 @@ def test_readme_gluon_block_runs():
 
 
 def test_readme_shipping_block_runs(tmp_path, monkeypatch):
-    from test_refusals import synthetic_model
-    synthetic_model(tmp_path / "lenet.gbbb")  # a random network's file, with sigmas
+    from test_compression import synthetic_model
+    synthetic_model(tmp_path / "lenet.gbbb", sigma_bits=4)  # a random network's, with sigmas
     monkeypatch.chdir(tmp_path)
     namespace = {"pixels": np.random.default_rng(0).integers(0, 256, (5, 28, 28))}
     exec(compile(python_block('compressed.read("lenet.gbbb")'), "README.md", "exec"), namespace)

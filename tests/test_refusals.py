@@ -13,8 +13,9 @@ import pytest
 from mxnet import nd
 
 from commands import EVALUATE, PRUNE, PYTHON, TRAIN, assert_one_line_error, run
+from test_compression import synthetic_model
 from gluon_bbb import Config, TrainingDiverged, compressed, train
-from gluon_bbb.compression import compress_parameters, write_model
+from gluon_bbb.compression import compress_parameters
 from gluon_bbb.network import parse_network
 from gluon_bbb.step import TrainingStep
 
@@ -40,20 +41,6 @@ def test_training_stops_when_a_parameter_turns_non_finite_with_a_finite_loss(
         "mu:0 (1 of its 15680 entries) became non-finite (inf) at epoch 1, in batches 1 to 5, "
         "while the losses were finite; stopping.")
     assert not (tmp_path / "checkpoint.params").exists()
-
-
-def synthetic_model(path, mus=None, description="dense:20,relu,dense:10", seed=0, **header):
-    """A compressed file of a random network (float32 means), ``header`` entries replaced."""
-    network = parse_network(description, 784, 10)
-    rng = np.random.default_rng(seed)
-    if mus is None:
-        mus = [rng.normal(0, 0.1, size=s).astype(np.float32) for s in network.param_shapes()]
-    sigmas = [np.full(s, 0.05, np.float32) for s in network.param_shapes()]
-    _, written, blobs, _ = compress_parameters(network, mus, sigmas, sigmas, 0.0, 0.0, 4)
-    written.update(unsure_entropy_bits=1.0, predictive_samples=0)
-    written.update(header)
-    write_model(str(path), written, blobs)
-    return path
 
 
 def png_header_only(path, width, height):
