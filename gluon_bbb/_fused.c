@@ -25,7 +25,7 @@
 
 /* native.py refuses a library whose version differs from its own ABI_VERSION: raise both
  * whenever a function's signature or meaning changes. */
-#define ABI_VERSION 5
+#define ABI_VERSION 6
 #define CHUNK 8192
 #define BLOCKS_PER_CHUNK 1024 /* CHUNK / 2 words per pair of normals / 4 words per block */
 #define LOG_SQRT_2PI 0.91893853320467274178f
@@ -281,21 +281,28 @@ static void correct_all_for_data(int64_t n, const float *rho, const float *eps,
  * term's gradients grad_data_mu and grad_data_sigma of the ``kind`` ``struct data_gradients``
  * describes. Writes grad_mu and grad_rho = dL/dsigma * sigmoid(rho) of
  * L = NLL + kl_weight * KL, and returns the KL term's sum (in double). */
-/* 1 where bbb_kl_gradients implements the data term ``kind``, the KL estimate and the prior
- * these codes name, 0 otherwise: a code it does not know, or the closed-form KL of a prior that
- * has none. native.py asks before every call. */
-int bbb_serves(int kind, int kl_estimate, int prior) {
+/* Every kernel here reads sigma as softplus(rho), the one parametrization they serve. */
+enum { SOFTPLUS_PARAMETRIZATION = 0 };
+
+/* 1 where bbb_kl_gradients implements the data term ``kind``, the KL estimate, the prior and
+ * the parametrization these codes name, 0 otherwise: a code it does not know, or the
+ * closed-form KL of a prior that has none. Its answers are kernels.py's table of what the
+ * kernels serve: native.py checks the two agree over every code when it loads this library,
+ * and asks before every call. */
+int bbb_serves(int kind, int kl_estimate, int prior, int parametrization) {
     int known = (kind == WEIGHTS_SAMPLED || kind == EPS_COEFFICIENT || kind == SIGMA_GIVEN)
         && (kl_estimate == MONTE_CARLO_KL || kl_estimate == CLOSED_FORM_KL)
-        && (prior == GAUSSIAN_PRIOR || prior == SCALE_MIXTURE_PRIOR);
+        && (prior == GAUSSIAN_PRIOR || prior == SCALE_MIXTURE_PRIOR)
+        && parametrization == SOFTPLUS_PARAMETRIZATION;
     return known && !(kl_estimate == CLOSED_FORM_KL && prior != GAUSSIAN_PRIOR);
 }
 
 double bbb_kl_gradients(int64_t n, const float *mu, const float *rho, const float *eps,
                         const float *w, const float *grad_data_mu, const float *grad_data_sigma,
-                        int kind, float kl_weight, int kl_estimate, int prior, float pi,
-                        float s1, float s2, float *grad_mu, float *grad_rho) {
-    if (!bbb_serves(kind, kl_estimate, prior)) {
+                        int kind, float kl_weight, int kl_estimate, int prior,
+                        int parametrization, float pi, float s1, float s2, float *grad_mu,
+                        float *grad_rho) {
+    if (!bbb_serves(kind, kl_estimate, prior, parametrization)) {
         /* never another prior's or estimate's formulas: NaN everywhere, which stops training */
         for (int64_t i = 0; i < n; ++i) grad_mu[i] = grad_rho[i] = NAN;
         return NAN;

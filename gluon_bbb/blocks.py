@@ -4,7 +4,8 @@ call), and the predictive and SNR pruning of such a network.
 
 Each layer holds mu and rho of its weight and bias as Gluon ``Parameter``s (trained by a
 ``gluon.Trainer``, saved by ``save_parameters``) and draws its weights with the tutorial's
-functions, w = mu + softplus(rho) * eps, on the context of its parameters. eps is a parameter
+functions, w = mu + softplus(rho) * eps (or sigma from rho by another ``parametrization``), on
+the context of its parameters. eps is a parameter
 too, one that is not trained (``grad_req="null"``): drawn before every forward pass, it is the
 same in a hybridized graph and in ``kl_term``, which gives log q(w) - log P(w) of the weights
 the last forward drew. A training step is then ``output = net(X)``, then
@@ -22,9 +23,9 @@ from mxnet import autograd, nd
 from mxnet.gluon import HybridBlock, nn
 
 from . import modes
-from .model import (GaussianPrior, log_gaussian, sample_epsilons, total,
-                    transform_gaussian_samples, transform_rhos)
+from .model import GaussianPrior, log_gaussian, sample_epsilons, total, transform_gaussian_samples
 from .network import convolution
+from .parametrizations import SOFTPLUS, parametrization as parametrization_named
 from .pruning import prune_weights
 
 
@@ -43,14 +44,19 @@ class BayesianLayer(HybridBlock):
     mu follows the initializer given to ``initialize()``, as a Gluon layer's weight does (its
     bias starts at 0), unless ``mu_scale`` asks for N(0, mu_scale^2); rho starts at
     ``rho_offset``. A layer whose input size is not given (0) infers it from its first input
-    (Gluon's deferred initialization)."""
+    (Gluon's deferred initialization). ``prior``: the layer's prior (``priors.Prior``, a user's
+    own too), which ``kl_term`` takes where it is given none (default: N(0, 1)).
+    ``parametrization``: how rho gives sigma (``parametrizations.py``, default softplus)."""
 
     def __init__(self, weight_shape, bias_shape, activation=None, mu_scale=None,
-                 rho_offset=DEFAULT_RHO, estimator="sample", **kwargs):
+                 rho_offset=DEFAULT_RHO, estimator="sample", prior=None,
+                 parametrization=SOFTPLUS, **kwargs):
         super().__init__(**kwargs)
         self._fresh = False
         self._sample = True
         self.estimator = modes.estimator(estimator)
+        self.prior = prior
+        self.parametrization = parametrization_named(parametrization)
         # the state of the eps in use: None until a forward pass draws them, then whether they
         # were drawn while autograd recorded, and whether kl_term has taken them since
         self._drawn_recording = None
@@ -99,7 +105,7 @@ class BayesianLayer(HybridBlock):
     def hybrid_forward(self, F, x, weight_mu, weight_rho, weight_eps, bias_mu, bias_rho,
                        bias_eps):
         out = self.estimator.block_output(F, self._apply, x, [weight_mu, bias_mu],
-                                          transform_rhos([weight_rho, bias_rho], F),
+                                          self.parametrization.sigmas([weight_rho, bias_rho], F),
                                           [weight_eps, bias_eps], self._is_convolution)
         return self.act(out) if self.act is not None else out
 
@@ -209,14 +215,14 @@ def sample_on_call(net):
 def kl_term(net, log_prior=None):
     """sum log q(w | mu, sigma) - sum log P(w) over the weights the last forward pass of
     ``net`` drew, shape (1,); recorded by autograd like the network's output. ``log_prior``
-    maps one weight array to its summed log density (default: ``GaussianPrior(1.0)``).
+    maps one weight array to its summed log density (a ``priors.Prior``, a user's own too);
+    default: each layer's ``prior``, else ``GaussianPrior(1.0)``.
 
     Call it after the forward pass whose loss it completes: while autograd records, the
     weights must have been drawn by a forward pass recorded too and not yet taken by another
     ``kl_term``; else RuntimeError (the KL term would belong to an earlier forward pass).
     Outside ``autograd.record()`` (to log the term, say) it gives that of the last forward
     pass."""
-    log_prior = log_prior or GaussianPrior(1.0)
     layers = bayesian_layers(net)
     if not layers:
         raise ValueError("kl_term: %s has no Bayesian layer (BayesianDense, BayesianConv2D); "
@@ -237,9 +243,10 @@ def kl_term(net, log_prior=None):
     terms = []
     for layer in layers:
         mus, rhos, epsilons = layer.variational_arrays()
-        sigmas = transform_rhos(rhos)
+        sigmas = layer.parametrization.sigmas(rhos)
+        prior = log_prior or layer.prior or GaussianPrior(1.0)
         for w, mu, sigma in zip(transform_gaussian_samples(mus, sigmas, epsilons), mus, sigmas):
-            terms.append(total(log_gaussian(w, mu, sigma)) - log_prior(w))
+            terms.append(total(log_gaussian(w, mu, sigma)) - prior(w))
     return nd.add_n(*terms)
 
 
@@ -250,7 +257,7 @@ def variational_parameters(net):
     for layer in bayesian_layers(net):
         layer_mus, rhos, _ = layer.variational_arrays()
         mus += layer_mus
-        sigmas += transform_rhos(rhos)
+        sigmas += layer.parametrization.sigmas(rhos)
     return mus, sigmas
 
 
@@ -292,22 +299,25 @@ def prune_by_snr(net, proportion):
         mu[:] = pruned
 
 
-def to_bayesian(net, mu_scale=None, rho_offset=DEFAULT_RHO, estimator="sample"):
+def to_bayesian(net, mu_scale=None, rho_offset=DEFAULT_RHO, estimator="sample", prior=None,
+                parametrization=SOFTPLUS):
     """Replace every ``nn.Dense`` and ``nn.Conv2D`` of the block tree ``net`` by a
-    ``BayesianDense`` or ``BayesianConv2D`` of the same shape drawing with ``estimator``, in
-    place, and make ``net`` draw its weights whenever it is called (``sample_on_call``); returns
-    ``net``.
+    ``BayesianDense`` or ``BayesianConv2D`` of the same shape drawing with ``estimator``, with
+    ``prior`` and ``parametrization`` (as ``BayesianLayer`` takes them), in place, and make
+    ``net`` draw its weights whenever it is called (``sample_on_call``); returns ``net``.
 
     Where the deterministic layer's weights are initialized, its Bayesian twin comes initialized
     on the same contexts, mu at those weights and rho at ``rho_offset``; the others are
     initialized by ``net.initialize()`` as usual (mu from its initializer, or N(0, mu_scale^2)
     where ``mu_scale`` is given). A layer whose input size is not known yet infers it on the
     network's first call."""
-    estimator = modes.estimator(estimator)
+    settings = dict(mu_scale=mu_scale, rho_offset=rho_offset,
+                    estimator=modes.estimator(estimator), prior=prior,
+                    parametrization=parametrization_named(parametrization))
     for key, child in list(net._children.items()):
-        replacement = _bayesian_twin(child, mu_scale, rho_offset, estimator)
+        replacement = _bayesian_twin(child, settings)
         if replacement is None:
-            to_bayesian(child, mu_scale, rho_offset, estimator)
+            to_bayesian(child, **settings)
             continue
         if getattr(net, key, None) is child:
             setattr(net, key, replacement)
@@ -318,16 +328,16 @@ def to_bayesian(net, mu_scale=None, rho_offset=DEFAULT_RHO, estimator="sample"):
     return sample_on_call(net)
 
 
-def _bayesian_twin(layer, mu_scale, rho_offset, estimator):
-    """The Bayesian layer standing in for ``layer``, its means set from ``layer``'s weights
-    where they are initialized; None for any other block."""
+def _bayesian_twin(layer, settings):
+    """The Bayesian layer standing in for ``layer``, made with ``settings`` (``BayesianLayer``'s
+    keyword arguments), its means set from ``layer``'s weights where they are initialized; None
+    for any other block."""
     if not isinstance(layer, (nn.Dense, nn.Conv2D)):
         return None
     if layer.bias is None:
         raise ValueError("%s has no bias: a Bayesian layer has one" % layer.name)
     in_size = layer.weight.shape[1]  # input units or channels; 0 until known
-    kwargs = dict(mu_scale=mu_scale, rho_offset=rho_offset, estimator=estimator,
-                  activation=layer.act._act_type if layer.act is not None else None)
+    kwargs = dict(settings, activation=layer.act._act_type if layer.act is not None else None)
     if isinstance(layer, nn.Dense):
         twin = BayesianDense(layer._units, in_size, flatten=layer._flatten, **kwargs)
     else:

@@ -1,6 +1,8 @@
 """The parameter files of a run in ``nd.save`` format: what they hold and how they are read.
 
-One file holds everything, keyed ``mu:i``, ``rho:i`` (parameter i, weights (outputs, inputs)),
+One file holds everything, keyed ``mu:i``, ``rho:i`` (parameter i, weights (outputs, inputs);
+``parametrization`` names how rho gives sigma, its name in ASCII bytes, ``softplus`` where a file
+has no such key),
 ``opt:i:j`` (the j-th flat state array of the optimizer's parameter i: 0 for mu, 1 for rho, in
 the order of ``FlatLayout``), ``num_update`` (optimizer steps taken), ``epoch`` (epochs
 completed) and ``layout``, so that ``nd.load`` reads it without this package. Checkpoints without
@@ -16,18 +18,23 @@ import mxnet as mx
 import numpy as np
 from mxnet import nd
 
-from .errors import CheckpointError
+from .errors import CheckpointError, ConfigError
 from .files import write_atomically
+from .parametrizations import SOFTPLUS, parametrization
 
 LAYOUT_OUTPUTS_INPUTS = 1
 
 
-def save_checkpoint(path, mus, rhos, optimizer_states, num_update, epoch):
+def save_checkpoint(path, mus, rhos, optimizer_states, num_update, epoch,
+                    sigma_parametrization=SOFTPLUS):
     """Write a checkpoint atomically. ``optimizer_states[i]``: the list of flat state arrays of
-    parameter i (``TrainingStep.state_arrays()``)."""
+    parameter i (``TrainingStep.state_arrays()``); ``sigma_parametrization``: how the rhos give
+    sigma (``parametrizations.py``)."""
     arrays = {"epoch": nd.array([epoch], dtype="int64"),
               "num_update": nd.array([num_update], dtype="int64"),
-              "layout": nd.array([LAYOUT_OUTPUTS_INPUTS], dtype="int64")}
+              "layout": nd.array([LAYOUT_OUTPUTS_INPUTS], dtype="int64"),
+              "parametrization": nd.array(list(sigma_parametrization.name.encode("ascii")),
+                                          dtype="uint8")}
     for i, (mu, rho) in enumerate(zip(mus, rhos)):
         arrays["mu:%d" % i] = mu
         arrays["rho:%d" % i] = rho
@@ -39,7 +46,8 @@ def save_checkpoint(path, mus, rhos, optimizer_states, num_update, epoch):
 
 def read_checkpoint(path, ctx=None):
     """Read a checkpoint file; returns dict with ``mus``, ``rhos``, ``optimizer_states``
-    (list of lists of NDArrays), ``num_update`` and ``epoch``. Arrays land on ``ctx``
+    (list of lists of NDArrays), ``num_update``, ``epoch`` and ``parametrization`` (the object
+    that turns its rhos into sigmas). Arrays land on ``ctx``
     (default cpu). Raises CheckpointError if the file is missing or unreadable.
     """
     ctx = ctx or mx.cpu()
@@ -72,7 +80,22 @@ def read_checkpoint(path, ctx=None):
         mus, rhos, states = _from_inputs_outputs(mus, rhos, states)
     return {"mus": mus, "rhos": rhos, "optimizer_states": states,
             "num_update": int(arrays["num_update"].asscalar()),
-            "epoch": int(arrays["epoch"].asscalar())}
+            "epoch": int(arrays["epoch"].asscalar()),
+            "parametrization": _parametrization_of(path, arrays)}
+
+
+def _parametrization_of(path, arrays):
+    """The parametrization a file's ``parametrization`` key names (softplus without one)."""
+    if "parametrization" not in arrays:
+        return SOFTPLUS
+    name = bytes(arrays["parametrization"].asnumpy().astype(np.uint8).tolist()).decode(
+        "ascii", "replace")
+    try:
+        return parametrization(name)
+    except ConfigError:
+        raise CheckpointError("checkpoint %s holds rhos of parametrization %r, which this "
+                              "process does not define (a parametrization of the user's own: "
+                              "define that class first)", path, name) from None
 
 
 def first_non_finite(mus, rhos):

@@ -271,7 +271,7 @@ def run_parameters(run, checkpoint_path):
     kind = config.model_kind
     state = run.load_parameters(config, None, checkpoint_path)
     mus = [m.asnumpy() for m in state["mus"]]
-    sigmas = kind.prediction_sigmas(state["rhos"])
+    sigmas = kind.prediction_sigmas(state["rhos"], state["parametrization"])
     sigmas = None if sigmas is None else [s.asnumpy() for s in sigmas]
     ranking = sigmas if sigmas is not None else [np.ones_like(m) for m in mus]
     if config.build_likelihood().head:

@@ -1,16 +1,21 @@
 """One config object holding every hyper-parameter of a run, validated on construction."""
 import dataclasses
+import json
 import math
 from dataclasses import dataclass
-from typing import Optional
+from typing import Optional, Union
 
-from . import modes
+from . import modes, parametrizations
 from .errors import ConfigError
 from .likelihood import parse_likelihood
 from .network import Network, mlp, parse_network
-from .priors import prior_for, prior_kind
+from .priors import PRIORS, Prior, describe_prior, prior_for, prior_kind
 
 OPTIMIZERS = ("sgd", "adam")
+# the networks that a config's size fields shape, by the name ``network`` gives them (any other
+# description is network.parse_network's)
+SIZED_BY_FIELDS = {"mlp": lambda config, outputs: mlp(
+    config.num_inputs, config.num_hidden_units, config.num_hidden_layers, outputs)}
 # Each weight sample of a step is a whole forward and backward pass: 1000 samples make a default
 # epoch take hours, and the paper uses 1 to 10.
 MAX_SAMPLES = 1000
@@ -43,6 +48,12 @@ class Config:
     and ``prior`` and ``kl_weighting`` are names of the objects of ``modes.py`` and
     ``priors.py`` (``model_kind``, ``estimator_kind``, ``kl_kind``, ``kl_weighting_kind``,
     ``build_prior()``).
+    ``prior`` may also be a ``priors.Prior`` object, a user's own among them: the config then
+    keeps its name and, in ``prior_settings``, the arguments that rebuild it (config.json
+    records both; another process reads such a run, and builds its prior once the class is
+    defined there). ``parametrization``: how rho gives sigma, ``softplus`` (sigma =
+    softplus(rho)) or ``log_variance`` (rho = log sigma^2), or a user's own
+    (``parametrizations.py``); ``rho_offset`` is the initial rho in it.
     ``kl_scale`` multiplies the KL term of every mini-batch (1: the paper's objective; below 1
     a tempered one, which trades the posterior's fit to the prior for fit to the data).
     ``network``: ``mlp`` (``num_hidden_layers`` ReLU layers of ``num_hidden_units``), ``lenet``,
@@ -61,7 +72,7 @@ class Config:
     lr_decay_factor: float = 0.1
     optimizer: str = "sgd"
     num_samples: int = 1
-    prior: str = "gaussian"
+    prior: Union[str, Prior] = "gaussian"
     sigma_p: float = 1.0
     pi: float = 0.25
     sigma_p1: float = 0.75
@@ -80,11 +91,15 @@ class Config:
     network: str = "mlp"
     likelihood: str = "categorical"
     dropout: float = 0.5
+    parametrization: str = "softplus"
+    prior_settings: Optional[dict] = None
 
     def __post_init__(self):
-        # the names as config.json keeps them (scale-mixture spelt either way, mlp as it was)
-        self.prior = prior_kind(self.prior).name
+        self._take_prior()
+        # the names as config.json keeps them (mlp as it was, a user's object by its name)
         self.model = self.model_kind.name
+        self.estimator = self.estimator_kind.name
+        self.parametrization = self.parametrization_kind.name
         for name in ("num_inputs", "num_outputs", "num_hidden_units", "batch_size"):
             _require_int(name, getattr(self, name), minimum=1)
         _require_int("num_samples", self.num_samples, minimum=1, maximum=MAX_SAMPLES)
@@ -109,19 +124,78 @@ class Config:
             raise ConfigError("rho_offset", self.rho_offset, "a finite number")
         _require_choice("optimizer", self.optimizer, OPTIMIZERS)
         modes.kl_weighting(self.kl_weighting)  # ConfigError where it names none
-        self.kl_kind.check(prior_kind(self.prior))
+        if self.prior_defined:
+            self.kl_kind.check(self.build_prior())
         network = self.build_network()  # ConfigError where the description is not one
         self.estimator_kind.check(network)
+
+    def _take_prior(self):
+        """``prior`` as its name: a prior object's name and settings; a name spelt as
+        config.json keeps it (scale-mixture either way). A name with ``prior_settings`` is a
+        user's prior, which another process reads without its class."""
+        if isinstance(self.prior, Prior):
+            if self.prior.name is None:
+                raise ConfigError("prior", self.prior, "a Prior subclass with a name")
+            if type(self.prior) in PRIORS.values():
+                # a built-in prior's settings are the config's fields of the same names
+                for name, value in self.prior.settings().items():
+                    setattr(self, name, value)
+                self.prior = self.prior.name
+            else:
+                self.prior, self.prior_settings = self.prior.name, self.prior.settings()
+        if self.prior_settings is None:
+            self.prior = prior_kind(self.prior).name
+            return
+        try:
+            json.dumps(self.prior_settings, allow_nan=False)
+        except (TypeError, ValueError):
+            raise ConfigError("prior_settings", self.prior_settings, "a dict of the prior's "
+                              "keyword arguments, numbers and strings that config.json can "
+                              "hold") from None
+        if not (isinstance(self.prior_settings, dict)
+                and all(isinstance(k, str) for k in self.prior_settings)):
+            raise ConfigError("prior_settings", self.prior_settings, "a dict of the prior's "
+                              "keyword arguments")
+        if self.prior_defined:
+            try:
+                self.build_prior()
+            except (TypeError, ValueError) as exc:
+                raise ConfigError("prior_settings", self.prior_settings, "the arguments of "
+                                  "prior %s (%s)" % (self.prior, exc)) from None
 
     # the choices' objects (modes.py), from the names config.json keeps
     model_kind = property(lambda self: modes.model_kind(self.model))
     estimator_kind = property(lambda self: modes.estimator(self.estimator))
     kl_kind = property(lambda self: modes.kl_estimate(self.kl, self.kl_direction))
     kl_weighting_kind = property(lambda self: modes.kl_weighting(self.kl_weighting))
+    parametrization_kind = property(
+        lambda self: parametrizations.parametrization(self.parametrization))
+
+    @property
+    def prior_defined(self):
+        """Whether this process knows the class of the config's prior (a user's prior class
+        is known once defined)."""
+        try:
+            prior_kind(self.prior)
+        except ConfigError:
+            return False
+        return True
 
     def build_prior(self):
-        """The prior object (``priors.py``) of this config's ``prior`` and its scales."""
+        """The prior object (``priors.py``): the config's ``prior`` with its scales, or with
+        ``prior_settings``. ConfigError for a user's prior whose class this process lacks."""
+        if not self.prior_defined:
+            raise ConfigError("prior", self.prior, "a prior class defined in this Python process "
+                              "(the run was trained with a prior of its own, %s: define or import "
+                              "that class, then train or resume from Python)"
+                              % self.describe_prior())
         return prior_for(self)
+
+    def describe_prior(self):
+        """The prior in words, its settings included, whether or not its class is known."""
+        if self.prior_settings is None:
+            return self.prior
+        return describe_prior(self.prior, self.prior_settings)
 
     def learning_rate_at(self, epoch):
         """The learning rate of epoch ``epoch`` (0-based) under the step decay schedule."""
@@ -135,14 +209,18 @@ class Config:
         after every hidden ReLU where the description has none."""
         likelihood = self.build_likelihood()
         outputs = likelihood.network_outputs(self.num_outputs)
-        if self.network == "mlp":
-            network = mlp(self.num_inputs, self.num_hidden_units, self.num_hidden_layers,
-                          outputs)
-        else:
-            network = parse_network(self.network, self.num_inputs, outputs)
+        sized = SIZED_BY_FIELDS.get(self.network)
+        network = (sized(self, outputs) if sized
+                   else parse_network(self.network, self.num_inputs, outputs))
         if likelihood.head:
             network = Network(network.layers + list(likelihood.head), network.input_shape)
         return self.model_kind.network(network, self.dropout)
+
+    @property
+    def sized_by_fields(self):
+        """Whether ``network`` names the MLP that ``num_hidden_layers`` and
+        ``num_hidden_units`` size (rather than describing its layers)."""
+        return self.network in SIZED_BY_FIELDS
 
     def build_likelihood(self):
         """The ``likelihood.py`` object this config names."""
@@ -154,7 +232,12 @@ class Config:
         return self.build_network().param_shapes()
 
     def to_dict(self):
-        return dataclasses.asdict(self)
+        """The fields as config.json keeps them (``prior_settings`` only for a prior that has
+        them)."""
+        values = dataclasses.asdict(self)
+        if values["prior_settings"] is None:
+            del values["prior_settings"]
+        return values
 
     @classmethod
     def from_dict(cls, values):

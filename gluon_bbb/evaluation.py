@@ -74,9 +74,10 @@ def evaluate_run(checkpoint, data, ctx, num_samples=10, ood_images=None, out=Non
     config = run.read_classifier_config()
     state = run.load_parameters(config, ctx, checkpoint_path)
     config.model_kind.check_test_samples(num_samples, MAX_TEST_SAMPLES)
+    sigmas = config.model_kind.prediction_sigmas(state["rhos"], state["parametrization"])
     report, entropies, probs = uncertainty_report(
-        state["mus"], config.model_kind.prediction_sigmas(state["rhos"]), data.test_images,
-        data.test_labels, num_samples, ood_images, network=config.build_network())
+        state["mus"], sigmas, data.test_images, data.test_labels, num_samples, ood_images,
+        network=config.build_network())
     report.update(model=config.model, checkpoint=os.path.abspath(checkpoint_path),
                   epoch=state["epoch"], data_dir=data.directory, ood_data_dir=ood_data_dir)
     if out is None:

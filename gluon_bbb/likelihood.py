@@ -58,35 +58,82 @@ class Categorical:
         return "categorical"
 
 
+class FixedNoise:
+    """A noise standard deviation given in advance: the network gives the means alone."""
+    head = ()
+    outputs_per_target = 1
+
+    def __init__(self, sd):
+        self.sd = sd
+
+    def mean_and_log_variance(self, output, F):
+        return output, F.zeros_like(output) + 2.0 * math.log(self.sd)
+
+    def __str__(self):
+        return repr(self.sd)
+
+
+class LearnedNoise:
+    """One log variance per target, learnt as a weight: a ``LogVariance`` layer on top of the
+    network's means gives the mean and the log variance."""
+    name = "learned"
+    outputs_per_target = 1
+
+    def __init__(self):
+        self.head = (LogVariance(),)
+
+    def mean_and_log_variance(self, output, F):
+        mean, log_variance = F.split(output, num_outputs=2, axis=1)
+        return mean, clip_log_variance(log_variance, F)
+
+    def __str__(self):
+        return self.name
+
+
+class HeteroscedasticNoise(LearnedNoise):
+    """A mean and a log variance per target and input, both given by the network (Kendall and
+    Gal 2017)."""
+    name = "heteroscedastic"
+    head = ()
+    outputs_per_target = 2
+
+    def __init__(self):
+        pass
+
+
+# the noises a word names in ``gaussian:WORD`` (any other word: a fixed standard deviation)
+NAMED_NOISES = {noise.name: noise for noise in (LearnedNoise, HeteroscedasticNoise)}
+
+
 class Gaussian:
-    """Real targets with Gaussian noise: ``noise`` is a standard deviation (fixed),
-    ``learned`` or ``heteroscedastic``."""
+    """Real targets with Gaussian noise: ``noise`` a standard deviation (a float, fixed), or
+    an object of ``NAMED_NOISES`` or its name."""
     classifies = False
 
     def __init__(self, noise):
-        self.noise = noise
-        # the learned log variance: a layer on top of the network's means
-        self.head = (LogVariance(),) if noise == "learned" else ()
+        if isinstance(noise, str):
+            noise = NAMED_NOISES[noise]()
+        self.noise = FixedNoise(noise) if isinstance(noise, float) else noise
+        self.head = self.noise.head
 
     def network_outputs(self, num_outputs):
         """Columns of the described network's last dense layer for ``num_outputs`` targets."""
-        return 2 * num_outputs if self.noise == "heteroscedastic" else num_outputs
+        return self.noise.outputs_per_target * num_outputs
 
     def mean_and_log_variance(self, output, F):
         """The predicted mean and log variance (clipped), each (batch, targets)."""
-        if isinstance(self.noise, float):
-            return output, F.zeros_like(output) + 2.0 * math.log(self.noise)
-        mean, log_variance = F.split(output, num_outputs=2, axis=1)
-        return mean, clip_log_variance(log_variance, F)
+        return self.noise.mean_and_log_variance(output, F)
 
     def log_likelihood(self, output, y, F):
         mean, log_variance = self.mean_and_log_variance(output, F)
         return gaussian_log_likelihood(y, mean, log_variance, F)
 
     def __str__(self):
-        return "gaussian:%s" % (repr(self.noise) if isinstance(self.noise, float) else self.noise)
+        return "gaussian:%s" % self.noise
 
 
+# the likelihoods a config's ``likelihood`` names, before the colon
+LIKELIHOODS = {"categorical": Categorical, "gaussian": Gaussian}
 LIKELIHOOD_HELP = ("categorical, gaussian:NOISE_TOL (a fixed noise standard deviation), "
                    "gaussian:learned or gaussian:heteroscedastic")
 
@@ -94,12 +141,13 @@ LIKELIHOOD_HELP = ("categorical, gaussian:NOISE_TOL (a fixed noise standard devi
 def parse_likelihood(spec):
     """The likelihood a string names (``LIKELIHOOD_HELP``); ConfigError naming ``likelihood``
     otherwise."""
-    name, _, noise = str(spec).partition(":")
-    if name == "categorical" and not noise:
+    name, colon, noise = str(spec).partition(":")
+    kind = LIKELIHOODS.get(name)
+    if kind is Categorical and not colon:
         return Categorical()
-    if name == "gaussian":
-        if noise in ("learned", "heteroscedastic"):
-            return Gaussian(noise)
+    if kind is Gaussian:
+        if noise in NAMED_NOISES:
+            return Gaussian(NAMED_NOISES[noise]())
         try:
             noise_tol = float(noise)
         except ValueError:

@@ -1,8 +1,10 @@
 """The choices a run makes besides its sizes, as small objects: the model kind, the weight
 estimator, the KL estimate and the KL weighting of the mini-batches (the prior is the fifth, in
-``priors.py``). Each owns its name in config.json, its validation, what it hands the C kernels
-and how it predicts; the rest of the package asks the object instead of comparing strings, so
-a new choice is one class here (and, where the native backend serves it, its kernel).
+``priors.py``, the parametrization of sigma the sixth, in ``parametrizations.py``). Each owns
+its name in config.json, its validation, its code in the C kernels' table (``kernels.py``) and
+how it predicts; the rest of the package asks the object instead of comparing strings, so a new
+choice is one class (a user's estimator in their own script: docs/EXTENDING.md), and, where the
+C kernels are to serve it, their function and a row of ``kernels.SERVED``.
 
 ``config.json`` keeps the names (``model: "bbb"``). ``model_kind("mlp")``, the name a
 deterministic run had before ``deterministic``, still reads.
@@ -12,8 +14,10 @@ what computes on arrays imports it when called.
 """
 import math
 
+from . import kernels
 from .elementwise import LOG_SQRT_2PI, total
 from .errors import ConfigError
+from .registry import register
 
 
 def _named(kind, choices, name, field):
@@ -60,15 +64,16 @@ class ModelKind(Choice):
         """The network this kind trains, given the described one."""
         return network
 
-    def prediction_sigmas(self, rhos):
-        """The standard deviations a prediction draws weights with: None where it keeps the
-        mean weights (and draws dropout masks, if the network has dropout)."""
+    def prediction_sigmas(self, rhos, parametrization):
+        """The standard deviations a prediction draws weights with, from ``rhos`` by
+        ``parametrization`` (``parametrizations.py``): None where it keeps the mean weights
+        (and draws dropout masks, if the network has dropout)."""
         return None
 
-    def ranking_sigmas(self, mus, rhos):
+    def ranking_sigmas(self, mus, rhos, parametrization):
         """The sigmas that rank parameters for pruning by |mu| / sigma: the posterior's, or
         ones (magnitude pruning) where the kind learns none."""
-        sigmas = self.prediction_sigmas(rhos)
+        sigmas = self.prediction_sigmas(rhos, parametrization)
         return sigmas if sigmas is not None else [mu.ones_like() for mu in mus]
 
     @property
@@ -94,9 +99,8 @@ class BayesByBackprop(ModelKind):
     prediction_draws = "weight samples"
     pruning_criterion = ("snr", "signal-to-noise ratio |mu|/sigma")
 
-    def prediction_sigmas(self, rhos):
-        from .model import transform_rhos
-        return transform_rhos(rhos)
+    def prediction_sigmas(self, rhos, parametrization):
+        return parametrization.sigmas(rhos)
 
 
 class MCDropout(ModelKind):
@@ -128,15 +132,21 @@ def model_kind(name):
 
 # The weight estimator: how one draw of the noise gives the network's output.
 
+_ESTIMATOR_KINDS = {}
+
+
 class Estimator(Choice):
-    """How a step draws the network's noise. ``native``: the C kernels serve it (every one
-    here does).
-    ``check(network)``: ConfigError where it cannot draw that network. ``draw`` runs the
-    network's data term for one draw of the ndarray backend (``ndarray_backend.py``).
-    ``extra_workspace_vectors``: the parameter-sized vectors its ``native_data_term`` uses
-    beyond the five every native step holds."""
-    native = True
-    extra_workspace_vectors = 0
+    """How a step draws the network's noise. A subclass with a ``name`` is one that ``Config``
+    and ``estimator()`` accept once it is defined (a user's own, from their script): it
+    writes ``noise_size`` and ``draw`` (the ndarray backend, ``ndarray_backend.py``) and
+    ``block_output`` (the Gluon blocks). ``check(network)``: ConfigError where it cannot draw
+    that network. ``kernel_data_kind``: its code in the C kernels' table (``kernels.py``), for
+    an estimator they serve (``native.py`` holds its data term there); None for the others."""
+    kernel_data_kind = None
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        register(_ESTIMATOR_KINDS, cls, "estimator")
 
     def check(self, network):
         pass
@@ -158,17 +168,11 @@ class Estimator(Choice):
         noise, where the estimator needs any, comes from MXNet's generator."""
         raise NotImplementedError
 
-    def native_data_term(self, graph, X, y, mu, rho, noise, workspace, kl):
-        """The data term of one draw for the C kernels (``native.kl_gradients``), the next
-        stream of ``noise``: ``(nll, dNLL/dmu, dNLL/dsigma or its coefficient of eps, eps,
-        w)``, the two gradients of the kind ``kernel_data_kind`` says."""
-        raise NotImplementedError
-
 
 class WeightSampling(Estimator):
     """w = mu + sigma * eps for every weight, the tutorial's estimator."""
     name = "sample"
-    kernel_data_kind = 0  # dNLL/dw: both gradients at once
+    kernel_data_kind = kernels.DATA_TERMS["sample"]  # dNLL/dw: both gradients at once
 
     def noise_size(self, graph, batch_size, kl):
         return graph.layout.size
@@ -181,13 +185,6 @@ class WeightSampling(Estimator):
     def block_output(self, F, apply, x, mus, sigmas, epsilons, convolution):
         from .model import transform_gaussian_samples
         return apply(F, x, *transform_gaussian_samples(mus, sigmas, epsilons))
-
-    def native_data_term(self, graph, X, y, mu, rho, noise, workspace, kl):
-        from . import native
-        ws = workspace
-        native.sample_weights(mu, rho, noise.key, noise.next_stream(), ws.eps, ws.w)
-        nll = graph.nll_and_grad(X, y, ws.w, ws.grad_w)[0]
-        return nll, ws.grad_w, ws.grad_w, ws.eps, ws.w
 
 
 class _NoisyNetwork(Estimator):
@@ -212,8 +209,7 @@ class LocalReparametrization(_NoisyNetwork):
     al. 2015): per example and unit, so examples share no noise. A weight sample beside them
     where the KL is estimated at sampled weights."""
     name = "lrt"
-    kernel_data_kind = 2  # dNLL/dmu and dNLL/dsigma
-    extra_workspace_vectors = 2  # sigma, and sigma * eps for the KL's weight sample
+    kernel_data_kind = kernels.DATA_TERMS["lrt"]  # dNLL/dmu and dNLL/dsigma
 
     @property
     def net(self):
@@ -241,26 +237,13 @@ class LocalReparametrization(_NoisyNetwork):
                              for eps, mu in zip(epsilons, mus)))
         return mean + F.broadcast_mul(F.sqrt(variance) * F.random.normal_like(mean), drawing)
 
-    def native_data_term(self, graph, X, y, mu, rho, noise, workspace, kl):
-        from . import native
-        ws = workspace
-        eps = noise.normal((self.noise_size(graph, X.shape[0], kl),))
-        split = self.data_noise_size(graph, X.shape[0])
-        eps_w = eps[split:] if kl.per_draw else ws.eps  # the KL's weight sample (closed form: none)
-        native.perturb(mu, rho, eps_w, sigma=ws.sigma, delta=ws.delta if kl.per_draw else None,
-                       w=ws.w)
-        nll, grad_mu, grad_sigma = graph.noisy_nll_and_grads(self, X, y, mu, ws.sigma,
-                                                             eps[:split])
-        return nll, grad_mu, grad_sigma, eps_w, ws.w
-
 
 class Flipout(_NoisyNetwork):
     """One weight perturbation sigma * eps for the mini-batch, decorrelated example by example
     by random signs on each layer's inputs and outputs (Wen et al. 2018); the perturbed weights
     mu + sigma * eps are the KL's weight sample."""
     name = "flipout"
-    kernel_data_kind = 1  # dNLL/dmu and dNLL/d(sigma eps)
-    extra_workspace_vectors = 1  # the perturbation sigma * eps
+    kernel_data_kind = kernels.DATA_TERMS["flipout"]  # dNLL/dmu and dNLL/d(sigma eps)
 
     @property
     def net(self):
@@ -300,34 +283,25 @@ class Flipout(_NoisyNetwork):
                       else perturbation)
         return mean + F.broadcast_mul(perturbation, F.sign(F.random.normal_like(shaped_out)))
 
-    def native_data_term(self, graph, X, y, mu, rho, noise, workspace, kl):
-        from . import native
-        ws = workspace
-        eps = noise.normal((self.noise_size(graph, X.shape[0], kl),))
-        eps_w = eps[:graph.layout.size]
-        native.perturb(mu, rho, eps_w, delta=ws.delta, w=ws.w)
-        nll, grad_mu, grad_delta = graph.noisy_nll_and_grads(
-            self, X, y, mu, ws.delta, eps[graph.layout.size:])
-        return nll, grad_mu, grad_delta, eps_w, ws.w
-
 
 ESTIMATORS = (WeightSampling(), LocalReparametrization(), Flipout())
 
 
 def estimator(name):
-    return _named(Estimator, ESTIMATORS, name, "estimator")
+    """The estimator ``name`` names (a built-in one, or a user's subclass defined in this
+    process), or the object itself."""
+    return _named(Estimator, [kind() for kind in _ESTIMATOR_KINDS.values()], name, "estimator")
 
 
 # The KL estimate: its direction and how it is estimated.
 
 class KLEstimate(Choice):
     """How the step estimates the KL term: ``name`` (``mc``, ``analytic``), ``direction``
-    (``reverse``: KL(q || P), the ELBO's; ``forward``: KL(P || q)). ``native``: the C kernels
-    serve it (``kernel_code``). ``per_draw``: estimated at each draw's sampled weights;
-    ``prior_draws``: at samples of the prior, per draw; ``closed_term`` gives the rest, once a
-    step."""
+    (``reverse``: KL(q || P), the ELBO's; ``forward``: KL(P || q)). ``kernel_code``: its code in
+    the C kernels' table (``kernels.py``), None where they do not serve it. ``per_draw``:
+    estimated at each draw's sampled weights; ``prior_draws``: at samples of the prior, per
+    draw; ``closed_term`` gives the rest, once a step."""
     direction = "reverse"
-    native = True
     kernel_code = None
     per_draw = False
     prior_draws = False
@@ -353,7 +327,7 @@ class MonteCarloKL(KLEstimate):
     """log q(w) - log P(w) at the sampled weights, the tutorial's estimate; -log sigma summed
     once, the rest per draw."""
     name = "mc"
-    kernel_code = 0
+    kernel_code = kernels.KL_ESTIMATES["mc"]
     per_draw = True
 
     def closed_term(self, prior, mu, sigma, kl_weight):
@@ -364,7 +338,7 @@ class MonteCarloKL(KLEstimate):
 class ClosedFormKL(KLEstimate):
     """The closed-form KL(N(mu, sigma^2) || P), for a prior that has one."""
     name = "analytic"
-    kernel_code = 1
+    kernel_code = kernels.KL_ESTIMATES["analytic"]
 
     def check(self, prior):
         if not prior.has_closed_form_kl:
@@ -381,8 +355,13 @@ class ForwardMonteCarloKL(KLEstimate):
     region the prior gives mass, where the reverse direction seeks one mode."""
     name = "mc"
     direction = "forward"
-    native = False
     prior_draws = True
+
+    def check(self, prior):
+        if getattr(prior, "sample_normals", None) is None:
+            raise ConfigError("kl_direction", self.direction, "reverse with the %s prior (the "
+                              "forward Monte Carlo KL draws from the prior, and it has no "
+                              "sampler)" % prior.name.replace("_", "-"))
 
     def prior_noise_size(self, prior, size):
         return size * prior.sample_normals
@@ -403,7 +382,13 @@ class ForwardMonteCarloKL(KLEstimate):
 class ForwardClosedFormKL(ClosedFormKL):
     """The closed-form KL(P || N(mu, sigma^2)), for a prior that has one."""
     direction = "forward"
-    native = False
+    kernel_code = None
+
+    def check(self, prior):
+        if not getattr(prior, "has_forward_closed_form_kl", False):
+            raise ConfigError("kl", self.name, "mc with the %s prior in the forward direction "
+                              "(its KL(P || q) has no closed form here)"
+                              % prior.name.replace("_", "-"))
 
     def closed_term(self, prior, mu, sigma, kl_weight):
         return _weighted(prior.forward_closed_form_kl(mu, sigma), kl_weight)

@@ -15,23 +15,23 @@ import numpy as np
 from mxnet import autograd, nd, sym
 
 from . import modes
+from .elementwise import LOG_SQRT_2PI
 from .likelihood import Categorical
-from .elementwise import LOG_SQRT_2PI, SOFTPLUS_FLOOR, sigmoid
-from .model import transform_rhos
 from .network import Network, mlp_of
+from .parametrizations import SOFTPLUS
 
 
-def combined_loss_gradients(X, y_one_hot, mu, rho, epsilons, prior, kl_weight, graph,
-                            estimator="sample", kl="mc"):
+def combined_loss_gradients(X, targets, mu, rho, epsilons, prior, kl_weight, graph,
+                            estimator="sample", kl="mc", parametrization=SOFTPLUS):
     """``combined_loss`` of one mini-batch on flat (N,) vectors ``mu`` and ``rho`` (in
     ``graph.layout``'s order), averaged over the noise draws in ``epsilons``, with its gradients.
     Returns ``(loss (1,), dL/dmu (N,), dL/drho (N,))``. Written out, with autograd only through
     the network:
 
-        w = mu + sigma * eps,   sigma = softplus(rho)
+        w = mu + sigma * eps,   sigma = parametrization.sigma(rho)   (softplus(rho))
         log q(w | mu, sigma) = -log sigma - eps^2 / 2 - log sqrt(2 pi)           (per entry)
         g = dNLL/dw - kl_weight * d log P(w)/dw
-        dL/dmu = g,   dL/drho = (g * eps - kl_weight / sigma) * sigmoid(rho)
+        dL/dmu = g,   dL/drho = (g * eps - kl_weight / sigma) * dsigma/drho   (sigmoid(rho))
 
     ``kl`` (a ``modes.KLEstimate`` or its name): ``mc`` estimates log q - log P at each draw's
     weights, ``analytic`` adds the closed-form KL of ``prior`` once; the forward direction's
@@ -42,11 +42,11 @@ def combined_loss_gradients(X, y_one_hot, mu, rho, epsilons, prior, kl_weight, g
     estimator's, then the prior sample's.
     """
     estimator, kl = modes.estimator(estimator), modes.kl_estimate(kl)
-    sigma = transform_rhos([rho])[0]
+    sigma = parametrization.sigma(rho)
     data_size = estimator.noise_size(graph, X.shape[0], kl)
     loss = grad_mu = grad_sigma = None
     for eps in epsilons:
-        nll, g_mu, g_sigma, w, eps_w = estimator.draw(graph, X, y_one_hot, mu, sigma,
+        nll, g_mu, g_sigma, w, eps_w = estimator.draw(graph, X, targets, mu, sigma,
                                                       eps[:data_size], kl)
         if kl.per_draw:
             # log q summed at w: -sum log sigma (added once, after the loop) - sum eps^2/2 - c
@@ -74,8 +74,7 @@ def combined_loss_gradients(X, y_one_hot, mu, rho, epsilons, prior, kl_weight, g
         if kl_mu is not None:
             grad_mu = grad_mu + kl_mu
         grad_sigma = grad_sigma + kl_sigma
-    # d softplus / d rho = sigmoid(rho), at rho floored as in softplus
-    return loss, grad_mu, grad_sigma * sigmoid(nd.maximum(rho, SOFTPLUS_FLOOR))
+    return loss, grad_mu, grad_sigma * parametrization.sigma_gradient(rho, sigma)
 
 
 def draw_size(graph, estimator, kl, prior, batch_size):
@@ -132,7 +131,7 @@ class NetworkGraph:
         op = nd.CachedOp(loss, flags=[("static_alloc", True), ("static_shape", True)])
         return op, loss.list_inputs()
 
-    def nll_and_grad(self, X, y_one_hot, w, grad_w=None):
+    def nll_and_grad(self, X, targets, w, grad_w=None):
         """-sum log P(y | X, w) (1,) for flat weights ``w`` and its gradient with respect to
         ``w``, written into ``grad_w`` (a new array if not given)."""
         if self._nll_op is None:
@@ -140,11 +139,11 @@ class NetworkGraph:
                 self.likelihood.log_likelihood(self.network(X, params, F=sym), y, F=sym)))
         grad_w = nd.zeros_like(w) if grad_w is None else grad_w
         weights = self._named(w, "p")
-        nll = self._run(self._nll_op, dict(X=X, y=y_one_hot, **weights), weights,
+        nll = self._run(self._nll_op, dict(X=X, y=targets, **weights), weights,
                         self._named(grad_w, "p"))
         return nll, grad_w
 
-    def noisy_nll_and_grads(self, estimator, X, y_one_hot, mu, second, noise):
+    def noisy_nll_and_grads(self, estimator, X, targets, mu, second, noise):
         """-sum log P(y | X) of ``estimator.net`` (``model.lrt_net`` or ``model.flipout_net``)
         and its gradients with respect to the flat ``mu`` and ``second`` (sigma for the first,
         the weight perturbation sigma * eps for the second); ``noise``: the flat standard
@@ -164,7 +163,7 @@ class NetworkGraph:
             offset += count
         variables = dict(self._named(mu, "p"), **self._named(second, "s"))
         gradients = dict(self._named(grad_mu, "p"), **self._named(grad_second, "s"))
-        inputs = dict(X=X, y=y_one_hot, **variables, **noise_views)
+        inputs = dict(X=X, y=targets, **variables, **noise_views)
         nll = self._run(self._noisy_ops[estimator.name], inputs, variables, gradients)
         return nll, grad_mu, grad_second
 

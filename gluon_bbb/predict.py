@@ -202,7 +202,8 @@ class RunPredictor:
         self.config = run.read_classifier_config()
         kind = self.config.model_kind
         state = run.load_parameters(self.config, None, checkpoint)
-        self.mus, self.sigmas = state["mus"], kind.prediction_sigmas(state["rhos"])
+        self.mus = state["mus"]
+        self.sigmas = kind.prediction_sigmas(state["rhos"], state["parametrization"])
         self.network, self.scale = self.config.build_network(), PIXEL_SCALE
         self.default_samples = kind.default_test_samples
         self.can_sample = kind.prediction_draws is not None

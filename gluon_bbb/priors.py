@@ -1,20 +1,38 @@
-"""The priors P(w) over every weight: a Gaussian and the paper's scale mixture of two.
+"""The priors P(w) over every weight: the documented base ``Prior``, a user's own prior's
+parent, and the built-in Gaussian and the paper's scale mixture of two.
 
-A prior is an object that owns its config.json name, its hyper-parameters (read from a
-``Config`` by ``from_config``), its log density and gradient on NDArrays (the ndarray backend and
-the tutorial's ``combined_loss`` take it as ``log_prior``), the arguments the C kernels take for
-it, and whether its KL divergence has a closed form. Called on an array it gives the summed log
-density, shape (1,).
+A prior is an object. Its one required member is ``log_density(x, F)``, the elementwise log
+density written with the operators of ``F`` (MXNet's ``nd`` or ``sym``); called on an array it
+gives the summed log density, shape (1,), so it is the ``log_prior`` of the tutorial's
+``combined_loss`` and of the blocks' ``kl_term``. Its gradient, where the ndarray backend needs
+one, comes from autograd unless the class writes it (``log_density_and_gradient``). It may add
+a closed-form KL against the Gaussian posterior (``kl``, elementwise; its gradients again by
+autograd) and a sampler (``sample``: the forward Monte Carlo KL draws from the prior). A
+subclass with a ``name`` is one that ``Config`` accepts (``prior=`` the object, or its name
+with ``prior_settings``) once it is defined, in that Python process; its ``settings()``, the
+arguments that rebuild it, go into the run's config.json.
+
+The built-in priors read their scales from a ``Config``'s flat fields (``from_config``) and
+hand the C kernels their arguments (``kernel_args``, codes from ``kernels.py``); they also
+write their gradients and closed forms out, for speed.
 
 Like ``modes.py`` this module imports no MXNet when imported (a config is checked where MXNet is
 not loaded); the density's operators come with the first call.
 """
+import inspect
 import math
 
-from .elementwise import LOG_SQRT_2PI, sigmoid, softplus, total
+from . import kernels
+from .elementwise import LOG_SQRT_2PI, operators, sigmoid, softplus, total
 from .errors import ConfigError
-# what the C kernels call each prior's density (_fused.c)
-GAUSSIAN_KERNEL, SCALE_MIXTURE_KERNEL = 0, 1
+from .registry import register
+
+_KNOWN = {}
+
+
+def describe_prior(name, settings):
+    """A prior in words, ``laplace(scale=0.1)``, from its name and settings."""
+    return "%s(%s)" % (name, ", ".join("%s=%r" % item for item in settings.items()))
 
 
 def _nd():
@@ -22,10 +40,82 @@ def _nd():
     return nd
 
 
-class GaussianPrior:
+class Prior:
+    """P(w), the same density for every weight. Subclasses set ``name`` (config.json's word
+    for it) and write ``log_density``; the rest has defaults:
+
+    - ``log_density_and_gradient(x)``: the summed log density and d log P / dx by autograd;
+    - ``kl(mu, sigma, F)``: KL(N(mu, sigma^2) || P) elementwise, where it has a closed form
+      (``has_closed_form_kl`` is then True, and ``--kl analytic`` takes it);
+    - ``sample(normals, size)`` with ``sample_normals`` standard normals a weight: a sampler
+      (the forward Monte Carlo KL needs one);
+    - ``settings()``: the keyword arguments that rebuild it (default: its constructor's
+      parameters, read from the attributes of the same names).
+    """
+    name = None
+    sample_normals = None
+    has_forward_closed_form_kl = False
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        register(_KNOWN, cls, "prior")
+
+    def log_density(self, x, F=None):
+        """log P(x) elementwise."""
+        raise NotImplementedError
+
+    def __call__(self, x, F=None):
+        return total(self.log_density(x, F), F)
+
+    def log_density_and_gradient(self, x):
+        """(the summed log density (1,), elementwise d log P / dx), by autograd."""
+        from mxnet import autograd
+        x = x.copy()
+        x.attach_grad()
+        with autograd.record():
+            log_density = self(x)
+        log_density.backward()
+        return log_density.detach(), x.grad
+
+    kl = None  # a subclass's closed form: kl(self, mu, sigma, F=None), elementwise
+
+    @property
+    def has_closed_form_kl(self):
+        return self.kl is not None
+
+    def closed_form_kl(self, mu, sigma):
+        """(KL(N(mu, sigma^2) || P) elementwise, its derivatives with respect to mu and sigma),
+        the derivatives by autograd of ``kl``."""
+        from mxnet import autograd
+        mu, sigma = mu.copy(), sigma.copy()
+        mu.attach_grad()
+        sigma.attach_grad()
+        with autograd.record():
+            value = self.kl(mu, sigma)
+        value.backward()
+        return value.detach(), mu.grad, sigma.grad
+
+    def settings(self):
+        """The keyword arguments that rebuild this prior (``type(self)(**settings())``)."""
+        parameters = inspect.signature(type(self).__init__).parameters
+        return {name: getattr(self, name) for name in parameters
+                if name != "self" and hasattr(self, name)}
+
+    def describe(self):
+        """The prior in words: its name and settings."""
+        return describe_prior(self.name, self.settings())
+
+    def __eq__(self, other):
+        return type(self) is type(other) and self.settings() == other.settings()
+
+    def __hash__(self):
+        return hash(type(self))
+
+
+class GaussianPrior(Prior):
     """P(w) = N(w | 0, sigma_p^2) for every weight."""
     name = "gaussian"
-    has_closed_form_kl = True
+    has_forward_closed_form_kl = True
 
     def __init__(self, sigma_p=1.0):
         self.sigma_p = sigma_p
@@ -34,24 +124,33 @@ class GaussianPrior:
     def from_config(cls, config):
         return cls(config.sigma_p)
 
-    def __call__(self, x):
+    def log_density(self, x, F=None):
+        return (operators(F).square(x) * (-0.5 / self.sigma_p ** 2)
+                - (LOG_SQRT_2PI + math.log(self.sigma_p)))
+
+    def __call__(self, x, F=None):
+        if F is not None:
+            return super().__call__(x, F)
+        # the sum of log_density in one BLAS dot of x with itself
         flat = x.reshape((-1,))
         return (_nd().dot(flat, flat) * (-0.5 / self.sigma_p ** 2)
                 - x.size * (LOG_SQRT_2PI + math.log(self.sigma_p)))
+
+    def kl(self, mu, sigma, F=None):
+        """KL(N(mu, sigma^2) || N(0, sigma_p^2)) elementwise."""
+        F = operators(F)
+        return ((F.square(sigma) + F.square(mu)) * (0.5 / self.sigma_p ** 2) - F.log(sigma)
+                + (math.log(self.sigma_p) - 0.5))
 
     def log_density_and_gradient(self, x):
         """(the summed log density (1,), elementwise d log P / dx)."""
         return self(x), x * (-1.0 / self.sigma_p ** 2)
 
     def closed_form_kl(self, mu, sigma):
-        """KL(N(mu, sigma^2) || N(0, sigma_p^2)) elementwise, with its derivatives with respect
-        to mu and sigma: (log(sigma_p / sigma) + (sigma^2 + mu^2) / (2 sigma_p^2) - 1/2,
-        mu / sigma_p^2, sigma / sigma_p^2 - 1 / sigma)."""
-        nd = _nd()
+        """``kl`` with its derivatives written out: mu / sigma_p^2 and
+        sigma / sigma_p^2 - 1 / sigma."""
         scale = 1.0 / self.sigma_p ** 2
-        value = (nd.square(sigma) + nd.square(mu)) * (0.5 * scale) - nd.log(sigma) \
-            + (math.log(self.sigma_p) - 0.5)
-        return value, mu * scale, sigma * scale - 1.0 / sigma
+        return self.kl(mu, sigma), mu * scale, sigma * scale - 1.0 / sigma
 
     def forward_closed_form_kl(self, mu, sigma):
         """KL(N(0, sigma_p^2) || N(mu, sigma^2)) elementwise, with its derivatives with respect
@@ -73,10 +172,10 @@ class GaussianPrior:
 
     def kernel_args(self):
         """(density, pi, sigma1, sigma2) as ``bbb_kl_gradients`` takes them."""
-        return GAUSSIAN_KERNEL, 0.0, self.sigma_p, 0.0
+        return kernels.PRIORS["gaussian"], 0.0, self.sigma_p, 0.0
 
 
-class ScaleMixturePrior:
+class ScaleMixturePrior(Prior):
     """P(w) = pi N(w | 0, sigma_p1^2) + (1 - pi) N(w | 0, sigma_p2^2), 0 < pi < 1.
 
     With a, b the log densities of the two weighted components and m = max(a, b),
@@ -85,7 +184,6 @@ class ScaleMixturePrior:
     underflow (|x| ~ 15). The first component's share of the density is sigmoid(a - b).
     """
     name = "scale_mixture"
-    has_closed_form_kl = False
 
     def __init__(self, pi=0.25, sigma_p1=0.75, sigma_p2=0.1):
         if not 0.0 < pi < 1.0:
@@ -100,21 +198,21 @@ class ScaleMixturePrior:
             return GaussianPrior(config.sigma_p1 if config.pi == 1.0 else config.sigma_p2)
         return cls(config.pi, config.sigma_p1, config.sigma_p2)
 
-    def __call__(self, x):
-        return self.log_density_and_gradient(x, gradient=False)[0]
-
-    def log_density_and_gradient(self, x, gradient=True):
-        """(the summed log density (1,), elementwise d log P / dx or None), where
-        d log P / dx = -x (share1 / s1^2 + share2 / s2^2)."""
-        nd = _nd()
-        x2 = nd.square(x)
+    def log_density(self, x, F=None):
+        F = operators(F)
+        x2 = F.square(x)
         k1, k2 = 0.5 / self.sigma_p1 ** 2, 0.5 / self.sigma_p2 ** 2
         log_first = (math.log(self.pi) - LOG_SQRT_2PI - math.log(self.sigma_p1)) - k1 * x2
         log_second = (math.log1p(-self.pi) - LOG_SQRT_2PI - math.log(self.sigma_p2)) - k2 * x2
-        larger = nd.maximum(log_first, log_second)
-        log_density = total(larger + softplus(nd.minimum(log_first, log_second) - larger))
-        if not gradient:
-            return log_density, None
+        larger = F.maximum(log_first, log_second)
+        return larger + softplus(F.minimum(log_first, log_second) - larger, F)
+
+    def log_density_and_gradient(self, x):
+        """(the summed log density (1,), elementwise d log P / dx), where
+        d log P / dx = -x (share1 / s1^2 + share2 / s2^2)."""
+        x2 = _nd().square(x)
+        k1, k2 = 0.5 / self.sigma_p1 ** 2, 0.5 / self.sigma_p2 ** 2
+        log_density = self(x)
         # a - b from x^2 directly (not as a difference of two large numbers), and both shares
         # from it: 1 - share1 would lose all float32 precision where share1 is near 1
         log_ratio = (math.log(self.pi / (1.0 - self.pi)) + math.log(self.sigma_p2 / self.sigma_p1)
@@ -132,23 +230,29 @@ class ScaleMixturePrior:
         return normals[:size] * (first * (self.sigma_p1 - self.sigma_p2) + self.sigma_p2)
 
     def kernel_args(self):
-        return SCALE_MIXTURE_KERNEL, self.pi, self.sigma_p1, self.sigma_p2
+        return kernels.PRIORS["scale_mixture"], self.pi, self.sigma_p1, self.sigma_p2
 
 
+# the priors whose scales are a Config's flat fields (sigma_p, pi, sigma_p1, sigma_p2)
 PRIORS = {prior.name: prior for prior in (GaussianPrior, ScaleMixturePrior)}
 
 
 def prior_kind(name):
-    """The prior class config.json's ``prior`` names (``scale-mixture`` spelt either way)."""
-    prior = PRIORS.get(str(name).replace("-", "_"))
+    """The prior class config.json's ``prior`` names (``scale-mixture`` spelt either way): a
+    built-in one or a user's subclass defined in this process."""
+    prior = _KNOWN.get(str(name).replace("-", "_"))
     if prior is None:
-        raise ConfigError("prior", name, "one of %s" % ", ".join(PRIORS))
+        raise ConfigError("prior", name, "one of %s" % ", ".join(_KNOWN))
     return prior
 
 
 def prior_for(config):
-    """The config's prior object (a scale mixture with pi = 1 or 0 is its one Gaussian)."""
-    return prior_kind(config.prior).from_config(config)
+    """The config's prior object: a built-in one from the config's scales (a scale mixture
+    with pi = 1 or 0 is its one Gaussian), a user's own from ``prior_settings``."""
+    kind = prior_kind(config.prior)
+    if config.prior_settings is None:
+        return kind.from_config(config)
+    return kind(**config.prior_settings)
 
 
 def gaussian_prior(x, sigma_p=1.0):

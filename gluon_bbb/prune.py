@@ -80,7 +80,7 @@ def prune_and_report(args, config, state, data, out, checkpoint_path):
     # constant), and says so: magnitude pruning
     criterion, criterion_words = config.model_kind.pruning_criterion
     mus = state["mus"]
-    sigmas = config.model_kind.ranking_sigmas(mus, state["rhos"])
+    sigmas = config.model_kind.ranking_sigmas(mus, state["rhos"], state["parametrization"])
     started = time.time()
     rows = pruning_table(mus, sigmas, args.proportions, data.test_images, data.test_labels,
                          config.build_network())

@@ -6,6 +6,7 @@ import sys
 
 from .cli import ArgumentParser, load_mxnet, run_command
 from .config import MAX_TEST_SAMPLES
+from .likelihood import NAMED_NOISES
 from .modes import MODEL_KINDS, names
 from .regression_problems import (MODEL_SETTINGS, PROBLEMS, TEST_SAMPLES, describe_figures,
                                   regression_config, run_regression)
@@ -51,8 +52,7 @@ def main(argv=None, prog=PROG):
                                                      "kl_direction", "estimator")
               if getattr(args, name) is not None}
     if args.noise is not None:
-        fields["noise"] = (args.noise if args.noise in ("learned", "heteroscedastic")
-                           else _number(args.noise))
+        fields["noise"] = (args.noise if args.noise in NAMED_NOISES else _number(args.noise))
     regression_config(args.data, args.model, args.seed, **fields)  # bad values, before MXNet
     load_mxnet()
     from .context import parse_context

@@ -32,6 +32,7 @@ import numpy as np
 from .config import MAX_TEST_SAMPLES, Config
 from .errors import CheckpointError, ConfigError
 from .files import write_json
+from .likelihood import NAMED_NOISES
 from .modes import model_kind
 from .rundir import REGRESSION_METRICS_FILE, RunDirectory
 
@@ -119,7 +120,7 @@ def regression_config(problem, model="bbb", seed=0, scaling=None, **fields):
     if scaling is None:
         scaling = Scaling.of(*problem.data(seed))
     noise = fields.pop("noise", problem.noise)
-    if noise in ("learned", "heteroscedastic"):
+    if noise in NAMED_NOISES:
         likelihood = "gaussian:%s" % noise
     else:
         if not (isinstance(noise, (int, float)) and math.isfinite(noise) and noise > 0):
@@ -158,7 +159,8 @@ class RegressionResult:
 
     def predict(self, x, num_samples=200, seed=0):
         """``predict_regression`` at inputs ``x`` (N,)."""
-        sigmas = self.config.model_kind.prediction_sigmas(self.rhos)
+        sigmas = self.config.model_kind.prediction_sigmas(
+            self.rhos, self.config.parametrization_kind)
         return predict_regression(x, self.mus, sigmas, self.config, self.scaling, num_samples,
                                   seed)
 

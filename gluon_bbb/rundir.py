@@ -210,7 +210,8 @@ class RunDirectory:
         optimizer state, or best.params without it."""
         from .checkpoint import save_checkpoint
         save_checkpoint(self.file(BEST_CHECKPOINT_FILE if best else CHECKPOINT_FILE), step.mus,
-                        step.rhos, [] if best else step.state_arrays(), step.num_update, epoch)
+                        step.rhos, [] if best else step.state_arrays(), step.num_update, epoch,
+                        step.parametrization)
 
     def save_epoch(self, step, history, best=False):
         """Write the epoch ``step`` has just completed: history.json (``history``, its last
@@ -232,6 +233,10 @@ class RunDirectory:
         state = read_checkpoint(path, ctx)
         check_shapes(state["mus"], config.layer_shapes(), path)
         check_shapes(state["rhos"], config.layer_shapes(), path)
+        if state["parametrization"] != config.parametrization_kind:
+            raise CheckpointError("%s holds rhos of parametrization %s, its run's config.json "
+                                  "says %s", path, state["parametrization"].name,
+                                  config.parametrization)
         return state
 
     # resuming

@@ -1,22 +1,33 @@
 """The training step: one object per run that takes a mini-batch and updates the posterior.
 
-``TrainingStep`` is built from a ``Config``. It owns the variational parameters as two flat
-vectors mu and rho (``ndarray_backend.FlatLayout``), the prior, the network graph, the noise
-source, the optimizer and its state, and one backend chosen for the whole run:
+What one step does, top to bottom (``TrainingStep.__call__``):
 
-- ``native``: the C kernels of ``_fused.c`` (``native.combined_loss_gradients``) for the
-  parameter-side work and the optimizer update; CPU contexts, the estimators they implement;
+1. draw the noise of ``num_samples`` draws (the run's Philox streams: the same on every
+   backend);
+2. per draw, the data term: the estimator (``modes.py``) turns the draw into the network's
+   -log P(D_i | w) and its gradients (``NetworkGraph``: one CachedOp, autograd through the
+   network alone);
+3. per draw or once, the KL term kl_weight * (log q(w) - log P(w)), or its closed form, with
+   the prior's gradient (``priors.py``) and the KL estimate's rule (``modes.py``);
+4. the chain rule from sigma to rho, by the parametrization (``parametrizations.py``);
+5. the optimizer's update of the flat vectors mu and rho (MXNet's SGD or Adam).
+
+The backend chosen for the whole run computes steps 2-5 for it:
+
 - ``ndarray``: MXNet operators (``ndarray_backend.combined_loss_gradients``), on any context
-  and for every estimator: the GPU path, and the path where no C compiler built the kernels.
+  and for every prior, estimator, KL estimate and parametrization, a user's own included: the
+  plain reference, and the GPU path;
+- ``native``: the C kernels of ``_fused.c`` (``native.loss_gradients``), an
+  accelerator of the same formulas for the combinations ``kernels.SERVED`` declares, on CPU
+  contexts; the tests check it against the ndarray backend and autograd.
 
-Both compute the loss of ``model.combined_loss`` and its gradient, and on a CPU both draw the
-same Philox noise, so they give the same run up to float rounding.
+On a CPU both draw the same noise, so they give the same run up to float rounding. The state
+(mu, rho, the optimizer's) is laid out by ``ndarray_backend.FlatLayout``.
 """
 import math
 import os
 
 import mxnet as mx
-from mxnet import nd
 
 from . import native
 from .errors import CheckpointError, ConfigError, ResourceError
@@ -24,43 +35,84 @@ from .model import init_variational_params, sample_epsilons
 from .ndarray_backend import NetworkGraph, combined_loss_gradients, draw_size
 from .noise import noise_for, seed_generator
 
-BACKENDS = ("native", "ndarray")
+
+class NdarrayBackend:
+    """Steps 2-5 on MXNet operators."""
+    name = "ndarray"
+    native = False
+
+    def loss_gradients(self, step, X, y, kl_weight):
+        size = draw_size(step.graph, step.estimator, step.kl, step.prior, X.shape[0])
+        epsilons = sample_epsilons([(size,)] * step.config.num_samples, step.ctx, step.noise)
+        return combined_loss_gradients(X, y, step.mu, step.rho, epsilons, step.prior,
+                                       kl_weight, step.graph, step.estimator, step.kl,
+                                       step.parametrization)
+
+    def update(self, optimizer, index, param, grad, state):
+        optimizer.update(index, param, grad, state)
+
+    def workspace(self, size, ctx):
+        return None
+
+    def describe(self, ctx, why_not_native):
+        return "backend: ndarray (MXNet operators, %s; native not used: %s)" % (ctx,
+                                                                               why_not_native)
+
+
+class NativeBackend(NdarrayBackend):
+    """Steps 2-5 with the C kernels doing the parameter-side work and the update."""
+    name = "native"
+    native = True
+
+    def loss_gradients(self, step, X, y, kl_weight):
+        return native.loss_gradients(
+            X, y, step.mu, step.rho, step.noise, step.config.num_samples, step.prior,
+            kl_weight, step.graph, step.workspace, step.kl, step.estimator,
+            step.parametrization)
+
+    def update(self, optimizer, index, param, grad, state):
+        native.optimizer_update(optimizer, index, param, grad, state)
+
+    def workspace(self, size, ctx):
+        return native.Workspace(size, ctx)
+
+    def describe(self, ctx, why_not_native):
+        return "backend: native (C kernels, %s)" % ctx
+
+
+BACKENDS = {backend.name: backend for backend in (NativeBackend(), NdarrayBackend())}
 
 
 def choose_backend(config, ctx, backend=None):
-    """``(backend, why)`` for a run: ``backend`` if given (ConfigError where it cannot serve),
-    else ``native`` wherever it can serve and ``ndarray`` elsewhere; ``why`` says why the
-    native backend is not used (None when it is)."""
-    if backend not in (None,) + BACKENDS:
+    """``(backend, why)`` for a run: the backend object ``backend`` names if given
+    (ConfigError where it cannot serve), else the native one wherever it can serve and the
+    ndarray one elsewhere; ``why`` says why the native backend is not used (None when it is).
+    """
+    if backend is not None and backend not in BACKENDS:
         raise ConfigError("backend", backend, "one of %s" % ", ".join(BACKENDS))
+    asked = BACKENDS.get(backend)
     why_not = None
     if ctx.device_type != "cpu":
         why_not = "the native kernels run on CPU contexts only"
-    elif not config.estimator_kind.native:
-        why_not = "the native kernels do not implement estimator %s" % config.estimator
-    elif not config.kl_kind.native:
-        why_not = "the native kernels do not implement the %s KL" % config.kl_direction
     elif not native.available():
         why_not = native.unavailable_reason()
-    elif not _served_natively(config):
-        # the C code's own table (native.serves), asked for this run's prior too: a prior it
-        # does not know never trains with another prior's formulas
-        why_not = "the native kernels do not implement prior %s with the %s KL" % (
-            config.prior, config.kl)
-    if backend == "native" and why_not:
+    elif not native.serves(config.estimator_kind, config.kl_kind, config.build_prior(),
+                           config.parametrization_kind):
+        # kernels.SERVED, which the loaded C code was checked to agree with: a prior, estimator
+        # or parametrization it does not know never trains with another one's formulas
+        why_not = ("the native kernels do not implement estimator %s with the %s %s KL, prior "
+                   "%s and parametrization %s (kernels.SERVED)" % (
+                       config.estimator, config.kl_direction, config.kl, config.prior,
+                       config.parametrization))
+    if asked is not None and asked.native and why_not:
         raise ConfigError("backend", backend, "ndarray here: %s" % why_not)
-    if backend == "ndarray":
-        return backend, "asked for"
-    return ("ndarray", why_not) if why_not else ("native", None)
+    if asked is not None and not asked.native:
+        return asked, "asked for"
+    return (BACKENDS["ndarray"], why_not) if why_not else (BACKENDS["native"], None)
 
 
-def _served_natively(config):
-    """Whether the C kernels implement this config's estimator, KL estimate and prior together
-    (a prior without ``kernel_args`` is not theirs)."""
-    prior = config.build_prior()
-    kernel_args = getattr(prior, "kernel_args", None)
-    return kernel_args is not None and native.serves(
-        config.estimator_kind.kernel_data_kind, config.kl_kind.kernel_code, kernel_args()[0])
+# parameter-sized vectors the optimizer keeps, for mu and rho together
+OPTIMIZER_STATE_VECTORS = {"sgd": 0, "adam": 4}
 
 
 def training_memory_bytes(config):
@@ -72,8 +124,8 @@ def training_memory_bytes(config):
     network = config.build_network()
     shapes = network.param_shapes()
     size = sum(math.prod(shape) for shape in shapes)
-    floats_per_entry = (2 + 5 + config.estimator_kind.extra_workspace_vectors
-                        + (4 if config.optimizer == "adam" else 0) + 4)
+    floats_per_entry = (2 + 5 + native.extra_workspace_vectors(config.estimator_kind)
+                        + OPTIMIZER_STATE_VECTORS[config.optimizer] + 4)
     largest = max(math.prod(shape) for shape in shapes)
     # forward outputs and their gradients, and the graph's temporaries
     activations = config.batch_size * network.activation_size * 4
@@ -103,7 +155,7 @@ def check_memory(config, available=None):
     if available is not None and needed > available:
         size = sum(math.prod(shape) for shape in config.layer_shapes())
         shaped_by = ("{num_hidden_layers} %d, {num_hidden_units} %d" % (
-            config.num_hidden_layers, config.num_hidden_units) if config.network == "mlp"
+            config.num_hidden_layers, config.num_hidden_units) if config.sized_by_fields
             else "{network} %s" % config.network.replace("%", "%%"))
         raise ResourceError("a network of %s parameters (" + shaped_by + ") needs about %.1f "
                             "GiB of memory to train, %.1f GiB are available",
@@ -111,14 +163,15 @@ def check_memory(config, available=None):
 
 
 class TrainingStep:
-    """One run's training step on ``ctx``: ``step(X, y_one_hot, kl_weight)`` computes the
+    """One run's training step on ``ctx``: ``step(X, targets, kl_weight)`` computes the
     mini-batch's loss and its gradient and updates mu and rho (mu alone for a model kind that
-    learns no sigma: Monte Carlo dropout, the deterministic network); it returns the loss, an NDArray (1,) that is not waited for. ``y_one_hot`` is
-    whatever the config's likelihood scores: one-hot labels, or real targets (batch, targets).
+    learns no sigma: Monte Carlo dropout, the deterministic network); it returns the loss, an
+    NDArray (1,) that is not waited for. ``targets`` is whatever the config's likelihood
+    scores: one-hot labels, or real targets (batch, targets).
 
     ``mus``, ``rhos``: the start (per-parameter arrays; default: ``init_variational_params``
-    with the config's seed). ``backend``: as ``choose_backend``. ``noise``: ``philox`` or
-    ``device`` (default: ``noise.noise_for``'s choice for ``ctx``).
+    with the config's seed). ``backend``: a name, as ``choose_backend`` takes it. ``noise``:
+    ``philox`` or ``device`` (default: ``noise.noise_for``'s choice for ``ctx``).
     """
 
     def __init__(self, config, ctx, mus=None, rhos=None, backend=None, noise=None,
@@ -130,7 +183,7 @@ class TrainingStep:
         self.layout = self.graph.layout
         self.prior = config.build_prior()
         self.model_kind, self.estimator = config.model_kind, config.estimator_kind
-        self.kl = config.kl_kind
+        self.kl, self.parametrization = config.kl_kind, config.parametrization_kind
         if mus is None:
             mus, rhos = init_variational_params(self.layout.shapes, ctx, config.mu_scale,
                                                 config.rho_offset, seed=config.seed)
@@ -140,16 +193,12 @@ class TrainingStep:
             begin_num_update=num_update)
         self.optimizer_states = [self.optimizer.create_state(i, p)
                                  for i, p in enumerate((self.mu, self.rho))]
-        self.workspace = (native.Workspace(self.layout.size, ctx)
-                          if self.backend == "native" else None)
+        self.workspace = self.backend.workspace(self.layout.size, ctx)
         self.start_epoch(0)
 
     def describe(self):
         """One line: the backend and, where it is not native, why."""
-        if self.backend == "native":
-            return "backend: native (C kernels, %s)" % self.ctx
-        return "backend: ndarray (MXNet operators, %s; native not used: %s)" % (
-            self.ctx, self.why_not_native)
+        return self.backend.describe(self.ctx, self.why_not_native)
 
     def start_epoch(self, epoch):
         """Set the epoch's learning rate and noise: the draws of an epoch depend on the seed and
@@ -159,10 +208,11 @@ class TrainingStep:
         if self.network.has_dropout:
             seed_generator(self.ctx, [self.config.seed, epoch, 2])
 
-    def __call__(self, X, y_one_hot, kl_weight):
-        config = self.config
+    def __call__(self, X, targets, kl_weight):
+        """One step on the mini-batch ``X`` with ``targets`` (what the likelihood scores) and
+        the KL weight of this mini-batch; returns the loss, an NDArray (1,), not waited for."""
         if not self.model_kind.learns_sigma:
-            loss, grad_mu = self.graph.nll_and_grad(X, y_one_hot, self.mu)
+            loss, grad_mu = self.graph.nll_and_grad(X, targets, self.mu)
             if self.model_kind.prior_as_weight_decay:
                 # the prior as weight decay: (1/M)(-log P(w)) at the mean weights
                 log_prior_sum, log_prior_grad = self.prior.log_density_and_gradient(self.mu)
@@ -170,26 +220,15 @@ class TrainingStep:
                 grad_mu = grad_mu - kl_weight * log_prior_grad
             self._update(0, self.mu, grad_mu)
             return loss
-        if self.backend == "native":
-            loss, grad_mu, grad_rho = native.combined_loss_gradients(
-                X, y_one_hot, self.mu, self.rho, self.noise, config.num_samples, self.prior,
-                kl_weight, self.graph, self.workspace, self.kl, self.estimator)
-        else:
-            size = draw_size(self.graph, self.estimator, self.kl, self.prior, X.shape[0])
-            epsilons = sample_epsilons([(size,)] * config.num_samples, self.ctx, self.noise)
-            loss, grad_mu, grad_rho = combined_loss_gradients(
-                X, y_one_hot, self.mu, self.rho, epsilons, self.prior, kl_weight, self.graph,
-                self.estimator, self.kl)
+        # steps 1-4: the loss and its gradients with respect to mu and rho
+        loss, grad_mu, grad_rho = self.backend.loss_gradients(self, X, targets, kl_weight)
+        # step 5: the update
         self._update(0, self.mu, grad_mu)
         self._update(1, self.rho, grad_rho)
         return loss
 
     def _update(self, index, param, grad):
-        if self.backend == "native":
-            native.optimizer_update(self.optimizer, index, param, grad,
-                                    self.optimizer_states[index])
-        else:
-            self.optimizer.update(index, param, grad, self.optimizer_states[index])
+        self.backend.update(self.optimizer, index, param, grad, self.optimizer_states[index])
 
     @property
     def mus(self):

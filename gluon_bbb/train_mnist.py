@@ -19,6 +19,7 @@ from .config import MAX_SAMPLES, MAX_TEST_SAMPLES, PRESETS, Config
 from .errors import CheckpointError, ConfigError
 from .modes import ESTIMATORS, KL_DIRECTIONS, KL_ESTIMATES, KL_WEIGHTINGS, MODEL_KINDS, names
 from .network import SPEC_HELP
+from .parametrizations import names as parametrization_names
 from .priors import PRIORS
 
 PROG = "python -m gluon_bbb.train_mnist"
@@ -39,7 +40,7 @@ pi: weight of the scale mixture's first (wide) component, in [0, 1]
 sigma_p1: standard deviation of the scale mixture's first component
 sigma_p2: standard deviation of the scale mixture's second component
 mu_scale: standard deviation of the initial means mu
-rho_offset: initial rho (sigma = softplus(rho))
+rho_offset: initial rho (sigma = softplus(rho), or exp(rho / 2) with --parametrization log-variance)
 kl_scale: multiplies every mini-batch's KL term (1: the paper's objective)
 train_size: train on the first N images (after --validation)
 validation: hold out the last N training images, scored every epoch
@@ -63,6 +64,9 @@ CHOICE_FLAGS = {
            "prior)"),
     "kl_direction": (KL_DIRECTIONS, "KL(q || P), the ELBO's, or KL(P || q), which covers the "
                      "prior's mass (ndarray backend)"),
+    "parametrization": (tuple(name.replace("_", "-") for name in parametrization_names()),
+                        "how rho gives the posterior's sigma: softplus(rho), or rho = log "
+                        "sigma^2 (log-variance; ndarray backend)"),
     "model": (names(MODEL_KINDS) + ("mlp",), "Bayes by Backprop, Monte Carlo dropout (the "
               "mean weights trained with dropout and the prior as weight decay; predictions "
               "average --test-samples dropout masks), or a deterministic network of the same "
@@ -96,10 +100,12 @@ def build_parser(prog=PROG, raise_errors=False):
                         "for the out-of-distribution part of the report")
     parser.add_argument("--backend", choices=("native", "ndarray"),
                         help="native: the C kernels (CPU contexts; every estimator, the "
-                        "reverse KL, the Gaussian and scale-mixture priors); ndarray: MXNet "
+                        "reverse KL, the Gaussian and scale-mixture priors, sigma = "
+                        "softplus(rho): kernels.SERVED); ndarray: MXNet "
                         "operators (any context, everything); default: native where it serves, "
                         "and the run says why where it does not")
-    types = {field.name: FLAG_TYPES[field.type] for field in dataclasses.fields(Config)}
+    types = {field.name: FLAG_TYPES[field.type] for field in dataclasses.fields(Config)
+             if field.name in CONFIG_FLAGS}
     for field, text in CONFIG_FLAGS.items():
         default = getattr(defaults, field)
         parser.add_argument(flag_for(field), type=types[field], metavar=field.upper(),

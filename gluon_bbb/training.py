@@ -21,7 +21,7 @@ from .context import context_name
 from .elementwise import total
 from .errors import CheckpointError, ConfigError, Interrupted, TrainingDiverged
 from .files import signals_deferred
-from .model import evaluate_accuracy, transform_rhos
+from .model import evaluate_accuracy
 from .rundir import RunDirectory
 from .step import TrainingStep, check_memory
 
@@ -40,7 +40,7 @@ class TrainResult:
 
     @property
     def sigmas(self):
-        return transform_rhos(self.rhos)
+        return self.config.parametrization_kind.sigmas(self.rhos)
 
 
 def kl_weights(num_batches, scheme):
@@ -100,7 +100,7 @@ def check_training(config, data, resume=False):
     """The checks a run passes before anything is written: the data split, something to
     train, and memory for the network."""
     split_data(config, data)
-    if config.likelihood != "categorical":
+    if not config.build_likelihood().classifies:
         raise ConfigError("likelihood", config.likelihood, "categorical to classify images "
                           "(regression: gluon_bbb.regression)")
     if config.epochs == 0 and not resume:

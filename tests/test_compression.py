@@ -118,8 +118,8 @@ def pruned_labels(run_dir, proportion, images):
     run_directory = RunDirectory(run_dir)
     config = run_directory.read_config()
     state = run_directory.load_parameters(config)
-    pruned = prune_weights(state["mus"], config.model_kind.prediction_sigmas(state["rhos"]),
-                           proportion)
+    sigmas = config.model_kind.prediction_sigmas(state["rhos"], state["parametrization"])
+    pruned = prune_weights(state["mus"], sigmas, proportion)
     return net(nd.array(images), pruned, network=config.build_network()).asnumpy().argmax(1)
 
 
@@ -160,7 +160,8 @@ def test_quantized_means_and_sigmas_round_trip(small_run, tmp_path, mnist):
     network = config.build_network()
     state = run_directory.load_parameters(config)
     mus = [m.asnumpy() for m in state["mus"]]
-    sigmas = [s.asnumpy() for s in config.model_kind.prediction_sigmas(state["rhos"])]
+    sigmas = [s.asnumpy() for s in config.model_kind.prediction_sigmas(state["rhos"],
+                                                                        state["parametrization"])]
     # the narrowed network with its exact means and sigmas, as the file should approximate it
     keep = keep_masks(mus, sigmas, 0.5)
     stages = _stages(network, [m * k for m, k in zip(mus, keep)], sigmas)

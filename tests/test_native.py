@@ -12,7 +12,8 @@ import pytest
 from mxnet import nd
 
 from gluon_bbb import Config, native, train
-from gluon_bbb.modes import kl_estimate
+from gluon_bbb.modes import estimator, kl_estimate
+from gluon_bbb.parametrizations import SOFTPLUS
 from gluon_bbb.noise import CHUNK, philox_key, philox_normals_reference
 from gluon_bbb.priors import GaussianPrior, ScaleMixturePrior
 from commands import user_env
@@ -136,8 +137,9 @@ def test_kl_gradients_follow_the_formula(ctx, prior, kl):
     kl_weight = 0.01
     to = lambda a: nd.array(a, ctx=ctx, dtype="float32")
     grad_mu, grad_rho = nd.zeros(n, ctx=ctx), nd.zeros(n, ctx=ctx)
-    total = native.kl_gradients(to(mu), to(rho), to(eps), to(w), to(grad_w), to(grad_w), 0,
-                                kl_weight, prior, kl_estimate(kl), grad_mu, grad_rho)
+    total = native.kl_gradients(to(mu), to(rho), to(eps), to(w), to(grad_w), to(grad_w),
+                                estimator("sample"), kl_weight, prior, kl_estimate(kl), SOFTPLUS,
+                                grad_mu, grad_rho)
 
     entries, kl_w, kl_mu, kl_sigma = numpy_kl_terms(mu, sigma, eps, prior, kl)
     assert total == pytest.approx(np.sum(entries), rel=1e-6)
@@ -198,7 +200,7 @@ def test_loading_the_library_keeps_denormals():
 def test_asking_for_the_native_backend_where_it_cannot_serve_is_an_error(ctx, mnist,
                                                                         monkeypatch):
     from gluon_bbb.errors import ConfigError
-    with pytest.raises(ConfigError, match="backend must be ndarray here.*the forward KL"):
+    with pytest.raises(ConfigError, match="backend must be ndarray here.*the forward mc KL"):
         train(Config(epochs=1, train_size=256, kl_direction="forward"), mnist, ctx,
               log=lambda line: None, progress=False, backend="native")
     monkeypatch.setattr(native, "_load", lambda: (None, "not built (test)"))
@@ -207,28 +209,38 @@ def test_asking_for_the_native_backend_where_it_cannot_serve_is_an_error(ctx, mn
               log=lambda line: None, progress=False, backend="native")
 
 
-def test_the_c_kernels_say_what_they_serve_and_refuse_the_rest(ctx, native_kernels):
-    from gluon_bbb import modes
-    kinds = {modes.estimator(name).kernel_data_kind for name in ("sample", "lrt", "flipout")}
-    estimates = {modes.kl_estimate(name).kernel_code for name in ("mc", "analytic")}
-    priors = {GaussianPrior(): True, ScaleMixturePrior(): False}  # has a closed-form KL
-    for kind in kinds:
-        for code in estimates:
-            for prior, closed_form in priors.items():
-                expected = code == modes.kl_estimate("mc").kernel_code or closed_form
-                assert native_kernels.serves(kind, code, prior.kernel_args()[0]) == expected
-    for unknown in ((3, 0, 0), (-1, 0, 0), (0, 2, 0), (0, 0, 2), (0, 0, -1)):
-        assert not native_kernels.serves(*unknown)
+def test_the_c_kernels_serve_what_the_table_declares_and_refuse_the_rest(ctx, native_kernels,
+                                                                          monkeypatch):
+    from gluon_bbb import kernels, modes
+    from gluon_bbb.parametrizations import LogVariance
+    # the loaded library's own answers are the table's, known codes and unknown ones alike
+    for codes in kernels.codes_to_check():
+        assert bool(native_kernels.library().bbb_serves(*codes)) == kernels.serves(*codes)
+    served = {(e.name, k.name, p.name, s.name)
+              for e in modes.ESTIMATORS for k in modes.KL_ESTIMATES
+              for p in (GaussianPrior(), ScaleMixturePrior()) for s in (SOFTPLUS, LogVariance())
+              if native_kernels.serves(e, k, p, s)}
+    assert served == {row for row in kernels.SERVED}
+    assert len(served) == 9  # 3 estimators x (mc x 2 priors + the Gaussian's closed form)
+    assert not any(native_kernels.serves(e, modes.kl_estimate(k, "forward"), GaussianPrior(),
+                                         SOFTPLUS)
+                   for e in modes.ESTIMATORS for k in ("mc", "analytic"))
+    # a library whose answers differ from the table is not used, and says why
+    monkeypatch.setattr(kernels, "SERVED_CODES", kernels.SERVED_CODES - {(0, 1, 0, 0)})
+    library, why = native_kernels._load.__wrapped__()
+    assert library is None and "serves other combinations than kernels.py declares" in why
     # called with a prior code it does not know, the kernel computes nothing it could mistake
     # for another prior's formulas
     n = 16
     arrays = [nd.ones(n, ctx=ctx) for _ in range(8)]
-    total = native_kernels.library().bbb_kl_gradients(
-        n, *(native_kernels._host_pointer(a) for a in arrays[:6]), 0, 1.0, 0, 7, 0.5, 1.0, 0.1,
-        native_kernels._host_pointer(arrays[6], write=True),
-        native_kernels._host_pointer(arrays[7], write=True))
-    assert math.isnan(total)
-    assert np.isnan(arrays[6].asnumpy()).all() and np.isnan(arrays[7].asnumpy()).all()
+    for prior_code, parametrization_code in ((7, 0), (0, 1)):
+        total = native_kernels.library().bbb_kl_gradients(
+            n, *(native_kernels._host_pointer(a) for a in arrays[:6]), 0, 1.0, 0, prior_code,
+            parametrization_code, 0.5, 1.0, 0.1,
+            native_kernels._host_pointer(arrays[6], write=True),
+            native_kernels._host_pointer(arrays[7], write=True))
+        assert math.isnan(total)
+        assert np.isnan(arrays[6].asnumpy()).all() and np.isnan(arrays[7].asnumpy()).all()
 
 
 def test_a_prior_the_c_kernels_do_not_know_trains_on_the_ndarray_backend(ctx, mnist,
@@ -237,21 +249,24 @@ def test_a_prior_the_c_kernels_do_not_know_trains_on_the_ndarray_backend(ctx, mn
     from gluon_bbb.errors import ConfigError
     from gluon_bbb.step import choose_backend
     config = Config(epochs=1, train_size=256, prior="scale_mixture")
-    assert choose_backend(config, ctx) == ("native", None)
+    backend, why = choose_backend(config, ctx)
+    assert (backend.name, why) == ("native", None)
     monkeypatch.setattr(ScaleMixturePrior, "kernel_args", lambda self: (7, self.pi, 1.0, 0.1))
-    assert choose_backend(config, ctx) == (
-        "ndarray", "the native kernels do not implement prior scale_mixture with the mc KL")
+    not_served = ("the native kernels do not implement estimator sample with the reverse mc "
+                  "KL, prior scale_mixture and parametrization softplus (kernels.SERVED)")
+    backend, why = choose_backend(config, ctx)
+    assert (backend.name, why) == ("ndarray", not_served)
     with pytest.raises(ConfigError, match="backend must be ndarray here: the native kernels do "
-                                          "not implement prior scale_mixture"):
+                                          "not implement estimator sample"):
         choose_backend(config, ctx, "native")
-    with pytest.raises(ValueError, match="do not serve data term 0, KL estimate 0 and prior 7"):
-        native_kernels.kl_gradients(*[nd.ones(4, ctx=ctx)] * 6, 0, 1.0, config.build_prior(),
-                                    kl_estimate("mc"), nd.zeros(4, ctx=ctx),
-                                    nd.zeros(4, ctx=ctx))
+    with pytest.raises(ValueError, match="do not serve estimator sample, the reverse mc KL, "
+                                         "prior scale_mixture and parametrization softplus"):
+        native_kernels.kl_gradients(*[nd.ones(4, ctx=ctx)] * 6, estimator("sample"), 1.0,
+                                    config.build_prior(), kl_estimate("mc"), SOFTPLUS,
+                                    nd.zeros(4, ctx=ctx), nd.zeros(4, ctx=ctx))
     lines = []
     train(config, mnist, ctx, log=lines.append, progress=False)
-    assert lines[0].endswith("native not used: the native kernels do not implement prior "
-                             "scale_mixture with the mc KL)")
+    assert lines[0].endswith("native not used: %s)" % not_served)
 
 
 def test_training_without_the_built_library_gives_the_same_run(ctx, mnist, monkeypatch):

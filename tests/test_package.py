@@ -114,3 +114,45 @@ def test_a_wheel_installed_in_a_fresh_environment_runs_every_command(tmp_path, m
     for name in ("run/checkpoint.params", "run/pruning.json", "run/uncertainty.json",
                  "quartic/metrics.json", "sweep/sweep.md", "sweep/seed-1/trial.json"):
         assert (elsewhere / name).exists(), name
+
+
+def package_imports():
+    """{module: the modules of gluon_bbb it imports}, function-level imports included, read
+    from the source."""
+    import ast
+    package = os.path.join(ROOT, "gluon_bbb")
+    modules = {name[:-3] for name in os.listdir(package) if name.endswith(".py")}
+    edges = {}
+    for module in modules:
+        with open(os.path.join(package, module + ".py")) as f:
+            tree = ast.parse(f.read())
+        found = set()
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and node.level == 1:
+                found.update([node.module.split(".")[0]] if node.module
+                             else [alias.name for alias in node.names])
+            elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("gluon_bbb."):
+                found.add(node.module.split(".")[1])
+            elif isinstance(node, ast.Import):
+                found.update(alias.name.split(".")[1] for alias in node.names
+                             if alias.name.startswith("gluon_bbb."))
+        edges[module] = found & modules - {module}
+    return edges
+
+
+def test_no_module_of_the_package_imports_another_in_a_circle():
+    edges = package_imports()
+    assert "priors" in edges["config"] and "elementwise" in edges["priors"]  # it reads them
+    reach = {module: set(deps) for module, deps in edges.items()}
+    changed = True
+    while changed:  # the transitive closure
+        changed = False
+        for module, reached in reach.items():
+            more = set().union(*(reach[d] for d in reached)) - reached
+            if more:
+                reached |= more
+                changed = True
+    circles = sorted(module for module, reached in reach.items() if module in reached)
+    assert circles == []
+    # the leaf modules the formulas and the C kernels' table live in import nothing of it
+    assert edges["elementwise"] == set() and edges["kernels"] == set()

@@ -146,7 +146,7 @@ def test_native_backend_with_a_learned_noise_equals_autograd(ctx, native_kernels
     layout, mu, rho, X, y = regression_batch(ctx, config, "float32")
     network, likelihood = config.build_network(), config.build_likelihood()
     noise = PhiloxNoise(ctx, seed=6)
-    got = native_kernels.combined_loss_gradients(
+    got = native_kernels.loss_gradients(
         X, y, mu, rho, noise, 1, prior_for(config), 0.5, NetworkGraph(network, likelihood),
         native_kernels.Workspace(layout.size, ctx), config.kl_kind, config.estimator_kind)
     f64 = lambda a: a.astype("float64")  # noqa: E731

@@ -68,7 +68,7 @@ def test_native_backend_equals_autograd_of_combined_loss(ctx, native_kernels, mn
     X = nd.array(mnist.train_images[:64], ctx=ctx)
     y = nd.one_hot(nd.array(mnist.train_labels[:64], ctx=ctx), 10)
     noise = PhiloxNoise(ctx, seed=7)
-    got = native_kernels.combined_loss_gradients(
+    got = native_kernels.loss_gradients(
         X, y, mu, rho, noise, num_samples, prior_for(config), 0.003,
         NetworkGraph(layout.shapes), native_kernels.Workspace(layout.size, ctx),
         config.kl_kind, config.estimator_kind)
@@ -179,13 +179,19 @@ def test_backends_take_the_same_step_below_the_floor(ctx, mnist, native_kernels)
 
 def test_choose_backend():
     sample, forward = Config(), Config(kl_direction="forward")
+
+    def chosen(config, ctx, backend=None):
+        backend, why = choose_backend(config, ctx, backend)
+        return backend.name, why
     for estimator in ("sample", "lrt", "flipout"):
-        assert choose_backend(Config(estimator=estimator), mx.cpu())[0] == "native"
-    assert choose_backend(forward, mx.cpu())[0] == "ndarray"
-    assert "the forward KL" in choose_backend(forward, mx.cpu())[1]
-    assert choose_backend(sample, mx.gpu(0)) == ("ndarray", "the native kernels run on CPU "
-                                                             "contexts only")
-    assert choose_backend(sample, mx.cpu(), "ndarray") == ("ndarray", "asked for")
+        assert chosen(Config(estimator=estimator), mx.cpu())[0] == "native"
+    assert chosen(forward, mx.cpu())[0] == "ndarray"
+    assert "the reverse" not in chosen(forward, mx.cpu())[1]
+    assert "with the forward mc KL" in chosen(forward, mx.cpu())[1]
+    assert "parametrization log_variance" in chosen(Config(parametrization="log-variance"),
+                                                    mx.cpu())[1]
+    assert chosen(sample, mx.gpu(0)) == ("ndarray", "the native kernels run on CPU contexts only")
+    assert chosen(sample, mx.cpu(), "ndarray") == ("ndarray", "asked for")
     for config, ctx in ((forward, mx.cpu()), (sample, mx.gpu(0))):
         with pytest.raises(ConfigError, match="backend must be ndarray here"):
             choose_backend(config, ctx, "native")
@@ -225,7 +231,7 @@ def test_native_backend_equals_autograd_for_lenet(ctx, native_kernels, mnist):
     X = nd.array(mnist.train_images[:16], ctx=ctx)
     y = nd.one_hot(nd.array(mnist.train_labels[:16], ctx=ctx), 10)
     noise = PhiloxNoise(ctx, seed=3)
-    got = native_kernels.combined_loss_gradients(
+    got = native_kernels.loss_gradients(
         X, y, mu, rho, noise, 1, prior_for(config), 0.002, NetworkGraph(network),
         native_kernels.Workspace(layout.size, ctx), config.kl_kind, config.estimator_kind)
     f64 = lambda a: a.astype("float64")
