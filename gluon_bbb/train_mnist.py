@@ -166,7 +166,7 @@ def main(argv=None, prog=PROG):
     ctx = parse_context(args.ctx)
     data = load_mnist(args.data_dir or (run.recorded_data_dir() if args.resume else None))
     ood_images = load_ood_images(args.ood_data_dir) if args.ood_data_dir else None
-    check_training(config, data, args.resume)
+    check_training(config, data, args.resume, ctx, args.backend)
     # every check is passed: only now is the run directory made
     if taken:
         print("a network with convolutions: %s, the defaults for such networks (the tutorial's "

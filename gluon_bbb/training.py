@@ -23,7 +23,7 @@ from .errors import CheckpointError, ConfigError, Interrupted, TrainingDiverged
 from .files import signals_deferred
 from .model import evaluate_accuracy
 from .rundir import RunDirectory
-from .step import TrainingStep, check_memory
+from .step import TrainingStep, check_memory, choose_backend
 
 # Where no progress bar is drawn (stderr is not a terminal), a line at most this often within
 # an epoch says how far it has come.
@@ -76,7 +76,7 @@ def train(config, data, ctx, out_dir=None, resume=False, eval_train=False,
         config = dataclasses.replace(config, seed=int(np.random.SeedSequence().entropy % 2 ** 31))
     if progress is None:
         progress = sys.stderr.isatty()
-    check_training(config, data, resume)
+    check_training(config, data, resume, ctx, backend)
     if out_dir is None and resume:
         raise CheckpointError("resuming needs a run directory ({out_dir}) holding a checkpoint")
     run = (out_dir if isinstance(out_dir, RunDirectory) or out_dir is None
@@ -96,9 +96,9 @@ class _Saved:
     epochs = 0
 
 
-def check_training(config, data, resume=False):
+def check_training(config, data, resume=False, ctx=None, backend=None):
     """The checks a run passes before anything is written: the data split, something to
-    train, and memory for the network."""
+    train, memory for the network and, given ``ctx``, a ``backend`` that can serve it."""
     split_data(config, data)
     if not config.build_likelihood().classifies:
         raise ConfigError("likelihood", config.likelihood, "categorical to classify images "
@@ -106,6 +106,8 @@ def check_training(config, data, resume=False):
     if config.epochs == 0 and not resume:
         raise ConfigError("epochs", 0, "at least 1 for a new run (nothing to train)")
     check_memory(config)
+    if ctx is not None:
+        choose_backend(config, ctx, backend)
 
 
 def split_data(config, data):

@@ -260,3 +260,13 @@ def test_a_models_inputs_refuse_what_are_not_raw_pixels(tmp_path):
                            .replace("]", r"\]")):
             model.inputs(bad)
     np.testing.assert_array_equal(model.inputs(np.zeros((1, 28, 28))), np.zeros((1, 784)))
+
+
+def test_a_backend_that_cannot_serve_the_run_is_refused_before_its_directory_is_made(
+        tmp_path, native_kernels):
+    out = tmp_path / "run"
+    proc = run(TRAIN, "--parametrization", "log-variance", "--backend", "native", "--out", out)
+    assert_one_line_error(proc, "--backend must be ndarray here: the native kernels do not "
+                                "implement estimator sample with the reverse mc KL, prior "
+                                "gaussian and parametrization log_variance (kernels.SERVED)")
+    assert not out.exists()
