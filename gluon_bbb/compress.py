@@ -69,6 +69,7 @@ def main(argv=None, prog=PROG):
     from .data import idx_paths, load_mnist
     from .errors import ConfigError
     from .files import check_not_an_input
+    from .pruning import prior_rule_proportion
     from .rundir import check_output_dir, resolve_checkpoint
     check_precision(args.precision, args.sigma_bits)
     if args.proportion is not None:
@@ -110,7 +111,13 @@ def main(argv=None, prog=PROG):
               "points of the unpruned mean network's (%.2f%%)" % (where, limit,
                                                                   100 * dense_error), flush=True)
         model, header, blobs, report = compress(0.0)
-        for proportion in SEARCH_PROPORTIONS:
+        # a prior that prunes as it trains gives a proportion of its own, tried with the others
+        rule = prior_rule_proportion(config, state["mus"], config.model_kind.prediction_sigmas(
+            state["rhos"], state["parametrization"]))
+        if rule is not None:
+            print("the %s prior has switched off %.4g of the parameters while training" % (
+                config.prior.replace("_", "-"), rule), flush=True)
+        for proportion in sorted(set(SEARCH_PROPORTIONS) | ({rule} if rule else set())):
             candidate = compress(proportion)
             error = error_rate(candidate[0], X_sel, y_sel)
             print("proportion %g: error %.2f%%" % (proportion, 100 * error), flush=True)

@@ -330,6 +330,12 @@ class MonteCarloKL(KLEstimate):
     kernel_code = kernels.KL_ESTIMATES["mc"]
     per_draw = True
 
+    def check(self, prior):
+        if not prior.has_log_density:
+            raise ConfigError("kl", self.name, "analytic with the %s prior (an improper prior: "
+                              "it gives its KL, not a density to estimate log P with)"
+                              % prior.name.replace("_", "-"))
+
     def closed_term(self, prior, mu, sigma, kl_weight):
         from mxnet import nd
         return -(kl_weight * total(nd.log(sigma))), None, -kl_weight / sigma

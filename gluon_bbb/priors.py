@@ -64,6 +64,12 @@ class Prior:
         """log P(x) elementwise."""
         raise NotImplementedError
 
+    @property
+    def has_log_density(self):
+        """False for an improper prior that gives only its KL (the Monte Carlo KL needs the
+        density)."""
+        return type(self).log_density is not Prior.log_density
+
     def __call__(self, x, F=None):
         return total(self.log_density(x, F), F)
 
@@ -78,6 +84,12 @@ class Prior:
         return log_density.detach(), x.grad
 
     kl = None  # a subclass's closed form: kl(self, mu, sigma, F=None), elementwise
+
+    def switched_off(self, mu, sigma):
+        """The weights the posterior N(mu, sigma^2) has switched off under this prior (a mask
+        of mu's shape), for a prior that prunes as it trains; None for one with no such rule
+        (pruning then ranks by |mu| / sigma at proportions the user picks)."""
+        return None
 
     @property
     def has_closed_form_kl(self):
@@ -233,8 +245,46 @@ class ScaleMixturePrior(Prior):
         return kernels.PRIORS["scale_mixture"], self.pi, self.sigma_p1, self.sigma_p2
 
 
-# the priors whose scales are a Config's flat fields (sigma_p, pi, sigma_p1, sigma_p2)
-PRIORS = {prior.name: prior for prior in (GaussianPrior, ScaleMixturePrior)}
+class LogUniformPrior(Prior):
+    """The log-uniform prior of sparse variational dropout (Molchanov et al. 2017), p(|w|)
+    proportional to 1 / |w|: improper, so it has no density to estimate log P with, only the
+    KL(N(mu, sigma^2) || P) up to a constant, by the paper's approximation in log alpha =
+    log sigma^2 - log mu^2:
+
+        KL ~ k1 - k1 sigmoid(k2 + k3 log alpha) + softplus(-log alpha) / 2,
+
+    k1 = 0.63576, k2 = 1.87320, k3 = 1.48695 (its eq. 14, with the constant that makes it 0 as
+    alpha -> infinity). log alpha is clipped to [-10, 10] and mu^2 given a floor of 1e-8 as in
+    the paper's code, so the gradient stays finite at mu = 0. A weight whose log alpha exceeds
+    ``PRUNE_LOG_ALPHA`` (3, the paper's) is one the posterior has switched off: its |mu| / sigma
+    is below exp(-3 / 2) = 0.22."""
+    name = "log_uniform"
+    K1, K2, K3 = 0.63576, 1.87320, 1.48695
+    LOG_ALPHA_LIMIT = 10.0
+    PRUNE_LOG_ALPHA = 3.0
+
+    @classmethod
+    def from_config(cls, config):
+        return cls()
+
+    def log_alpha(self, mu, sigma, F=None):
+        """log sigma^2 - log mu^2 elementwise, clipped."""
+        F = operators(F)
+        return F.clip(2.0 * F.log(sigma) - F.log(F.square(mu) + 1e-8), -self.LOG_ALPHA_LIMIT,
+                      self.LOG_ALPHA_LIMIT)
+
+    def switched_off(self, mu, sigma):
+        return self.log_alpha(mu, sigma) > self.PRUNE_LOG_ALPHA
+
+    def kl(self, mu, sigma, F=None):
+        log_alpha = self.log_alpha(mu, sigma, F)
+        return (self.K1 - self.K1 * sigmoid(self.K2 + self.K3 * log_alpha, F)
+                + 0.5 * softplus(-log_alpha, F))
+
+
+# the priors whose scales are a Config's flat fields (sigma_p, pi, sigma_p1, sigma_p2), or who
+# have none
+PRIORS = {prior.name: prior for prior in (GaussianPrior, ScaleMixturePrior, LogUniformPrior)}
 
 
 def prior_kind(name):

@@ -73,16 +73,20 @@ def prune_and_report(args, config, state, data, out, checkpoint_path):
     first: a reader that stops early (``| head``) loses none of them."""
     from .files import write_json
     from .plots import plot_pruning, plot_snr
-    from .pruning import (dense_size, prune_weights, pruning_table, save_pruned, snr_ranks,
-                          snr_thresholds_db)
+    from .pruning import (dense_size, prior_rule_proportion, prune_weights, pruning_table,
+                          save_pruned, snr_ranks, snr_thresholds_db)
     from .rundir import report_prefix
     # a run without a weight distribution ranks by |mu| alone (its rhos are their initial
     # constant), and says so: magnitude pruning
     criterion, criterion_words = config.model_kind.pruning_criterion
     mus = state["mus"]
     sigmas = config.model_kind.ranking_sigmas(mus, state["rhos"], state["parametrization"])
+    # a prior that prunes as it trains gives a proportion of its own: a row of the table too
+    rule = prior_rule_proportion(config, mus, config.model_kind.prediction_sigmas(
+        state["rhos"], state["parametrization"]))
+    proportions = sorted(set(args.proportions) | ({rule} if rule is not None else set()))
     started = time.time()
-    rows = pruning_table(mus, sigmas, args.proportions, data.test_images, data.test_labels,
+    rows = pruning_table(mus, sigmas, proportions, data.test_images, data.test_labels,
                          config.build_network())
     seconds = time.time() - started
     prefix = report_prefix(checkpoint_path)
@@ -90,9 +94,9 @@ def prune_and_report(args, config, state, data, out, checkpoint_path):
     write_json(out.file(names[0]), {
         "checkpoint": os.path.abspath(checkpoint_path), "epoch": state["epoch"],
         "model": config.model, "criterion": criterion, "data_dir": data.directory,
-        "rows": rows})
+        "prior_rule_proportion": rule, "rows": rows})
     plot_pruning(rows, out.file(names[1]), criterion_words)
-    snr_db, cuts = snr_thresholds_db(mus, sigmas, args.proportions)
+    snr_db, cuts = snr_thresholds_db(mus, sigmas, proportions)
     plot_snr(snr_db, cuts, out.file(names[2]), criterion_words)
     if args.save_pruned is not None:
         pruned = prune_weights(mus, sigmas, args.save_pruned, ranks=snr_ranks(mus, sigmas))
@@ -101,6 +105,9 @@ def prune_and_report(args, config, state, data, out, checkpoint_path):
         names.append(os.path.basename(sparse_path))
 
     print(markdown_table(rows, criterion))
+    if rule is not None:
+        print("\nthe %s prior has switched off %.4g of the parameters while training (its row "
+              "above)" % (config.prior.replace("_", "-"), rule))
     print("\n%s at epoch %d: %d parameters, %d proportions, %.1f s" % (
         checkpoint_path, state["epoch"], sum(m.size for m in mus), len(rows), seconds))
     if args.save_pruned is not None:

@@ -20,6 +20,19 @@ def signal_to_noise_ratio(mus, sigmas):
     return [nd.abs(mu) / sigma for mu, sigma in zip(mus, sigmas)]
 
 
+def prior_rule_proportion(config, mus, sigmas):
+    """The share of the parameters the run's prior has switched off while training (its
+    ``switched_off``: sparse variational dropout's log alpha > 3), or None where the prior has
+    no such rule, the model learns no sigma, or the prior's class is not defined here."""
+    if sigmas is None or not config.prior_defined:
+        return None
+    prior = config.build_prior()
+    masks = [prior.switched_off(mu, sigma) for mu, sigma in zip(mus, sigmas)]
+    if masks[0] is None:
+        return None
+    return float(sum(mask.sum().asscalar() for mask in masks)) / sum(mu.size for mu in mus)
+
+
 def num_pruned(proportion, num_params):
     """floor(proportion * num_params), robust to float error (0.29 * 100 is 28.999...)."""
     check_proportion(proportion)

@@ -1,0 +1,94 @@
+"""Priors that prune (issue 40): sparse variational dropout's log-uniform prior, its KL
+approximation against NumPy written here and its gradient against finite differences, and a
+short training run that switches weights off."""
+import json
+import os
+
+import numpy as np
+import pytest
+from mxnet import nd
+
+import mxnet as mx
+from gluon_bbb import Config, train
+from gluon_bbb.errors import ConfigError
+from gluon_bbb.priors import LogUniformPrior
+
+K1, K2, K3 = 0.63576, 1.87320, 1.48695
+
+
+def numpy_kl(mu, sigma):
+    log_alpha = np.clip(np.log(sigma ** 2) - np.log(mu ** 2 + 1e-8), -10, 10)
+    return K1 - K1 / (1 + np.exp(-(K2 + K3 * log_alpha))) + 0.5 * np.log1p(np.exp(-log_alpha))
+
+
+def test_the_kl_is_molchanovs_approximation_and_its_gradient_the_derivative():
+    rng = np.random.default_rng(0)
+    mu = rng.normal(scale=0.3, size=400)
+    sigma = np.exp(rng.uniform(-6, 1, size=400))
+    prior = LogUniformPrior()
+    as_nd = lambda a: nd.array(a, dtype="float64")  # noqa: E731
+    value, d_mu, d_sigma = prior.closed_form_kl(as_nd(mu), as_nd(sigma))
+    np.testing.assert_allclose(value.asnumpy(), numpy_kl(mu, sigma), rtol=1e-10, atol=1e-14)
+    # the KL falls towards 0 as alpha grows: a switched-off weight costs nothing
+    assert numpy_kl(np.array([1e-6]), np.array([1.0]))[0] < 1e-4
+    h = 1e-6
+    inside = np.abs(np.log(sigma ** 2) - np.log(mu ** 2 + 1e-8)) < 9.9  # the clip is flat beyond
+    fd_mu = (numpy_kl(mu + h, sigma) - numpy_kl(mu - h, sigma)) / (2 * h)
+    fd_sigma = (numpy_kl(mu, sigma + h) - numpy_kl(mu, sigma - h)) / (2 * h)
+    np.testing.assert_allclose(d_mu.asnumpy()[inside], fd_mu[inside], rtol=1e-5, atol=1e-7)
+    np.testing.assert_allclose(d_sigma.asnumpy()[inside], fd_sigma[inside], rtol=1e-5,
+                               atol=1e-7)
+    # at mu = 0 the gradient stays finite
+    _, d_mu, d_sigma = prior.closed_form_kl(as_nd([0.0]), as_nd([0.1]))
+    assert np.isfinite(d_mu.asnumpy()).all() and np.isfinite(d_sigma.asnumpy()).all()
+
+
+def test_the_improper_prior_takes_the_closed_form_only():
+    with pytest.raises(ConfigError, match="kl must be analytic with the log-uniform prior"):
+        Config(prior="log-uniform")
+    with pytest.raises(ConfigError, match="kl_direction must be reverse with the log-uniform"):
+        Config(prior="log-uniform", kl="mc", kl_direction="forward")
+    assert Config(prior="log-uniform", kl="analytic").build_prior() == LogUniformPrior()
+
+
+SPARSE = dict(prior="log-uniform", kl="analytic", parametrization="log_variance",
+              estimator="lrt", network="dense:100,relu,dense:10", optimizer="adam",
+              learning_rate=1e-3, rho_offset=-10.0, mu_scale=0.05, seed=0)
+
+
+def test_sparse_variational_dropout_switches_weights_off_and_keeps_accuracy(mnist):
+    config = Config(prior="log-uniform", kl="analytic", parametrization="log_variance",
+                    estimator="lrt", network="dense:100,relu,dense:10", optimizer="adam",
+                    learning_rate=1e-3, rho_offset=-10.0, mu_scale=0.05, epochs=3,
+                    train_size=20000, seed=0)
+    result = train(config, mnist, mx.cpu(), log=lambda line: None, progress=False)
+    prior = LogUniformPrior()
+    log_alphas = np.concatenate([prior.log_alpha(m, s).asnumpy().ravel()
+                                 for m, s in zip(result.mus, result.sigmas)])
+    switched_off = np.mean(log_alphas > prior.PRUNE_LOG_ALPHA)
+    assert result.history[-1]["test_accuracy"] > 0.9
+    # at the start log alpha = -10 - log mu^2 is above 3 for the 2% of means below 0.0015
+    assert switched_off > 0.6, switched_off  # 0.89 measured
+
+
+def test_prune_and_compress_read_the_priors_rule_from_the_run(tmp_path, mnist):
+    from commands import PRUNE, PYTHON, run
+    out = str(tmp_path / "run")
+    result = train(Config(epochs=2, train_size=10000, validation=2000, **SPARSE), mnist,
+                   mx.cpu(), out_dir=out, log=lambda line: None, progress=False)
+    prior = LogUniformPrior()
+    masks = [prior.switched_off(m, s).asnumpy() for m, s in zip(result.mus, result.sigmas)]
+    rule = sum(m.sum() for m in masks) / sum(m.size for m in masks)
+    assert 0.3 < rule < 1.0
+    proc = run(PRUNE, "--checkpoint", out, "--proportions", "0", "0.5")
+    assert proc.returncode == 0, proc.stderr
+    with open(os.path.join(out, "pruning.json")) as f:
+        report = json.load(f)
+    assert report["prior_rule_proportion"] == pytest.approx(rule, rel=1e-9)
+    assert [row["proportion"] for row in report["rows"]] == pytest.approx(
+        sorted([0.0, 0.5, rule]))
+    assert "the log-uniform prior has switched off" in proc.stdout
+    proc = run([PYTHON, "-m", "gluon_bbb.compress"], out, "--out", tmp_path / "model.gbbb")
+    assert proc.returncode == 0, proc.stderr
+    assert "the log-uniform prior has switched off %.4g of the parameters" % rule in proc.stdout
+    assert "proportion %g: error" % rule in proc.stdout
