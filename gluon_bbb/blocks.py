@@ -216,7 +216,8 @@ def kl_term(net, log_prior=None):
     """sum log q(w | mu, sigma) - sum log P(w) over the weights the last forward pass of
     ``net`` drew, shape (1,); recorded by autograd like the network's output. ``log_prior``
     maps one weight array to its summed log density (a ``priors.Prior``, a user's own too);
-    default: each layer's ``prior``, else ``GaussianPrior(1.0)``.
+    default: each layer's ``prior``, else ``GaussianPrior(1.0)``. A prior without a density
+    (``LogUniformPrior``) gives its closed-form KL instead.
 
     Call it after the forward pass whose loss it completes: while autograd records, the
     weights must have been drawn by a forward pass recorded too and not yet taken by another
@@ -246,7 +247,10 @@ def kl_term(net, log_prior=None):
         sigmas = layer.parametrization.sigmas(rhos)
         prior = log_prior or layer.prior or GaussianPrior(1.0)
         for w, mu, sigma in zip(transform_gaussian_samples(mus, sigmas, epsilons), mus, sigmas):
-            terms.append(total(log_gaussian(w, mu, sigma)) - prior(w))
+            if getattr(prior, "has_log_density", True):
+                terms.append(total(log_gaussian(w, mu, sigma)) - prior(w))
+            else:  # an improper prior (log-uniform) gives its KL in closed form alone
+                terms.append(total(prior.kl(mu, sigma)))
     return nd.add_n(*terms)
 
 

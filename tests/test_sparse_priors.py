@@ -92,3 +92,20 @@ def test_prune_and_compress_read_the_priors_rule_from_the_run(tmp_path, mnist):
     assert proc.returncode == 0, proc.stderr
     assert "the log-uniform prior has switched off %.4g of the parameters" % rule in proc.stdout
     assert "proportion %g: error" % rule in proc.stdout
+
+
+def test_the_blocks_take_the_log_uniform_prior_by_its_closed_form():
+    from mxnet import gluon
+    from gluon_bbb.blocks import bayesian_layers, kl_term, to_bayesian
+    net = gluon.nn.HybridSequential()
+    net.add(gluon.nn.Dense(8, activation="relu"), gluon.nn.Dense(3))
+    to_bayesian(net, prior=LogUniformPrior(), parametrization="log_variance", rho_offset=-6.0)
+    net.initialize()
+    net(nd.ones((2, 5)))
+    expected = 0.0
+    for layer in bayesian_layers(net):
+        mus, rhos, _ = layer.variational_arrays()
+        for mu, rho in zip(mus, rhos):
+            expected += numpy_kl(mu.asnumpy().astype(np.float64),
+                                 np.exp(rho.asnumpy().astype(np.float64) / 2)).sum()
+    assert kl_term(net).asscalar() == pytest.approx(expected, rel=1e-4)
