@@ -112,12 +112,12 @@ def main(argv=None, prog=PROG):
                                                                   100 * dense_error), flush=True)
         model, header, blobs, report = compress(0.0)
         # a prior that prunes as it trains gives a proportion of its own, tried with the others
-        rule = prior_rule_proportion(config, state["mus"], config.model_kind.prediction_sigmas(
-            state["rhos"], state["parametrization"]))
+        rule = prior_rule_proportion(config, state)
         if rule is not None:
             print("the %s prior has switched off %.4g of the parameters while training" % (
                 config.prior.replace("_", "-"), rule), flush=True)
-        for proportion in sorted(set(SEARCH_PROPORTIONS) | ({rule} if rule else set())):
+        for proportion in sorted(set(SEARCH_PROPORTIONS) | ({rule} if rule is not None
+                                                             else set())):
             candidate = compress(proportion)
             error = error_rate(candidate[0], X_sel, y_sel)
             print("proportion %g: error %.2f%%" % (proportion, 100 * error), flush=True)

@@ -144,8 +144,11 @@ class Config:
             else:
                 self.prior, self.prior_settings = self.prior.name, self.prior.settings()
         if self.prior_settings is None:
-            self.prior = prior_kind(self.prior).name
-            return
+            kind = prior_kind(self.prior)
+            self.prior = kind.name
+            if kind in PRIORS.values():
+                return
+            self.prior_settings = {}  # a user's prior by its name alone: its defaults
         try:
             json.dumps(self.prior_settings, allow_nan=False)
         except (TypeError, ValueError):

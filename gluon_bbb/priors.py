@@ -60,6 +60,12 @@ class Prior:
         super().__init_subclass__(**kwargs)
         register(_KNOWN, cls, "prior")
 
+    @classmethod
+    def from_config(cls, config):
+        """The prior a config names without settings: its defaults (the built-in priors read
+        the config's scale fields instead)."""
+        return cls()
+
     def log_density(self, x, F=None):
         """log P(x) elementwise."""
         raise NotImplementedError
@@ -212,7 +218,10 @@ class ScaleMixturePrior(Prior):
 
     def log_density(self, x, F=None):
         F = operators(F)
-        x2 = F.square(x)
+        return self._log_density_of_square(F.square(x), F)
+
+    def _log_density_of_square(self, x2, F):
+        """``log_density`` from x^2 (which its gradient takes too)."""
         k1, k2 = 0.5 / self.sigma_p1 ** 2, 0.5 / self.sigma_p2 ** 2
         log_first = (math.log(self.pi) - LOG_SQRT_2PI - math.log(self.sigma_p1)) - k1 * x2
         log_second = (math.log1p(-self.pi) - LOG_SQRT_2PI - math.log(self.sigma_p2)) - k2 * x2
@@ -222,9 +231,10 @@ class ScaleMixturePrior(Prior):
     def log_density_and_gradient(self, x):
         """(the summed log density (1,), elementwise d log P / dx), where
         d log P / dx = -x (share1 / s1^2 + share2 / s2^2)."""
-        x2 = _nd().square(x)
+        nd = _nd()
+        x2 = nd.square(x)
         k1, k2 = 0.5 / self.sigma_p1 ** 2, 0.5 / self.sigma_p2 ** 2
-        log_density = self(x)
+        log_density = total(self._log_density_of_square(x2, nd))
         # a - b from x^2 directly (not as a difference of two large numbers), and both shares
         # from it: 1 - share1 would lose all float32 precision where share1 is near 1
         log_ratio = (math.log(self.pi / (1.0 - self.pi)) + math.log(self.sigma_p2 / self.sigma_p1)
@@ -262,10 +272,6 @@ class LogUniformPrior(Prior):
     K1, K2, K3 = 0.63576, 1.87320, 1.48695
     LOG_ALPHA_LIMIT = 10.0
     PRUNE_LOG_ALPHA = 3.0
-
-    @classmethod
-    def from_config(cls, config):
-        return cls()
 
     def log_alpha(self, mu, sigma, F=None):
         """log sigma^2 - log mu^2 elementwise, clipped."""

@@ -82,8 +82,7 @@ def prune_and_report(args, config, state, data, out, checkpoint_path):
     mus = state["mus"]
     sigmas = config.model_kind.ranking_sigmas(mus, state["rhos"], state["parametrization"])
     # a prior that prunes as it trains gives a proportion of its own: a row of the table too
-    rule = prior_rule_proportion(config, mus, config.model_kind.prediction_sigmas(
-        state["rhos"], state["parametrization"]))
+    rule = prior_rule_proportion(config, state)
     proportions = sorted(set(args.proportions) | ({rule} if rule is not None else set()))
     started = time.time()
     rows = pruning_table(mus, sigmas, proportions, data.test_images, data.test_labels,

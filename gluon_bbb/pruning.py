@@ -20,10 +20,14 @@ def signal_to_noise_ratio(mus, sigmas):
     return [nd.abs(mu) / sigma for mu, sigma in zip(mus, sigmas)]
 
 
-def prior_rule_proportion(config, mus, sigmas):
-    """The share of the parameters the run's prior has switched off while training (its
-    ``switched_off``: sparse variational dropout's log alpha > 3), or None where the prior has
-    no such rule, the model learns no sigma, or the prior's class is not defined here."""
+def prior_rule_proportion(config, state):
+    """The share of the parameters of a run's parameter file (``state``, as
+    ``checkpoint.read_checkpoint`` gives it) that the run's prior has switched off while
+    training (its ``switched_off``: sparse variational dropout's log alpha > 3), or None where
+    the prior has no such rule, the model learns no sigma, or the prior's class is not defined
+    here."""
+    mus = state["mus"]
+    sigmas = config.model_kind.prediction_sigmas(state["rhos"], state["parametrization"])
     if sigmas is None or not config.prior_defined:
         return None
     prior = config.build_prior()

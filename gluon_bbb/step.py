@@ -12,7 +12,8 @@ What one step does, top to bottom (``TrainingStep.__call__``):
 4. the chain rule from sigma to rho, by the parametrization (``parametrizations.py``);
 5. the optimizer's update of the flat vectors mu and rho (MXNet's SGD or Adam).
 
-The backend chosen for the whole run computes steps 2-5 for it:
+The backend chosen for the whole run draws the noise and computes steps 2-4
+(``loss_gradients``), and runs the update of step 5 (``update``):
 
 - ``ndarray``: MXNet operators (``ndarray_backend.combined_loss_gradients``), on any context
   and for every prior, estimator, KL estimate and parametrization, a user's own included: the
@@ -37,7 +38,7 @@ from .noise import noise_for, seed_generator
 
 
 class NdarrayBackend:
-    """Steps 2-5 on MXNet operators."""
+    """Steps 1-5 on MXNet operators."""
     name = "ndarray"
     native = False
 
@@ -59,8 +60,8 @@ class NdarrayBackend:
                                                                                why_not_native)
 
 
-class NativeBackend(NdarrayBackend):
-    """Steps 2-5 with the C kernels doing the parameter-side work and the update."""
+class NativeBackend:
+    """Steps 1-5 with the C kernels doing the parameter-side work and the update."""
     name = "native"
     native = True
 

@@ -156,6 +156,8 @@ def test_a_run_of_a_users_prior_reads_without_its_class_and_resumes_with_it(tmp_
                                               r"\{'scale': 0.2\}, not \{'scale': 0.3\}"):
         train(Config(prior=laplace(0.3), epochs=3, train_size=1000, seed=3), mnist, mx.cpu(),
               out_dir=out, resume=True, **QUIET)
+    # named without settings, a user's prior takes its constructor's defaults
+    assert Config(prior="laplace").build_prior() == laplace(0.1)
     # a process that lacks the class reads the run, and refuses to build its prior
     monkeypatch.delitem(priors._KNOWN, "laplace")
     run = RunDirectory(out)
