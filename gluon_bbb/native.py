@@ -6,8 +6,7 @@ On a CPU context ``loss_gradients`` computes what ``ndarray_backend.combined_los
 computes, for those combinations, with the parameter-side work in two passes over the flat
 vectors: draw eps and form w = mu + softplus(rho) * eps (or sigma and the perturbation for the
 other estimators), then, after the network's forward and backward pass, the KL term and both
-gradients. ``optimizer_update`` runs
-MXNet's SGD and Adam updates in place.
+gradients. ``optimizer_update`` runs MXNet's SGD and Adam updates in place.
 
 The library is built at install time (``setup.py``; it needs a C compiler). It is used only if
 it loads, was built from the ``_fused.c`` beside it (not older than it) and reports the
