@@ -119,7 +119,9 @@ def test_mlp_baseline_and_uncertainty_report(tmp_path, mnist):
         assert report["ood_data_dir"] == str(ood_dir) and report["epoch"] == 1
         assert report["checkpoint"] == str(run_dir / "checkpoint.params")
         assert set(report["in_distribution"]) >= {"accuracy", "nll", "ece", "mean_entropy"}
-        assert 0 <= report["ood"]["auroc"] <= 1 and report["noise"]["mean_entropy"] > 0
+        # random-pixel images are told from digits by their entropy better than by chance:
+        # 0.611 (deterministic) and 0.615 (Bayes by Backprop, 3 draws) measured after one epoch
+        assert report["ood"]["auroc"] > 0.55 and report["noise"]["mean_entropy"] > 0
         assert 0.4 < report["in_distribution"]["accuracy"] <= 1  # 0.58 and 0.73 measured
         assert (run_dir / "uncertainty.png").read_bytes()[:4] == b"\x89PNG"
 
