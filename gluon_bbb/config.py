@@ -56,6 +56,13 @@ class Config:
     (``parametrizations.py``); ``rho_offset`` is the initial rho in it.
     ``kl_scale`` multiplies the KL term of every mini-batch (1: the paper's objective; below 1
     a tempered one, which trades the posterior's fit to the prior for fit to the data).
+    ``kl_warmup_epochs``: the KL term's weight grows linearly from 0 in the first epoch to
+    ``kl_scale`` at epoch ``kl_warmup_epochs`` (0-based) and stays there (``kl_factor_at``), as
+    sparse variational dropout trains (0: no warm-up).
+    ``init_from``: a run directory or parameter file whose means start mu (a deterministic
+    network's weights, say: the sparsifying priors' papers start from pretrained networks); rho
+    starts at ``rho_offset`` as ever. Its network must have this config's shapes; training
+    records the path as an absolute one.
     ``network``: ``mlp`` (``num_hidden_layers`` ReLU layers of ``num_hidden_units``), ``lenet``,
     or a description of layers (``network.parse_network``), whose last dense layer gives what
     the likelihood needs for ``num_outputs`` classes or targets. ``likelihood``: ``categorical``
@@ -93,6 +100,8 @@ class Config:
     dropout: float = 0.5
     parametrization: str = "softplus"
     prior_settings: Optional[dict] = None
+    init_from: Optional[str] = None
+    kl_warmup_epochs: int = 0
 
     def __post_init__(self):
         self._take_prior()
@@ -107,6 +116,11 @@ class Config:
         _require_int("epochs", self.epochs, minimum=0)
         _require_int("validation", self.validation, minimum=0)
         _require_int("lr_decay_every", self.lr_decay_every, minimum=0)
+        _require_int("kl_warmup_epochs", self.kl_warmup_epochs, minimum=0)
+        if self.init_from is not None and not (isinstance(self.init_from, str)
+                                               and self.init_from.strip()):
+            raise ConfigError("init_from", self.init_from, "the path of a run directory or a "
+                              "parameter file")
         if not (_is_real(self.lr_decay_factor) and 0.0 < self.lr_decay_factor <= 1.0):
             raise ConfigError("lr_decay_factor", self.lr_decay_factor, "in (0, 1]")
         if self.train_size is not None:
@@ -206,6 +220,13 @@ class Config:
             return self.learning_rate
         return self.learning_rate * self.lr_decay_factor ** (epoch // self.lr_decay_every)
 
+    def kl_factor_at(self, epoch):
+        """What the KL term's weight is multiplied by in epoch ``epoch`` (0-based): epoch /
+        ``kl_warmup_epochs`` during the warm-up, then 1."""
+        if not self.kl_warmup_epochs:
+            return 1.0
+        return min(1.0, epoch / self.kl_warmup_epochs)
+
     def build_network(self):
         """The ``network.Network`` this config describes: the described layers, the
         likelihood's head (``logvar`` for a learned noise) and, for ``mcdropout``, dropout
@@ -294,8 +315,19 @@ _PAPER = dict(prior="scale_mixture", pi=0.25, sigma_p1=1.0, sigma_p2=math.exp(-6
 # schedule the Gaussian prior ends at the same error but prunes twice as steeply from 90%
 # removed (docs/RESULTS.md).
 _LENET = dict(_PAPER, network="lenet", learning_rate=1e-3, lr_decay_every=15, epochs=20)
+# Sparse variational dropout (Molchanov et al. 2017): the log-uniform prior, its closed-form KL
+# approximation, sigma as log sigma^2 from -10, the local reparametrization, Adam at 1e-3 and the
+# KL weight warmed up over 10 epochs; meant to start from a trained deterministic network of the
+# same shape (--init-from), as the paper does. 100 epochs, the rate divided by 10 after 75.
+_SPARSE_VD = dict(prior="log_uniform", kl="analytic", parametrization="log_variance",
+                  estimator="lrt", optimizer="adam", learning_rate=1e-3, rho_offset=-10.0,
+                  mu_scale=0.05, validation=10000, kl_warmup_epochs=10, epochs=100,
+                  lr_decay_every=75, lr_decay_factor=0.1)
+LENET_300_100 = "dense:300,relu,dense:100,relu,dense:10"
 PRESETS = {
     "paper-2x1200": dict(_PAPER, num_hidden_units=1200),
     "paper-2x400": dict(_PAPER, num_hidden_units=400),
     "lenet": _LENET,
+    "lenet-sparse-vd": dict(_SPARSE_VD, network="lenet"),
+    "lenet-300-100-sparse-vd": dict(_SPARSE_VD, network=LENET_300_100),
 }

@@ -48,6 +48,8 @@ RUN_RECORD = ("ctx", "data_dir", "problem", "scaling")
 RESUMABLE_CHANGES = ("epochs",)
 # may change on resume if the epochs already trained keep their learning rates
 SCHEDULE_FIELDS = ("lr_decay_every", "lr_decay_factor")
+# fields a resume may leave unset (None), meaning the run's own: the seed, where the means began
+UNSET_MEANS_THE_RUNS = ("seed", "init_from")
 
 
 def check_output_dir(path, field="out_dir"):
@@ -267,10 +269,11 @@ class RunDirectory:
 
 def resume_config(saved, requested, where="the run"):
     """The config a resumed run trains with: ``saved`` with ``requested``'s epochs and schedule;
-    CheckpointError naming the first other field where ``requested`` differs (an unset seed
-    means the run's)."""
+    CheckpointError naming the first other field where ``requested`` differs (an unset seed or
+    init_from means the run's)."""
     for name, value in requested.to_dict().items():
-        if name in RESUMABLE_CHANGES + SCHEDULE_FIELDS or (name == "seed" and value is None):
+        if name in RESUMABLE_CHANGES + SCHEDULE_FIELDS or (name in UNSET_MEANS_THE_RUNS
+                                                           and value is None):
             continue
         if getattr(saved, name) != value:
             raise CheckpointError("cannot resume %%s: it was trained with {%s} %%r, not %%r"
@@ -297,14 +300,14 @@ def resolve_checkpoint(path):
             raise CheckpointError("%s is a directory, not a checkpoint file", params)
         return run, params
     if os.path.isfile(path):
-        if _is_compressed_model(path):
+        if is_compressed_model(path):
             raise CheckpointError("%s is a compressed model, not a run: classify images with it "
                                   "with python -m gluon_bbb.predict %s IMAGE...", path, path)
         return RunDirectory(os.path.dirname(path) or "."), path
     raise CheckpointError("checkpoint %s does not exist", path)
 
 
-def _is_compressed_model(path):
+def is_compressed_model(path):
     """True for a file that starts as the files gluon_bbb.compress writes do."""
     from .compressed import MAGIC
     try:

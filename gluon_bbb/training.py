@@ -7,6 +7,7 @@ written and read through ``rundir.RunDirectory``.
 import contextlib
 import dataclasses
 import math
+import os
 import sys
 import time
 from dataclasses import dataclass, field
@@ -74,6 +75,9 @@ def train(config, data, ctx, out_dir=None, resume=False, eval_train=False,
     """
     if config.seed is None and not resume:
         config = dataclasses.replace(config, seed=int(np.random.SeedSequence().entropy % 2 ** 31))
+    if config.init_from is not None:
+        # the run records where its means came from wherever it is read from
+        config = dataclasses.replace(config, init_from=os.path.abspath(config.init_from))
     if progress is None:
         progress = sys.stderr.isatty()
     check_training(config, data, resume, ctx, backend)
@@ -108,6 +112,20 @@ def check_training(config, data, resume=False, ctx=None, backend=None):
     check_memory(config)
     if ctx is not None:
         choose_backend(config, ctx, backend)
+    if config.init_from is not None and not resume:
+        initial_means(config)
+
+
+def initial_means(config, ctx=None):
+    """The means ``config.init_from`` starts mu from (its parameter file's mus, checked against
+    the shapes of the config's network); CheckpointError on one line where it holds none."""
+    from .rundir import load_checkpoint
+    mus = load_checkpoint(config.init_from, ctx)["mus"]
+    found, needed = [tuple(m.shape) for m in mus], [tuple(s) for s in config.layer_shapes()]
+    if found != needed:
+        raise CheckpointError("{init_from} %s holds means of shapes %s; this run's network "
+                              "needs %s", config.init_from, found, needed)
+    return mus
 
 
 def split_data(config, data):
@@ -145,7 +163,11 @@ def _train(config, data, ctx, run, resume, eval_train, log, progress, check_ever
                                   "another {out_dir}", run.path)
         run.write_config(config, ctx=context_name(ctx), data_dir=data.directory)
     saved.epochs = start_epoch
-    if state is None:
+    if state is None and config.init_from is not None:
+        mus = initial_means(config, ctx)
+        rhos = [nd.full(m.shape, config.rho_offset, ctx=ctx) for m in mus]
+        step = TrainingStep(config, ctx, mus, rhos, backend)
+    elif state is None:
         step = TrainingStep(config, ctx, backend=backend)
     else:
         step = TrainingStep(config, ctx, state["mus"], state["rhos"], backend,
@@ -167,7 +189,9 @@ def _train(config, data, ctx, run, resume, eval_train, log, progress, check_ever
         order_nd = nd.array(order, ctx=ctx, dtype="int32")
         X_epoch = nd.take(X_all, order_nd)
         y_epoch = nd.one_hot(nd.take(y_all, order_nd), config.num_outputs)
-        loss_sum = _train_epoch(step, epoch, X_epoch, y_epoch, batch_kl_weights, progress,
+        kl_factor = config.kl_factor_at(epoch)
+        loss_sum = _train_epoch(step, epoch, X_epoch, y_epoch,
+                                [kl_factor * weight for weight in batch_kl_weights], progress,
                                 check_every, log)
         epoch_seconds = time.time() - started
         mus, network = step.mus, step.network
@@ -175,6 +199,9 @@ def _train(config, data, ctx, run, resume, eval_train, log, progress, check_ever
                   "test_accuracy": evaluate_accuracy(X_test, y_test, mus, network=network),
                   "epoch_seconds": epoch_seconds,
                   "learning_rate": config.learning_rate_at(epoch)}
+        if config.kl_warmup_epochs:
+            # the loss of a warm-up epoch weighs its KL term by this factor
+            record["kl_factor"] = kl_factor
         if config.validation:
             record["validation_accuracy"] = evaluate_accuracy(val_images, val_labels, mus,
                                                               network=network)
@@ -190,8 +217,10 @@ def _train(config, data, ctx, run, resume, eval_train, log, progress, check_ever
                 saved.epochs = epoch + 1
         if progress:
             sys.stderr.write("\r" + " " * 60 + "\r")
-        log("epoch %d/%d  loss %.1f  test accuracy (mean weights) %.4f%s%s  %.1f s" % (
-            epoch + 1, config.epochs, record["loss"], record["test_accuracy"],
+        log("epoch %d/%d  loss %.1f%s  test accuracy (mean weights) %.4f%s%s  %.1f s" % (
+            epoch + 1, config.epochs, record["loss"],
+            " (KL term x%.2f, warming up)" % kl_factor if kl_factor < 1.0 else "",
+            record["test_accuracy"],
             "  validation accuracy %.4f" % record["validation_accuracy"]
             if config.validation else "",
             "  train accuracy %.4f" % record["train_accuracy"] if eval_train else "",
