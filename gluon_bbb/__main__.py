@@ -13,6 +13,8 @@ COMMANDS = {
                                  "uncertainty"),
     "sweep": ("sweep", "seeds x settings of training runs on Dask, with error bars"),
     "compress": ("compress", "a run as one compact file a NumPy-only program predicts with"),
+    "shift": ("shift", "accuracy, calibration and entropy on rotated and translated MNIST, "
+                       "for a run, a compressed file or an ensemble"),
     "predict": ("predict", "classify images with a compressed file or a run, and its "
                            "uncertainty"),
 }

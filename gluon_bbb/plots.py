@@ -233,3 +233,25 @@ def regression_figure(problem, x, y, grid, split, title):
 
 def plot_regression(problem, x, y, grid, split, title, path):
     save(regression_figure(problem, x, y, grid, split, title), path)
+
+
+SHIFT_METRICS = (("accuracy", "accuracy"), ("nll", "NLL (nats)"), ("brier", "Brier score"),
+                 ("ece", "ECE"), ("mean_entropy", "mean predictive entropy (bits)"),
+                 ("auroc", "AUROC, shifted vs unshifted by entropy"))
+
+
+def shift_figure(report):
+    """Each metric of a ``dataset_shift.shift_report`` against the shift's severity."""
+    fig = new_figure((12, 6.4))
+    severities = [row["severity"] for row in report["rows"]]
+    for k, (key, label) in enumerate(SHIFT_METRICS):
+        ax = fig.add_subplot(2, 3, k + 1)
+        ax.plot(severities, [row[key] for row in report["rows"]], "o-")
+        ax.set_xlabel("%s (%s)" % (report["shift"], report["unit"]))
+        ax.set_ylabel(label)
+        ax.grid(alpha=0.3)
+    return fig
+
+
+def plot_shift(report, path):
+    save(shift_figure(report), path)

@@ -29,7 +29,7 @@ def test_importing_the_package_loads_no_mxnet_and_leaves_numpy_as_it_was():
 
 
 COMMAND_MODULES = ("train_mnist", "prune", "evaluate", "regression", "sweep", "compress",
-                   "predict", "__main__")
+                   "predict", "shift", "__main__")
 
 
 def test_importing_a_command_loads_neither_mxnet_nor_matplotlib():
@@ -45,7 +45,8 @@ def test_importing_a_command_loads_neither_mxnet_nor_matplotlib():
 def test_the_console_entry_point_lists_and_runs_the_commands():
     proc = run([PYTHON, "-m", "gluon_bbb", "--help"])
     assert proc.returncode == 0
-    for name in ("train", "prune", "evaluate", "regression", "sweep", "compress", "predict"):
+    for name in ("train", "prune", "evaluate", "regression", "sweep", "compress", "predict",
+                 "shift"):
         assert "\n  %s " % name in proc.stdout
     assert_one_line_error(run([PYTHON, "-m", "gluon_bbb", "fly"]), "gluon-bbb: error: no command "
                                                                   "'fly'")

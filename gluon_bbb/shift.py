@@ -1,0 +1,127 @@
+"""The command ``python -m gluon_bbb.shift MODEL [MODEL ...] --out DIR`` (``gluon-bbb
+shift``): how a model's predictive holds up as MNIST's test images are rotated and translated
+(``dataset_shift.py``), written as ``DIR/shift-rotation.json`` and ``.png`` (and
+``shift-translation.*``).
+
+A MODEL is a run directory (its last epoch), a parameter file of one (``best.params``) or a
+file ``compress`` wrote; several MODELs are one ensemble, their predictives averaged.
+``--temperature-scale`` fits one temperature on the validation images of the first run among
+them and reports the scaled predictive. MNIST is read from ``--data-dir``, else from the
+directory the first run was trained on, else as ``load_mnist`` finds it.
+"""
+import json
+import os
+import sys
+
+from .cli import ArgumentParser, load_mxnet, run_command
+from .config import MAX_TEST_SAMPLES
+from .dataset_shift import SHIFTS
+
+PROG = "python -m gluon_bbb.shift"
+
+
+def build_parser(prog=PROG):
+    parser = ArgumentParser(prog=prog, description="Accuracy, NLL, Brier score, ECE, entropy "
+                            "and AUROC on rotated and translated MNIST (Ovadia et al. 2019).")
+    parser.add_argument("models", nargs="+", metavar="MODEL", help="a run directory, its "
+                        "best.params, or a compressed file; several are one ensemble")
+    parser.add_argument("--out", required=True, help="directory for shift-KIND.json and "
+                        "shift-KIND.png")
+    parser.add_argument("--shift", choices=sorted(SHIFTS), action="append",
+                        help="rotation (0-180 degrees in 15-degree steps) or translation (0-14 "
+                        "pixels); repeat for both (default: both)")
+    parser.add_argument("--test-samples", type=int, help="draws of each model's Monte Carlo "
+                        "predictive, 0 to %d (default: each model's own: 10 for a run that "
+                        "samples, the number a compressed file names, 0 for a deterministic "
+                        "run)" % MAX_TEST_SAMPLES)
+    parser.add_argument("--temperature-scale", action="store_true", help="scale the "
+                        "predictive by one temperature fitted (least NLL) on the validation "
+                        "images of the first run named")
+    parser.add_argument("--test-size", type=int, help="score the first N test images "
+                        "(default: all 10,000)")
+    parser.add_argument("--data-dir", help="directory with the MNIST IDX files")
+    return parser
+
+
+def load_model(path, samples):
+    """``(model, run or None)``: a compressed file's predictor, or a run's (MXNet)."""
+    from .dataset_shift import CompressedFileModel, RunModel
+    from .errors import ConfigError
+    from .rundir import is_compressed_model, resolve_checkpoint
+    if os.path.isfile(path) and is_compressed_model(path):
+        from . import compressed
+        model = compressed.read(path)
+        draws = model.header.get("predictive_samples", 0) if samples is None else samples
+        if draws and model.sigmas is None:
+            raise ConfigError("test_samples", draws, "0 for %s (it keeps no sigmas to sample)"
+                              % path)
+        return CompressedFileModel(model, draws, name=path), None
+    run, checkpoint = resolve_checkpoint(path)
+    config = run.read_classifier_config()
+    kind = config.model_kind
+    draws = kind.default_test_samples if samples is None else samples
+    kind.check_test_samples(draws, MAX_TEST_SAMPLES)
+    state = run.load_parameters(config, None, checkpoint)
+    sigmas = kind.prediction_sigmas(state["rhos"], state["parametrization"])
+    return RunModel(config.build_network(), state["mus"], sigmas, draws, name=path), (run, config)
+
+
+def main(argv=None, prog=PROG):
+    args = build_parser(prog).parse_args(argv)
+    from .errors import ConfigError
+    if args.test_samples is not None and not 0 <= args.test_samples <= MAX_TEST_SAMPLES:
+        raise ConfigError("test_samples", args.test_samples,
+                          "an integer in [0, %d]" % MAX_TEST_SAMPLES)
+    if args.test_size is not None and not 1 <= args.test_size:
+        raise ConfigError("test_size", args.test_size, "an integer >= 1")
+    load_mxnet()
+    from .data import load_mnist
+    from .dataset_shift import Ensemble, TemperatureScaled, fit_temperature, shift_report
+    from .errors import CheckpointError
+    from .files import write_json
+    from .plots import plot_shift
+    from .rundir import RunDirectory
+    from .training import split_data
+    loaded = [load_model(path, args.test_samples) for path in args.models]
+    models = [model for model, _ in loaded]
+    runs = [found for _, found in loaded if found is not None]
+    model = models[0] if len(models) == 1 else Ensemble(models)
+    data = load_mnist(args.data_dir or (runs[0][0].recorded_data_dir() if runs else None))
+    record = {"models": [os.path.abspath(p) for p in args.models],
+              "test_samples": [m.num_samples for m in models], "data_dir": data.directory}
+    if args.temperature_scale:
+        with_validation = [(run, config) for run, config in runs if config.validation]
+        if not with_validation:
+            raise CheckpointError("{temperature_scale} needs a run that holds out validation "
+                                  "images (trained with {validation}); none of the models "
+                                  "named does")
+        run, config = with_validation[0]
+        _, _, val_images, val_labels = split_data(config, data)
+        temperature = fit_temperature(model.probabilities(val_images), val_labels)
+        model = TemperatureScaled(model, temperature)
+        record.update(temperature=temperature, temperature_fitted_on="the %d validation "
+                      "images of %s" % (len(val_labels), run.path))
+    images, labels = data.test_images, data.test_labels
+    if args.test_size:
+        images, labels = images[:args.test_size], labels[:args.test_size]
+    out = RunDirectory(args.out).create()
+    written = []
+    with out.locked():
+        for name in args.shift or sorted(SHIFTS):
+            report = dict(shift_report(model, images, labels, SHIFTS[name]), **record)
+            paths = [out.file("shift-%s.%s" % (name, ending)) for ending in ("json", "png")]
+            write_json(paths[0], report)
+            plot_shift(report, paths[1])
+            written += paths
+            print(json.dumps(report))
+    sys.stderr.write("wrote %s\n" % ", ".join(written))
+    return 0
+
+
+def run(argv=None, prog=PROG):
+    """The command as a program: its exit status."""
+    return run_command(lambda args: main(args, prog), argv, prog)
+
+
+if __name__ == "__main__":
+    sys.exit(run())

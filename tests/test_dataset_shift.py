@@ -1,0 +1,190 @@
+"""Uncertainty under dataset shift (issue 41): the rotations and translations against NumPy's
+exact ones and against a plain per-pixel bilinear interpolation, the Brier score and the
+temperature fit against formulas written here, the ensemble's average, and the command on a
+small run and its compressed file."""
+import json
+import math
+import os
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from gluon_bbb.dataset_shift import (SHIFTS, Ensemble, TemperatureScaled, brier_score,
+                                     fit_temperature, rotate, scale_temperature, shift_report,
+                                     translate)
+from gluon_bbb.uncertainty import negative_log_likelihood
+
+EXAMPLES = int(os.environ.get("GLUON_BBB_EXAMPLES", "40"))
+images_strategy = st.integers(1, 4).flatmap(lambda n: st.builds(
+    lambda seed: np.random.default_rng(seed).uniform(0, 2, size=(n, 784)).astype(np.float32),
+    st.integers(0, 2 ** 32 - 1)))
+
+
+def plain_rotation(image, degrees):
+    """One 28x28 image turned counter-clockwise, pixel by pixel, bilinear, zero outside."""
+    out = np.zeros((28, 28))
+    a = math.radians(degrees)
+    c = 13.5
+    for i in range(28):
+        for j in range(28):
+            y, x = i - c, j - c
+            sy, sx = math.cos(a) * y + math.sin(a) * x + c, -math.sin(a) * y + math.cos(a) * x + c
+            y0, x0 = math.floor(sy), math.floor(sx)
+            for yy, wy in ((y0, 1 - (sy - y0)), (y0 + 1, sy - y0)):
+                for xx, wx in ((x0, 1 - (sx - x0)), (x0 + 1, sx - x0)):
+                    if 0 <= yy < 28 and 0 <= xx < 28:
+                        out[i, j] += wy * wx * image[yy, xx]
+    return out
+
+
+@settings(max_examples=EXAMPLES, deadline=None)
+@given(images=images_strategy, degrees=st.floats(-360, 360, allow_nan=False))
+def test_rotation_is_bilinear_interpolation_pixel_by_pixel(images, degrees):
+    got = rotate(images, degrees).reshape(-1, 28, 28)
+    for image, rotated in zip(images.reshape(-1, 28, 28), got):
+        np.testing.assert_allclose(rotated, plain_rotation(image.astype(np.float64), degrees),
+                                   rtol=1e-4, atol=1e-4)
+
+
+@settings(max_examples=EXAMPLES, deadline=None)
+@given(images=images_strategy, quarter_turns=st.integers(-4, 4))
+def test_quarter_turns_are_exact(images, quarter_turns):
+    stack = images.reshape(-1, 28, 28)
+    expected = np.rot90(stack, k=quarter_turns, axes=(1, 2)).reshape(-1, 784)
+    np.testing.assert_array_equal(rotate(images, 90 * quarter_turns), expected)
+
+
+@settings(max_examples=EXAMPLES, deadline=None)
+@given(images=images_strategy, pixels=st.integers(0, 28))
+def test_translation_moves_right_and_fills_with_zero(images, pixels):
+    stack = images.reshape(-1, 28, 28)
+    expected = np.roll(stack, pixels, axis=2)
+    expected[:, :, :pixels] = 0
+    np.testing.assert_array_equal(translate(images, pixels).reshape(-1, 28, 28), expected)
+
+
+def test_the_shifts_are_ovadias_severities():
+    assert SHIFTS["rotation"].severities == [15 * k for k in range(13)]
+    assert SHIFTS["translation"].severities == list(range(15))
+
+
+def test_brier_score_against_its_formula():
+    rng = np.random.default_rng(0)
+    probs = rng.dirichlet(np.ones(10), size=50)
+    labels = rng.integers(0, 10, size=50)
+    expected = np.mean([sum((probs[n, k] - (k == labels[n])) ** 2 for k in range(10))
+                        for n in range(50)])
+    assert brier_score(probs, labels) == pytest.approx(expected, rel=1e-12)
+    assert brier_score(np.eye(10)[labels], labels) == 0.0
+    assert brier_score(np.eye(10)[(labels + 1) % 10], labels) == 2.0
+
+
+def test_temperature_scaling_fits_the_temperature_that_made_the_data():
+    rng = np.random.default_rng(1)
+    logits = rng.normal(scale=4.0, size=(4000, 10))
+    # labels drawn from softmax(logits / 2.5): the logits are overconfident by 2.5
+    true = np.exp(logits / 2.5)
+    true /= true.sum(axis=1, keepdims=True)
+    labels = np.array([rng.choice(10, p=p) for p in true])
+    overconfident = np.exp(logits - logits.max(axis=1, keepdims=True))
+    overconfident /= overconfident.sum(axis=1, keepdims=True)
+    temperature = fit_temperature(overconfident, labels)
+    assert temperature == pytest.approx(2.5, rel=0.1)
+    # the fit is the least NLL: either side of it is worse
+    best = negative_log_likelihood(scale_temperature(overconfident, temperature), labels)
+    for other in (temperature * 0.9, temperature * 1.1):
+        assert negative_log_likelihood(scale_temperature(overconfident, other), labels) > best
+    # softmax(logits / T) exactly
+    np.testing.assert_allclose(scale_temperature(overconfident, 2.0),
+                               np.exp(logits / 2) / np.exp(logits / 2).sum(1, keepdims=True),
+                               rtol=1e-10)
+
+
+class Fixed:
+    """A model whose predictive depends on the images' mean pixel alone."""
+
+    def __init__(self, sharpness):
+        self.sharpness, self.name, self.num_samples = sharpness, "fixed", 0
+
+    def probabilities(self, images):
+        mean = images.mean(axis=1, keepdims=True)
+        logits = self.sharpness * np.cos(mean * np.arange(10))
+        p = np.exp(logits - logits.max(axis=1, keepdims=True))
+        return p / p.sum(axis=1, keepdims=True)
+
+
+def test_an_ensemble_averages_and_the_report_scores_each_severity():
+    rng = np.random.default_rng(2)
+    images = rng.uniform(0, 2, size=(30, 784)).astype(np.float32)
+    labels = rng.integers(0, 10, size=30)
+    members = [Fixed(1.0), Fixed(3.0)]
+    ensemble = Ensemble(members)
+    np.testing.assert_allclose(ensemble.probabilities(images),
+                               (members[0].probabilities(images)
+                                + members[1].probabilities(images)) / 2)
+    report = shift_report(ensemble, images, labels, SHIFTS["translation"])
+    assert [row["severity"] for row in report["rows"]] == list(range(15))
+    first, last = report["rows"][0], report["rows"][-1]
+    assert first["auroc"] == 0.5  # the unshifted images against themselves
+    shifted = ensemble.probabilities(translate(images, 14))
+    assert last["brier"] == pytest.approx(brier_score(shifted, labels), rel=1e-12)
+    assert last["nll"] == pytest.approx(negative_log_likelihood(shifted, labels), rel=1e-12)
+    scaled = TemperatureScaled(ensemble, 2.0)
+    np.testing.assert_allclose(scaled.probabilities(images),
+                               scale_temperature(ensemble.probabilities(images), 2.0))
+
+
+def test_a_non_finite_predictive_stops_the_report():
+    from gluon_bbb.errors import CheckpointError
+
+    class Broken(Fixed):
+        def probabilities(self, images):
+            p = super().probabilities(images)
+            p[0, 0] = np.nan
+            return p
+    with pytest.raises(CheckpointError, match="fixed gives non-finite probabilities on images "
+                       "shifted by 0 degrees; nothing is reported"):
+        shift_report(Broken(1.0), np.zeros((3, 784), np.float32), np.zeros(3, int),
+                     SHIFTS["rotation"])
+
+
+@pytest.mark.slow
+def test_the_command_on_a_run_an_ensemble_and_a_compressed_file(tmp_path):
+    from commands import PYTHON, TRAIN, run
+    SHIFT = [PYTHON, "-m", "gluon_bbb.shift"]
+    runs = []
+    for seed in (0, 1):
+        out = tmp_path / ("run%d" % seed)
+        proc = run(TRAIN, "--out", out, "--train-size", "10000", "--validation", "1000",
+                   "--epochs", "1", "--seed", str(seed), "--num-hidden-units", "50",
+                   "--optimizer", "adam", "--learning-rate", "2e-3", "--rho-offset", "-5",
+                   "--test-samples", "0")
+        assert proc.returncode == 0, proc.stderr
+        runs.append(out)
+    proc = run([PYTHON, "-m", "gluon_bbb.compress"], runs[0], "--out", tmp_path / "m.gbbb",
+               "--proportion", "0.5", "--sigma-bits", "4")
+    assert proc.returncode == 0, proc.stderr
+    for models, extra in (([runs[0]], ["--temperature-scale"]), (runs, []),
+                          ([tmp_path / "m.gbbb"], [])):
+        report_dir = tmp_path / ("report%d" % len(os.listdir(tmp_path)))
+        proc = run(SHIFT, *models, "--out", report_dir, "--test-size", "500",
+                   "--test-samples", "2", *extra)
+        assert proc.returncode == 0, proc.stderr
+        for name, count in (("rotation", 13), ("translation", 15)):
+            with open(report_dir / ("shift-%s.json" % name)) as f:
+                report = json.load(f)
+            assert len(report["rows"]) == count and report["images"] == 500
+            accuracy = [row["accuracy"] for row in report["rows"]]
+            # one epoch of Adam on 10,000 images: about 0.9 unshifted, far less shifted most
+            assert accuracy[0] > 0.7 and accuracy[-1] < accuracy[0] - 0.3, accuracy
+            assert (report_dir / ("shift-%s.png" % name)).read_bytes()[:4] == b"\x89PNG"
+        if extra:
+            assert 0.05 < report["temperature"] < 20
+            assert "the 1000 validation images" in report["temperature_fitted_on"]
+    proc = run(SHIFT, tmp_path / "m.gbbb", "--out", tmp_path / "r", "--temperature-scale")
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1
+    assert "--temperature-scale needs a run that holds out validation images" in proc.stderr
+    proc = run(SHIFT, tmp_path / "nowhere", "--out", tmp_path / "r")
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr
