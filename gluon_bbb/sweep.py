@@ -44,7 +44,8 @@ def build_parser(prog=PROG):
 def main(argv=None, prog=PROG):
     args = build_parser(prog).parse_args(argv)
     from .rundir import check_output_dir
-    from .trials import SpecError, check_against_out, load_spec, run_sweep, trials
+    from .trials import SpecError, check_against_out, failed as trial_failed, load_spec
+    from .trials import run_sweep, trials
     spec = load_spec(args.spec)
     for name in ("threads_per_trial", "workers"):
         if getattr(args, name) is not None and getattr(args, name) < 1:
@@ -74,7 +75,7 @@ def main(argv=None, prog=PROG):
             "" if args.threads_per_trial == 1 else "s", args.out), flush=True)
         records = run_sweep(spec, args.out, client, args.threads_per_trial,
                             log=lambda line: print(line, flush=True))
-    failed = [r for r in records if r["status"] == "failed"]
+    failed = [r for r in records if trial_failed(r)]
     print("wrote sweep.json, sweep.md%s to %s" % (", sweep.png" if len(failed) < len(records)
                                                   else "", args.out))
     return 1 if failed else 0

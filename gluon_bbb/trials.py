@@ -201,6 +201,15 @@ def _value(value):
 # What a worker runs. It imports nothing of MXNet and keeps no state: everything it knows of a
 # trial is in the trial's directory, so any worker can take a trial up where another left it.
 
+# a trial record's status, as trial.json and sweep.json keep it
+DONE, SKIPPED, FAILED = "done", "skipped", "failed"
+
+
+def failed(record):
+    """Whether a trial's record says it failed."""
+    return record["status"] == FAILED
+
+
 def run_trial(trial_dir, train_args, proportions, threads, python=sys.executable):
     """Train, resume or skip the trial in ``trial_dir``, prune it, and return its record:
     ``status`` (``done``, ``skipped`` or ``failed``), ``error`` (one line) and ``figures``."""
@@ -211,7 +220,7 @@ def run_trial(trial_dir, train_args, proportions, threads, python=sys.executable
         result_path = os.path.join(trial_dir, TRIAL_FILE)
         finished = _read_json(result_path)
         if finished and finished.get("proportions") == proportions:
-            return dict(finished, status="skipped")
+            return dict(finished, status=SKIPPED)
         if not finished:
             _wait_for_run_lock(trial_dir)
             # --resume on a run whose checkpoint holds all its epochs trains nothing and
@@ -222,12 +231,12 @@ def run_trial(trial_dir, train_args, proportions, threads, python=sys.executable
                          + (["--resume"] if resume else []), env, trial_dir,
                          "resume" if resume else "train")
             if error:
-                return {"status": "failed", "error": error}
+                return {"status": FAILED, "error": error}
         error = _run(python, [PRUNE_MODULE, "--checkpoint", trial_dir, "--proportions"]
                      + proportions, env, trial_dir, "prune")
         if error:
-            return {"status": "failed", "error": error}
-        record = {"status": "done", "train_args": list(train_args), "proportions": proportions,
+            return {"status": FAILED, "error": error}
+        record = {"status": DONE, "train_args": list(train_args), "proportions": proportions,
                   "figures": trial_figures(trial_dir)}
         write_json(result_path, record)
         return record
@@ -395,7 +404,7 @@ def run_sweep(spec, out_dir, client, threads, log=print):
         try:
             result = future.result()
         except Exception as exc:  # the worker died too often, or the trial raised
-            result = {"status": "failed", "error": "%s: %s" % (type(exc).__name__, exc)}
+            result = {"status": FAILED, "error": "%s: %s" % (type(exc).__name__, exc)}
         records.append(dict(trial, **result))
         done += 1
         # assigned to a worker is not yet running: a worker runs one trial per thread
@@ -418,7 +427,7 @@ def run_sweep(spec, out_dir, client, threads, log=print):
 
 
 def _describe(result):
-    if result["status"] == "failed":
+    if failed(result):
         return result["error"]
     errors = result["figures"]["test_error"]
     return "test error %s" % ", ".join("%.2f%% at %s" % (100 * e, p) for p, e in errors.items())
