@@ -328,12 +328,17 @@ def test_a_sweep_stopped_and_run_again_trains_nothing_twice(tmp_path):
                              if (out / name).is_dir()), 60)
     finished = {name for name in os.listdir(out) if (out / name / "trial.json").exists()}
     assert finished and len(finished) < 3
+    # a trial stopped before it saved an epoch has nothing to resume and starts again (on a
+    # loaded machine the signal can land inside a trial's first epoch); one that saved an epoch
+    # never trains from the start again
+    started_unsaved = {name for name in ("seed-0", "seed-1", "seed-2")
+                       if (out / name / "trial.log").exists() and not epochs_done(out / name)}
     proc = run(SWEEP, spec, "--out", out, "--workers", "2")
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.count("skipped ") == len(finished)
     for name in ("seed-0", "seed-1", "seed-2"):
         log = (out / name / "trial.log").read_text()
-        assert log.count(" train") == 1, log
+        assert log.count(" train") == 1 + (name in started_unsaved), log
         assert [r["epoch"] for r in read_json(out / name / "history.json")] == [1, 2, 3, 4, 5, 6]
     assert sweep_figures(out) == one_by_one(tmp_path, spec)
 
