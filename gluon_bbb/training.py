@@ -120,6 +120,9 @@ def initial_means(config, ctx=None):
     """The means ``config.init_from`` starts mu from (its parameter file's mus, checked against
     the shapes of the config's network); CheckpointError on one line where it holds none."""
     from .rundir import load_checkpoint
+    if not os.path.exists(config.init_from):
+        raise CheckpointError("{init_from} %s does not exist (a run directory or a parameter "
+                              "file of one)", config.init_from)
     mus = load_checkpoint(config.init_from, ctx)["mus"]
     found, needed = [tuple(m.shape) for m in mus], [tuple(s) for s in config.layer_shapes()]
     if found != needed:

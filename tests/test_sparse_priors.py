@@ -160,7 +160,7 @@ def test_init_from_starts_the_means_from_another_run(tmp_path, mnist, monkeypatc
                        r"network needs \[\(50, 784\)"):
         train(Config(init_from=pretrained, **dict(small, network="dense:50,relu,dense:10")),
               mnist, mx.cpu(), log=lambda line: None, progress=False)
-    with pytest.raises(CheckpointError, match="checkpoint .*nowhere does not exist"):
+    with pytest.raises(CheckpointError, match="init_from .*nowhere does not exist"):
         train(Config(init_from=str(tmp_path / "nowhere"), **small), mnist, mx.cpu(),
               out_dir=str(tmp_path / "never"), log=lambda line: None, progress=False)
     assert not os.path.exists(str(tmp_path / "never"))  # refused before the run was made
