@@ -113,6 +113,14 @@ def shift_report(model, images, labels, shift):
     return {"shift": shift.name, "unit": shift.unit, "images": int(len(labels)), "rows": rows}
 
 
+def ood_report(model, images, ood_images):
+    """The mean entropy (bits) of ``model`` on another dataset's images, and the AUROC of
+    telling them from ``images`` by entropy."""
+    entropy_in = predictive_entropy(model.probabilities(images))
+    entropy_ood = predictive_entropy(model.probabilities(ood_images))
+    return {"mean_entropy": float(entropy_ood.mean()), "auroc": auroc(entropy_in, entropy_ood)}
+
+
 # The models.
 
 class RunModel:

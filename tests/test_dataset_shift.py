@@ -166,8 +166,16 @@ def test_the_command_on_a_run_an_ensemble_and_a_compressed_file(tmp_path):
     proc = run([PYTHON, "-m", "gluon_bbb.compress"], runs[0], "--out", tmp_path / "m.gbbb",
                "--proportion", "0.5", "--sigma-bits", "4")
     assert proc.returncode == 0, proc.stderr
-    for models, extra in (([runs[0]], ["--temperature-scale"]), (runs, []),
-                          ([tmp_path / "m.gbbb"], [])):
+    ood_dir = tmp_path / "ood"
+    ood_dir.mkdir()
+    # the test digits turned upside down: another dataset of 28x28 images
+    from gluon_bbb.data import load_mnist
+    from test_uncertainty import write_idx_images
+    digits = load_mnist(os.environ["GLUON_BBB_DATA"]).test_images[:300] * 126
+    write_idx_images(str(ood_dir / "t10k-images-idx3-ubyte.gz"),
+                     np.rint(digits.reshape(-1, 28, 28)[:, ::-1, :]))
+    for models, extra in (([runs[0]], ["--temperature-scale", "--ood-data-dir", ood_dir]),
+                          (runs, []), ([tmp_path / "m.gbbb"], [])):
         report_dir = tmp_path / ("report%d" % len(os.listdir(tmp_path)))
         proc = run(SHIFT, *models, "--out", report_dir, "--test-size", "500",
                    "--test-samples", "2", *extra)
@@ -182,6 +190,8 @@ def test_the_command_on_a_run_an_ensemble_and_a_compressed_file(tmp_path):
             assert (report_dir / ("shift-%s.png" % name)).read_bytes()[:4] == b"\x89PNG"
         if extra:
             assert 0.05 < report["temperature"] < 20
+            # flipped digits are less certain than digits: their entropy tells them apart
+            assert report["ood"]["auroc"] > 0.6, report["ood"]
             assert "the 1000 validation images" in report["temperature_fitted_on"]
     proc = run(SHIFT, tmp_path / "m.gbbb", "--out", tmp_path / "r", "--temperature-scale")
     assert proc.returncode == 2 and proc.stderr.count("\n") == 1
