@@ -242,16 +242,35 @@ SHIFT_METRICS = (("accuracy", "accuracy"), ("nll", "NLL (nats)"), ("brier", "Bri
 
 def shift_figure(report):
     """Each metric of a ``dataset_shift.shift_report`` against the shift's severity."""
+    return shift_comparison_figure({None: [report]})
+
+
+def shift_comparison_figure(groups):
+    """Each metric against the shift's severity for several models: ``groups`` maps a label
+    (None: one model, no legend) to its reports of one shift (the runs of several seeds, say),
+    drawn as their median with the range between the lowest and the highest."""
     fig = new_figure((12, 6.4))
-    severities = [row["severity"] for row in report["rows"]]
+    first = next(iter(groups.values()))[0]
+    severities = [row["severity"] for row in first["rows"]]
     for k, (key, label) in enumerate(SHIFT_METRICS):
         ax = fig.add_subplot(2, 3, k + 1)
-        ax.plot(severities, [row[key] for row in report["rows"]], "o-")
-        ax.set_xlabel("%s (%s)" % (report["shift"], report["unit"]))
+        for name, reports in groups.items():
+            values = np.array([[row[key] for row in report["rows"]] for report in reports])
+            line, = ax.plot(severities, np.median(values, axis=0), "o-", ms=3, label=name)
+            if len(reports) > 1:
+                ax.fill_between(severities, values.min(axis=0), values.max(axis=0),
+                                color=line.get_color(), alpha=0.2)
+        ax.set_xlabel("%s (%s)" % (first["shift"], first["unit"]))
         ax.set_ylabel(label)
         ax.grid(alpha=0.3)
+        if k == 0 and None not in groups:
+            ax.legend(fontsize=7)
     return fig
 
 
 def plot_shift(report, path):
     save(shift_figure(report), path)
+
+
+def plot_shift_comparison(groups, path):
+    save(shift_comparison_figure(groups), path)

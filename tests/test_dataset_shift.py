@@ -198,3 +198,26 @@ def test_the_command_on_a_run_an_ensemble_and_a_compressed_file(tmp_path):
     assert "--temperature-scale needs a run that holds out validation images" in proc.stderr
     proc = run(SHIFT, tmp_path / "nowhere", "--out", tmp_path / "r")
     assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr
+
+
+def test_the_example_draws_one_figure_of_several_kinds_of_model(tmp_path):
+    from commands import PYTHON, ROOT, run
+    rng = np.random.default_rng(3)
+    for kind, seeds in (("bbb", 3), ("det", 2)):
+        for seed in range(seeds):
+            report_dir = tmp_path / ("report-%s-s%d" % (kind, seed))
+            report_dir.mkdir()
+            model = Fixed(1.0 + seed + 3 * (kind == "det"))
+            images = rng.uniform(0, 2, size=(20, 784)).astype(np.float32)
+            report = shift_report(model, images, rng.integers(0, 10, size=20),
+                                  SHIFTS["rotation"])
+            (report_dir / "shift-rotation.json").write_text(json.dumps(report))
+    out = tmp_path / "figure.png"
+    proc = run([PYTHON, os.path.join(ROOT, "examples", "shift_figure.py"), "rotation", out,
+                "BBB=%s" % (tmp_path / "report-bbb-s*"), "det=%s" % (tmp_path / "report-det-s*")])
+    assert proc.returncode == 0, proc.stderr
+    assert out.read_bytes()[:4] == b"\x89PNG"
+    assert "| BBB (3) | " in proc.stdout and "| det (2) | " in proc.stdout
+    proc = run([PYTHON, os.path.join(ROOT, "examples", "shift_figure.py"), "rotation", out,
+                "none=%s" % (tmp_path / "nothing-*")])
+    assert proc.returncode == 2 and "no shift-rotation.json under" in proc.stderr

@@ -78,3 +78,23 @@ def test_the_regression_figure_labels_both_panels_and_keeps_its_legend_off_the_b
     renderer = fig.canvas.get_renderer()
     legend = top.get_legend()
     assert not legend.get_window_extent(renderer).overlaps(top.get_window_extent(renderer))
+
+
+def test_the_shift_comparison_draws_each_models_median_and_range():
+    def report(accuracies):
+        return {"shift": "rotation", "unit": "degrees",
+                "rows": [dict({key: 0.1 for key, _ in plots.SHIFT_METRICS}, severity=s,
+                              accuracy=a) for s, a in zip((0, 15, 30), accuracies)]}
+    fig = plots.shift_comparison_figure({
+        "ensemble": [report([0.9, 0.8, 0.5])],
+        "bbb": [report([0.9, 0.7, 0.4]), report([0.8, 0.6, 0.2]), report([0.7, 0.9, 0.3])]})
+    ax = fig.axes[0]
+    lines = {line.get_label(): line.get_ydata().tolist() for line in ax.get_lines()}
+    assert lines == {"ensemble": [0.9, 0.8, 0.5], "bbb": [0.8, 0.7, 0.3]}
+    assert ax.get_xlabel() == "rotation (degrees)" and ax.get_ylabel() == "accuracy"
+    # the range of the three seeds, shaded: lowest to highest at every severity
+    band, = ax.collections
+    vertices = band.get_paths()[0].vertices
+    assert {0.7, 0.6, 0.2} <= set(np.round(vertices[:, 1], 9))
+    assert {0.9, 0.4} <= set(np.round(vertices[:, 1], 9))
+    assert [a.get_ylabel() for a in fig.axes] == [label for _, label in plots.SHIFT_METRICS]
