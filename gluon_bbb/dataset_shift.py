@@ -16,8 +16,8 @@ import math
 import numpy as np
 
 from .errors import CheckpointError
-from .uncertainty import auroc, expected_calibration_error, negative_log_likelihood
-from .uncertainty import predictive_entropy
+from .metrics import auroc, expected_calibration_error, negative_log_likelihood
+from .metrics import predictive_entropy
 
 SIDE = 28  # MNIST's images are SIDE x SIDE
 

@@ -79,10 +79,10 @@ def main(argv=None, prog=PROG):
     if args.test_size is not None and not 1 <= args.test_size:
         raise ConfigError("test_size", args.test_size, "an integer >= 1")
     load_mxnet()
-    from .data import load_mnist
+    from .data import idx_paths, load_mnist
     from .dataset_shift import Ensemble, TemperatureScaled, fit_temperature, shift_report
     from .errors import CheckpointError
-    from .files import write_json
+    from .files import check_not_an_input, write_json
     from .plots import plot_shift
     from .rundir import RunDirectory
     from .training import split_data
@@ -114,11 +114,17 @@ def main(argv=None, prog=PROG):
         record["ood"] = dict(ood_report(model, images, load_ood_images(args.ood_data_dir)),
                              data_dir=os.path.abspath(args.ood_data_dir))
     out = RunDirectory(args.out).create()
+    # what this command reads is never written over, however it is named
+    inputs = (list(args.models) + [path for run, _ in runs for path in run.files()]
+              + (idx_paths(data.directory) if data.directory else []))
+    shifts = args.shift or sorted(SHIFTS)
+    outputs = {name: [check_not_an_input(out.file("shift-%s.%s" % (name, ending)), inputs)
+                      for ending in ("json", "png")] for name in shifts}
     written = []
     with out.locked():
-        for name in args.shift or sorted(SHIFTS):
+        for name in shifts:
+            paths = outputs[name]
             report = dict(shift_report(model, images, labels, SHIFTS[name]), **record)
-            paths = [out.file("shift-%s.%s" % (name, ending)) for ending in ("json", "png")]
             write_json(paths[0], report)
             plot_shift(report, paths[1])
             written += paths

@@ -198,6 +198,13 @@ def test_the_command_on_a_run_an_ensemble_and_a_compressed_file(tmp_path):
     assert "--temperature-scale needs a run that holds out validation images" in proc.stderr
     proc = run(SHIFT, tmp_path / "nowhere", "--out", tmp_path / "r")
     assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr
+    # a model file named as a report is never written over
+    (tmp_path / "w").mkdir()
+    os.link(tmp_path / "m.gbbb", tmp_path / "w" / "shift-rotation.json")
+    proc = run(SHIFT, tmp_path / "m.gbbb", "--out", tmp_path / "w", "--shift", "rotation")
+    assert proc.returncode == 2 and "which this command reads; it is never written over" in (
+        proc.stderr), proc.stderr
+    assert (tmp_path / "w" / "shift-rotation.json").read_bytes()[:8] == b"GLUONBBB"
 
 
 def test_the_example_draws_one_figure_of_several_kinds_of_model(tmp_path):
