@@ -268,11 +268,9 @@ def run_parameters(run, checkpoint_path):
     """``(config, network, mus, sigmas, ranking sigmas, state)`` of a run's parameter file as
     NumPy arrays: ``sigmas`` None for a model kind without a posterior."""
     config = run.read_classifier_config()
-    kind = config.model_kind
-    state = run.load_parameters(config, None, checkpoint_path)
+    state = run.load_predictive(config, None, checkpoint_path)
     mus = [m.asnumpy() for m in state["mus"]]
-    sigmas = kind.prediction_sigmas(state["rhos"], state["parametrization"])
-    sigmas = None if sigmas is None else [s.asnumpy() for s in sigmas]
+    sigmas = None if state["sigmas"] is None else [s.asnumpy() for s in state["sigmas"]]
     ranking = sigmas if sigmas is not None else [np.ones_like(m) for m in mus]
     if config.build_likelihood().head:
         raise CheckpointError("%s: a network with a learned noise head cannot be compressed",

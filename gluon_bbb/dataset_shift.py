@@ -16,8 +16,7 @@ import math
 import numpy as np
 
 from .errors import CheckpointError
-from .metrics import auroc, expected_calibration_error, negative_log_likelihood
-from .metrics import predictive_entropy
+from .metrics import auroc, negative_log_likelihood, predictive_entropy, scores
 
 SIDE = 28  # MNIST's images are SIDE x SIDE
 
@@ -83,28 +82,9 @@ SHIFTS = {shift.name: shift for shift in (
     Shift("translation", "pixels", list(range(0, 15)), translate))}
 
 
-def brier_score(probs, labels):
-    """Mean over the images of the squared distance between the predictive and the one-hot
-    label, summed over the classes (0 is perfect, 2 the worst)."""
-    p = np.asarray(probs, dtype=np.float64)
-    one_hot = np.zeros_like(p)
-    one_hot[np.arange(len(labels)), np.asarray(labels, dtype=int)] = 1.0
-    return float(np.mean(np.sum((p - one_hot) ** 2, axis=1)))
-
-
-def metrics(probs, labels):
-    """The report's figures for one predictive (N, classes) of images with ``labels``."""
-    probs = np.asarray(probs)
-    return {"accuracy": float(np.mean(probs.argmax(axis=1) == labels)),
-            "nll": negative_log_likelihood(probs, labels),
-            "brier": brier_score(probs, labels),
-            "ece": expected_calibration_error(probs, labels),
-            "mean_entropy": float(predictive_entropy(probs).mean())}
-
-
 def shift_report(model, images, labels, shift):
     """The report of ``model`` on ``images`` shifted at each of ``shift``'s severities: a dict
-    with one row a severity (``metrics`` and ``auroc``, the AUROC of the shifted images'
+    with one row a severity (``metrics.scores`` and ``auroc``, the AUROC of the shifted images'
     entropies against the unshifted ones'). A non-finite predictive stops it (CheckpointError:
     nothing is computed on NaN)."""
     rows, unshifted_entropy = [], None
@@ -117,7 +97,7 @@ def shift_report(model, images, labels, shift):
         entropy = predictive_entropy(probs)
         if unshifted_entropy is None:
             unshifted_entropy = entropy
-        rows.append(dict(severity=severity, **metrics(probs, labels),
+        rows.append(dict(severity=severity, **scores(probs, labels),
                          auroc=auroc(unshifted_entropy, entropy)))
     return {"shift": shift.name, "unit": shift.unit, "images": int(len(labels)), "rows": rows}
 

@@ -11,11 +11,11 @@ from .config import MAX_TEST_SAMPLES
 from .data import IMAGE_SHAPE, PIXEL_SCALE, find_idx_file, read_idx
 from .errors import DataError
 from .files import write_json
+from .metrics import auroc, predictive_entropy, scores
 from .model import evaluate_accuracy
 from .plots import plot_uncertainty
 from .rundir import RunDirectory, report_prefix, resolve_checkpoint
-from .uncertainty import (auroc, expected_calibration_error, negative_log_likelihood,
-                          noise_images, predict, predictive_entropy)
+from .uncertainty import noise_images, predict
 
 OOD_IMAGES = "t10k-images-idx3-ubyte"
 
@@ -40,13 +40,9 @@ def uncertainty_report(mus, sigmas, test_images, test_labels, num_samples, ood_i
     deterministic MLP baseline)."""
     probs = predict(test_images, mus, sigmas, num_samples, seed=seed, network=network).asnumpy()
     entropy_in = predictive_entropy(probs)
-    report = {"test_samples": num_samples, "entropy_unit": "bits", "in_distribution": {
-        "accuracy": float(np.mean(probs.argmax(axis=1) == test_labels)),
-        "mean_weights_accuracy": evaluate_accuracy(test_images, test_labels, mus,
-                                                   network=network),
-        "nll": negative_log_likelihood(probs, test_labels),
-        "ece": expected_calibration_error(probs, test_labels),
-        "mean_entropy": float(entropy_in.mean())}}
+    report = {"test_samples": num_samples, "entropy_unit": "bits", "in_distribution": dict(
+        scores(probs, test_labels),
+        mean_weights_accuracy=evaluate_accuracy(test_images, test_labels, mus, network=network))}
     entropy_noise = predictive_entropy(predict(noise_images(1000, test_images.shape[1]), mus,
                                                sigmas, num_samples, seed=seed + 1,
                                                network=network))
@@ -72,9 +68,9 @@ def evaluate_run(checkpoint, data, ctx, num_samples=10, ood_images=None, out=Non
     ``(report, paths written)``."""
     run, checkpoint_path = resolve_checkpoint(checkpoint)
     config = run.read_classifier_config()
-    state = run.load_parameters(config, ctx, checkpoint_path)
+    state = run.load_predictive(config, ctx, checkpoint_path)
     config.model_kind.check_test_samples(num_samples, MAX_TEST_SAMPLES)
-    sigmas = config.model_kind.prediction_sigmas(state["rhos"], state["parametrization"])
+    sigmas = state["sigmas"]
     report, entropies, probs = uncertainty_report(
         state["mus"], sigmas, data.test_images, data.test_labels, num_samples, ood_images,
         network=config.build_network())

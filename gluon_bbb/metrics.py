@@ -1,6 +1,6 @@
 """The metrics that say whether a predictive knows what it does not know, on NumPy alone:
-entropy, negative log-likelihood, calibration (reliability, ECE) and the AUROC of telling two
-sets apart by a score. They take NumPy arrays (or MXNet NDArrays) of probabilities (N, classes)
+entropy, negative log-likelihood, the Brier score, calibration (reliability, ECE) and the AUROC
+of telling two sets apart by a score (``scores`` gathers the reports' figures). They take NumPy arrays (or MXNet NDArrays) of probabilities (N, classes)
 and labels (N,); ``uncertainty.py`` (the Monte Carlo predictive, MXNet) and ``dataset_shift.py``
 use them, and a program without MXNet can too.
 """
@@ -65,3 +65,23 @@ def auroc(scores_negative, scores_positive):
     positive_rank_sum = ranks[negative.size:].sum()
     return float((positive_rank_sum - positive.size * (positive.size + 1) / 2.0)
                  / (positive.size * negative.size))
+
+
+def brier_score(probs, labels):
+    """Mean over the images of the squared distance between the predictive and the one-hot
+    label, summed over the classes (0 is perfect, 2 the worst)."""
+    p = _np(probs).astype(np.float64)
+    one_hot = np.zeros_like(p)
+    one_hot[np.arange(len(labels)), np.asarray(labels, dtype=int)] = 1.0
+    return float(np.mean(np.sum((p - one_hot) ** 2, axis=1)))
+
+
+def scores(probs, labels):
+    """Accuracy, NLL, Brier score, ECE and mean entropy (bits) of one predictive (N, classes)
+    of images with ``labels``: the figures of the uncertainty and shift reports."""
+    probs, labels = _np(probs), _np(labels)
+    return {"accuracy": float(np.mean(probs.argmax(axis=1) == labels)),
+            "nll": negative_log_likelihood(probs, labels),
+            "brier": brier_score(probs, labels),
+            "ece": expected_calibration_error(probs, labels),
+            "mean_entropy": float(predictive_entropy(probs).mean())}

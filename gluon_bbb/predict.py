@@ -201,9 +201,8 @@ class RunPredictor:
         run, checkpoint = resolve_checkpoint(path)
         self.config = run.read_classifier_config()
         kind = self.config.model_kind
-        state = run.load_parameters(self.config, None, checkpoint)
-        self.mus = state["mus"]
-        self.sigmas = kind.prediction_sigmas(state["rhos"], state["parametrization"])
+        state = run.load_predictive(self.config, None, checkpoint)
+        self.mus, self.sigmas = state["mus"], state["sigmas"]
         self.network, self.scale = self.config.build_network(), PIXEL_SCALE
         self.default_samples = kind.default_test_samples
         self.can_sample = kind.prediction_draws is not None

@@ -241,6 +241,15 @@ class RunDirectory:
                                   config.parametrization)
         return state
 
+    def load_predictive(self, config, ctx=None, path=None):
+        """``load_parameters`` with ``sigmas``, the posterior's standard deviations the model
+        kind predicts with (None for a kind that learns none): what every reader that predicts
+        takes."""
+        state = self.load_parameters(config, ctx, path)
+        state["sigmas"] = config.model_kind.prediction_sigmas(state["rhos"],
+                                                             state["parametrization"])
+        return state
+
     # resuming
 
     def resume(self, requested, ctx):

@@ -65,9 +65,9 @@ def load_model(path, samples):
     kind = config.model_kind
     draws = kind.default_test_samples if samples is None else samples
     kind.check_test_samples(draws, MAX_TEST_SAMPLES)
-    state = run.load_parameters(config, None, checkpoint)
-    sigmas = kind.prediction_sigmas(state["rhos"], state["parametrization"])
-    return RunModel(config.build_network(), state["mus"], sigmas, draws, name=path), (run, config)
+    state = run.load_predictive(config, None, checkpoint)
+    return (RunModel(config.build_network(), state["mus"], state["sigmas"], draws, name=path),
+            (run, config))
 
 
 def main(argv=None, prog=PROG):
