@@ -15,7 +15,8 @@
                ``--ood-data-dir``, of another dataset's test images against MNIST's
 
     python bench/bench_compress.py RUN [--proportions 0.9 0.95 0.97] [--precisions 0 0.5 1 2]
-        [--choose P --precision K --sigma-bits 4] [--ood-data-dir DIR] [--plot FILE]
+        [--choose P --precision K --sigma-bits 4 | --file MODEL.gbbb] [--ood-data-dir DIR]
+        [--plot FILE]
 """
 import argparse
 import os
@@ -166,6 +167,8 @@ def main():
     parser.add_argument("--precision", type=float, default=0.5)
     parser.add_argument("--sigma-bits", type=int, default=4)
     parser.add_argument("--samples", type=int, default=10)
+    parser.add_argument("--file", help="a compressed file of this run (what compress wrote): "
+                        "its latency and uncertainty instead of those at --choose")
     parser.add_argument("--ood-data-dir")
     parser.add_argument("--data-dir")
     parser.add_argument("--plot", help="write the size-error curves to this PNG")
@@ -196,8 +199,14 @@ def main():
                                                                      args.precision))
     for name, size in contributions(network, mus, sigmas, ranking, args.choose, args.precision):
         print("  %-55s %8d" % (name, size))
-    model = compress_parameters(network, mus, sigmas, ranking, args.choose, args.precision,
-                                args.sigma_bits if sigmas is not None else 0)[0]
+    if args.file:
+        model = compressed.read(args.file)
+        print("\nthe file %s: network %s, %d multiply-adds an image against the run's %d" % (
+            args.file, model.header["network"], model.network.multiply_adds(),
+            network.multiply_adds()))
+    else:
+        model = compress_parameters(network, mus, sigmas, ranking, args.choose, args.precision,
+                                    args.sigma_bits if sigmas is not None else 0)[0]
     times = latency(model, network, mus, data.test_images)
     print("\nlatency (median, %d threads): one image NumPy %.3f ms, MXNet dense %.3f ms "
           "(MXNet/NumPy = %.2f); 1,000 images NumPy %.1f ms, MXNet dense %.1f ms "
@@ -206,9 +215,10 @@ def main():
               1e3 * times["mxnet", 1], times["mxnet", 1] / times["numpy", 1],
               1e3 * times["numpy", 1000], 1e3 * times["mxnet", 1000],
               times["mxnet", 1000] / times["numpy", 1000]))
-    if sigmas is not None and args.sigma_bits:
-        print("\nuncertainty, %d draws (compressed: %g%% removed, precision %g, %d-bit sigmas):"
-              % (args.samples, 100 * args.choose, args.precision, args.sigma_bits))
+    if sigmas is not None and model.sigmas is not None:
+        print("\nuncertainty, %d draws (compressed: %s):" % (
+            args.samples, args.file or "%g%% removed, precision %g, %d-bit sigmas" % (
+                100 * args.choose, args.precision, args.sigma_bits)))
         for name, row in uncertainty(model, network, mus, sigmas, test, args.samples,
                                      ood).items():
             print("  %-15s %s" % (name, "  ".join("%s %.4f" % item for item in row.items())))

@@ -136,9 +136,12 @@ def main(argv=None, prog=PROG):
                             model=config.model, unsure_calibrated_on=where)
     size = write_model(args.out, header, blobs)
     dense_bytes = 4 * report["parameters"]
-    print("pruned %g of %d parameters, %d kept; network %s" % (
-        report["proportion"], report["parameters"], report["kept_after_structure"],
-        report["network"]))
+    print("pruned %g of %d parameters, %d kept; network %s, %d multiply-adds an image "
+          "(%.1f%% of the unpruned network's %d)" % (
+              report["proportion"], report["parameters"], report["kept_after_structure"],
+              report["network"], report["multiply_adds_after"],
+              100.0 * report["multiply_adds_after"] / report["multiply_adds_before"],
+              report["multiply_adds_before"]))
     print("%s: %d bytes, %.1f times smaller than the float32 means (%d bytes); error %.2f%% on "
           "%s (unpruned %.2f%%); unsure above %.3f bits or below probability %g" % (
               args.out, size, dense_bytes / size, dense_bytes, 100 * error, where,

@@ -110,6 +110,10 @@ class NumPyOperators:
         return np.maximum(h, 0.0)
 
     @staticmethod
+    def broadcast_mul(a, b):  # a gate's factors (compress scores the unpruned gated network)
+        return np.multiply(a, b)
+
+    @staticmethod
     def FullyConnected(h, W, b, num_hidden, flatten=True):
         if flatten:
             h = h.reshape(h.shape[0], -1)

@@ -13,6 +13,8 @@ The steps, on the mean network of a run (``compress_parameters``):
    weights are all pruned puts out a constant, relu(bias), which is added to the next layer's
    biases (times the sum of the weights that read it), and is removed too. Repeated until
    nothing changes, the stored network is narrower: its description names the units left.
+   A gate (``network.Gate``, group sparsity's one factor per unit) is first folded into the
+   layer before it (``fold_gate``), so a gate pruned to 0 removes its unit whole.
    The mean network computes what the pruned one does (up to float rounding); the Monte Carlo
    predictive loses the noise of a removed unit's bias.
 3. **Precision**: each array's kept means are stored as integers times a step of ``precision``
@@ -29,7 +31,7 @@ from . import compressed
 from .compressed import FORMAT_NAME, encode_varints, entropy_bits, gaps_from_positions
 from .data import IMAGE_SHAPE, PIXEL_SCALE
 from .errors import CheckpointError, ConfigError
-from .network import Conv2D, Dense, Dropout, Flatten, MaxPool2D, ReLU
+from .network import Conv2D, Dense, Dropout, Flatten, Gate, MaxPool2D, ReLU
 
 # the proportions --max-error-increase chooses among
 SEARCH_PROPORTIONS = (0.5, 0.6, 0.7, 0.8, 0.85, 0.9, 0.92, 0.94, 0.95, 0.96, 0.97, 0.975, 0.98,
@@ -96,8 +98,8 @@ class _Stage:
 
 
 def _stages(network, mus, sigmas):
-    """The network's layers with weights as ``_Stage``s; ValueError for a layer compression
-    cannot take."""
+    """The network's layers with weights as ``_Stage``s, each gate folded into the layer before
+    it (``fold_gate``); ValueError for a layer compression cannot take."""
     stages, index = [], 0
     for layer in network.without_dropout().layers:
         if isinstance(layer, (Dense, Conv2D)):
@@ -105,12 +107,35 @@ def _stages(network, mus, sigmas):
             sW, sb = (sigmas[index], sigmas[index + 1]) if sigmas is not None else (None, None)
             stages.append(_Stage(layer, W, b, sW, sb))
             index += 2
+        elif isinstance(layer, Gate) and stages and not stages[-1].after:
+            fold_gate(stages[-1], mus[index], None if sigmas is None else sigmas[index])
+            index += 1
         elif isinstance(layer, (ReLU, MaxPool2D, Flatten)) and stages:
             stages[-1].after.append(layer)
         elif not isinstance(layer, Dropout):
-            raise ValueError("compression takes dense, conv, relu, pool, flatten and dropout "
-                             "layers after a layer with weights, not %s" % layer)
+            raise ValueError("compression takes dense, conv, gate, relu, pool, flatten and "
+                             "dropout layers after a layer with weights (a gate right after "
+                             "one), not %s" % layer)
     return stages
+
+
+def fold_gate(stage, gate, gate_sigma):
+    """Fold a gate (one factor per unit, mean ``gate``) into the layer before it: unit u's
+    outputs ``(W_u h + b_u) g_u`` are those of weights ``W_u g_u`` and bias ``b_u g_u``, exactly
+    for the mean network. A gate switched off (0) leaves its unit's weights all 0, and
+    ``remove_units`` removes the unit. For the Monte Carlo predictive each product w g gets the
+    variance of a product of independent Gaussians, ``m_w^2 s_g^2 + m_g^2 s_w^2 + s_w^2 s_g^2``,
+    drawn independently per weight: the file does not keep that a unit's weights share one
+    gate draw (their outputs' variance is kept per weight, not their correlation)."""
+    per_unit = (-1,) + (1,) * (stage.W.ndim - 1)
+    g, W, b = gate.reshape(per_unit), stage.W, stage.b
+    stage.W, stage.b = W * g, b * gate
+    if stage.sW is not None:
+        product_sigma = lambda m, s, gm, gs: np.sqrt(  # noqa: E731
+            np.square(m * gs) + np.square(gm * s) + np.square(s * gs))
+        gs = gate_sigma.reshape(per_unit)
+        stage.sW = product_sigma(W, stage.sW, g, gs)
+        stage.sb = product_sigma(b, stage.sb, gate, gate_sigma)
 
 
 def remove_units(stages):
@@ -150,6 +175,8 @@ def _described(network, stages):
             parts.append("dense:%d" % next(stage).units)
         elif isinstance(layer, Conv2D):
             parts.append("conv:%d:%d" % (next(stage).units, layer.kernel))
+        elif isinstance(layer, Gate):  # folded into the layer before it
+            continue
         else:
             parts.append(str(layer))
     return ",".join(parts)
@@ -236,6 +263,8 @@ def compress_parameters(network, mus, sigmas, ranking_sigmas, proportion, precis
               "kept_after_structure": int(sum(int(np.count_nonzero(s.W)) + s.b.size
                                               for s in stages)),
               "units_before": before, "units_removed": removed, "network": description,
+              "multiply_adds_before": network.multiply_adds(),
+              "multiply_adds_after": model.network.multiply_adds(),
               "precision": precision, "sigma_bits": sigma_bits if sigmas is not None else 0}
     return model, header, blobs, report
 

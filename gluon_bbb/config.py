@@ -325,10 +325,17 @@ _SPARSE_VD = dict(prior="log_uniform", kl="analytic", parametrization="log_varia
                   mu_scale=0.05, validation=10000, kl_warmup_epochs=10, epochs=100,
                   lr_decay_every=75, lr_decay_factor=0.1)
 LENET_300_100 = "dense:300,relu,dense:100,relu,dense:10"
+# Group sparsity: LeNet-5-Caffe with a gate (one factor per channel or unit) after each hidden
+# layer, under sparse variational dropout's log-uniform prior with the weights: a gate whose
+# log alpha passes 3 switches its whole channel or unit off, and compress stores the narrower
+# network (not yet measured whole: docs/RESULTS.md has a shortened run).
+LENET_GATED = ("conv:20:5,gate,relu,pool:2,conv:50:5,gate,relu,pool:2,dense:500,gate,relu,"
+               "dense:10")
 PRESETS = {
     "paper-2x1200": dict(_PAPER, num_hidden_units=1200),
     "paper-2x400": dict(_PAPER, num_hidden_units=400),
     "lenet": _LENET,
     "lenet-sparse-vd": dict(_SPARSE_VD, network="lenet"),
     "lenet-300-100-sparse-vd": dict(_SPARSE_VD, network=LENET_300_100),
+    "lenet-group-sparse": dict(_SPARSE_VD, network=LENET_GATED),
 }

@@ -24,7 +24,7 @@ from mxnet import nd
 from .elementwise import (LOG_SQRT_2PI, SOFTPLUS_FLOOR, log_gaussian, sigmoid,  # noqa: F401
                           softplus, total)
 from .likelihood import gaussian_log_likelihood, log_softmax_likelihood  # noqa: F401
-from .network import Conv2D, mlp, mlp_of
+from .network import Conv2D, Gate, mlp, mlp_of
 from .priors import (GaussianPrior, ScaleMixturePrior, gaussian_prior, prior_for,  # noqa: F401
                      scale_mixture_prior)
 
@@ -84,11 +84,15 @@ def net(X, layer_params, F=nd, network=None):
 def lrt_net(X, mus, sigmas, noise, F=nd, network=None):
     """Logits with the local reparametrization trick (Kingma et al. 2015): each dense or
     convolution layer's pre-activations are drawn from their Gaussian, mean ``layer(h, mu_W,
-    mu_b)`` and variance ``layer(h^2, sigma_W^2, sigma_b^2)``, instead of drawing weights.
-    ``noise``: one standard-normal array per such layer, (batch,) + its output shape."""
+    mu_b)`` and variance ``layer(h^2, sigma_W^2, sigma_b^2)``, instead of drawing weights; each
+    gate (``network.Gate``) is drawn per example, ``h * (mu + sigma * eps)``. ``noise``: one
+    standard-normal array per such layer, (batch,) + its output shape, or a gate's
+    ``noise_shape``."""
     network = network or mlp_of(mus)
 
     def draw(layer, h, k, i, shape):
+        if isinstance(layer, Gate):
+            return layer.perturbed(F, h, mus[i], sigmas[i], noise[k], shape)
         mean = layer(F, h, mus[i:i + 2], shape)
         variance = layer(F, F.square(h), [F.square(sigmas[i]), F.square(sigmas[i + 1])], shape)
         return mean + F.sqrt(variance) * noise[k]
@@ -99,13 +103,21 @@ def flipout_net(X, mus, deltas, noise, F=nd, network=None):
     """Logits with Flipout (Wen et al. 2018): one weight perturbation ``deltas`` (sigma * eps)
     for the mini-batch, made example by example independent by random signs: a dense or
     convolution layer gives ``layer(h, mu) + layer(h * s, delta) * r`` with s and r of +-1
-    over its input and output units (channels: the same sign at every position). ``noise``:
-    per such layer, two standard-normal arrays whose signs are s and r, (batch, inputs) and
-    (batch, outputs), or (batch, channels, 1, 1) for a convolution."""
+    over its input and output units (channels: the same sign at every position), a gate
+    ``h * (mu + delta * r)``. ``noise``: per dense or convolution layer two standard-normal
+    arrays whose signs are s and r, (batch, inputs) and (batch, outputs), or (batch, channels,
+    1, 1) for a convolution; per gate one, of its ``noise_shape``."""
     network = network or mlp_of(mus)
+    # each layer's first noise array: a gate takes one, the others two
+    starts, start = [], 0
+    for layer, _, _ in network.linear_layers():
+        starts.append(start)
+        start += 1 if isinstance(layer, Gate) else 2
 
     def draw(layer, h, k, i, shape):
-        signs_in, signs_out = F.sign(noise[2 * k]), F.sign(noise[2 * k + 1])
+        if isinstance(layer, Gate):
+            return layer.perturbed(F, h, mus[i], deltas[i], F.sign(noise[starts[k]]), shape)
+        signs_in, signs_out = F.sign(noise[starts[k]]), F.sign(noise[starts[k] + 1])
         flipped = F.broadcast_mul(h if isinstance(layer, Conv2D) else F.flatten(h), signs_in)
         return layer(F, h, mus[i:i + 2], shape) + F.broadcast_mul(
             layer(F, flipped, deltas[i:i + 2], shape), signs_out)

@@ -194,8 +194,8 @@ class _NoisyNetwork(Estimator):
     def check(self, network):
         if not network.linear_layers_only:
             raise ConfigError("estimator", self.name, "sample for a network with layers of "
-                              "weights other than dense and conv (%s draws those layers' "
-                              "outputs)" % self.name)
+                              "weights other than dense, conv and gate (%s draws those "
+                              "layers' outputs)" % self.name)
 
     def noise_shapes(self, network, batch_size):
         raise NotImplementedError
@@ -217,7 +217,9 @@ class LocalReparametrization(_NoisyNetwork):
         return lrt_net
 
     def noise_shapes(self, network, batch_size):
-        return [(batch_size,) + tuple(out) for _, _, out in network.linear_layers()]
+        from .network import Gate
+        return [layer.noise_shape(batch_size, inp) if isinstance(layer, Gate)
+                else (batch_size,) + tuple(out) for layer, inp, out in network.linear_layers()]
 
     def noise_size(self, graph, batch_size, kl):
         return self.data_noise_size(graph, batch_size) + (graph.layout.size if kl.per_draw else 0)
@@ -251,10 +253,12 @@ class Flipout(_NoisyNetwork):
         return flipout_net
 
     def noise_shapes(self, network, batch_size):
-        from .network import Conv2D
+        from .network import Conv2D, Gate
         shapes = []
         for layer, inp, out in network.linear_layers():
-            if isinstance(layer, Conv2D):
+            if isinstance(layer, Gate):
+                shapes.append(layer.noise_shape(batch_size, inp))
+            elif isinstance(layer, Conv2D):
                 shapes += [(batch_size, inp[0], 1, 1), (batch_size, out[0], 1, 1)]
             else:
                 shapes += [(batch_size, math.prod(inp)), (batch_size, math.prod(out))]

@@ -15,7 +15,8 @@ A description is also a string, as a run's config.json records it and ``--networ
 ``mlp`` (the tutorial's MLP, shaped by the config's hidden layers and units), ``lenet``, or
 layers separated by commas, e.g. ``conv:20:5,relu,pool:2,dense:500,relu,dense:10``
 (``conv:CHANNELS:KERNEL``, ``pool:SIZE``, ``dense:UNITS``, ``relu``, ``flatten``,
-``dropout:RATE``). ``logvar`` (a Gaussian likelihood's learned noise) is appended by the
+``dropout:RATE``, ``gate``: one learned factor per unit or channel of the layer before it,
+group sparsity's switch). ``logvar`` (a Gaussian likelihood's learned noise) is appended by the
 likelihood that asks for it, not written.
 """
 import math
@@ -33,6 +34,7 @@ def _whole_number(value, what, layer):
 class Dense:
     """A fully connected layer; takes (batch, ...) and flattens what is past the batch axis."""
     has_weights = True
+    num_params = 2  # W and b
 
     def __init__(self, units):
         self.units = _whole_number(units, "UNITS", "dense:%s" % (units,))
@@ -51,6 +53,7 @@ class Dense:
 class Conv2D:
     """A 2-D convolution, stride 1, no padding; takes (batch, channels, height, width)."""
     has_weights = True
+    num_params = 2  # W and b
 
     def __init__(self, channels, kernel):
         layer = "conv:%s:%s" % (channels, kernel)
@@ -197,6 +200,50 @@ class Dropout:
         return "dropout:%g" % self.rate
 
 
+class Gate:
+    """One learned factor per unit of a dense layer or channel of a convolution, multiplying the
+    layer's outputs (batch, units) or (batch, channels, height, width): placed right after the
+    layer, before its activation, it is the unit's switch. Under the log-uniform prior its
+    posterior N(theta, sigma^2) drives whole units to zero (group sparsity: the gate's log alpha
+    above the pruning threshold removes the unit with every weight into and out of it), and
+    ``compression`` folds the gates into the layer before them. Its mean starts at 1 (the
+    network as it was), its parameter is a weight like any other.
+
+    The estimators that draw noise per example draw the gate per example: ``perturbed`` gives
+    ``h * (theta + scale * noise)``, noise one value per example and unit (per channel, the
+    same at every position), so the draws of a channel's positions are one gate's."""
+    has_weights = True
+    num_params = 1  # the factors
+
+    def param_shapes(self, input_shape):
+        return [(input_shape[0],)], input_shape
+
+    def __call__(self, F, h, params, input_shape):
+        gate, = params
+        return F.broadcast_mul(h, F.reshape(gate, shape=self._per_unit((1,), input_shape)))
+
+    def noise_shape(self, batch_size, input_shape):
+        """The shape of one draw of the gates for a mini-batch: (batch, units) or (batch,
+        channels, 1, 1)."""
+        return self._per_unit((batch_size,), input_shape, input_shape[0])
+
+    def perturbed(self, F, h, mu, scale, noise, input_shape):
+        """``h * (mu + scale * noise)``: gates drawn per example (``noise`` of ``noise_shape``),
+        mean ``mu`` and ``scale`` (sigma, with standard normals; a flipout perturbation, with
+        signs) per unit."""
+        shape = self._per_unit((1,), input_shape)
+        gates = F.broadcast_add(F.reshape(mu, shape=shape),
+                                F.broadcast_mul(F.reshape(scale, shape=shape), noise))
+        return F.broadcast_mul(h, gates)
+
+    @staticmethod
+    def _per_unit(lead, input_shape, units=-1):
+        return lead + (units,) + (1,) * (len(input_shape) - 1)
+
+    def __str__(self):
+        return "gate"
+
+
 class LogVariance:
     """Appends one learned log variance per output, the same for every input, to the outputs
     (batch, D) -> (batch, 2D): a Gaussian likelihood's noise learned as a scalar. Its parameter
@@ -218,10 +265,12 @@ class LogVariance:
 
 
 LAYERS = {"dense": Dense, "conv": Conv2D, "pool": MaxPool2D, "relu": ReLU, "flatten": Flatten,
-          "dropout": Dropout}
+          "dropout": Dropout, "gate": Gate}
 # the numbers each layer of a description takes, as SPEC_HELP names them
 LAYER_NUMBERS = {"dense": ("UNITS",), "conv": ("CHANNELS", "KERNEL"), "pool": ("SIZE",),
-                 "relu": (), "flatten": (), "dropout": ("RATE",)}
+                 "relu": (), "flatten": (), "dropout": ("RATE",), "gate": ()}
+# the layers whose outputs the estimators that draw per example perturb: each draws its own
+NOISY_LAYERS = (Dense, Conv2D, Gate)
 
 
 class Network:
@@ -254,24 +303,25 @@ class Network:
 
     @property
     def linear_layers_only(self):
-        """True where every layer with weights is dense or a convolution (what the estimators
-        that draw pre-activations or flip signs take)."""
-        return all(isinstance(layer, (Dense, Conv2D)) or not layer.has_weights
+        """True where every layer with weights is dense, a convolution or a gate (what the
+        estimators that draw per example take)."""
+        return all(isinstance(layer, NOISY_LAYERS) or not layer.has_weights
                    for layer in self.layers)
 
     def __call__(self, X, params, F=None):
         if F is None:
             from mxnet import nd as F
         return self.run(X, lambda layer, h, k, index, shape: layer(
-            F, h, params[index:index + 2], shape), F,
+            F, h, params[index:index + layer.num_params], shape), F,
             weightless=lambda layer, h, index, count, shape: layer(
                 F, h, params[index:index + count], shape))
 
     def run(self, X, weighted, F=None, weightless=None):
-        """The network's output for X, each dense or convolution layer computed by
+        """The network's output for X, each dense, convolution or gate layer computed by
         ``weighted(layer, h, k, index, input_shape)`` (``k``: the k-th such layer; ``index``: its
-        weight's position in the parameter list); other layers as they are, or by
-        ``weightless(layer, h, index, count, input_shape)`` where given."""
+        first parameter's position in the parameter list: W and b, or a gate's one vector);
+        other layers as they are, or by ``weightless(layer, h, index, count, input_shape)``
+        where given."""
         if F is None:
             from mxnet import nd as F
         h = X
@@ -279,7 +329,7 @@ class Network:
             h = F.reshape(h, shape=(-1,) + self.input_shape)
         index = k = 0
         for layer, count, shape in zip(self.layers, self._param_counts, self.input_shapes):
-            if isinstance(layer, (Dense, Conv2D)):
+            if isinstance(layer, NOISY_LAYERS):
                 h = weighted(layer, h, k, index, shape)
                 k += 1
             elif weightless is not None:
@@ -290,11 +340,37 @@ class Network:
         return h
 
     def linear_layers(self):
-        """(layer, input shape, output shape), shapes per example, of each dense or convolution
-        layer."""
+        """(layer, input shape, output shape), shapes per example, of each dense, convolution
+        or gate layer (the layers ``run`` hands to ``weighted``)."""
         return [(layer, shape, out) for layer, shape, out in zip(self.layers, self.input_shapes,
                                                                 self.output_shapes)
-                if isinstance(layer, (Dense, Conv2D))]
+                if isinstance(layer, NOISY_LAYERS)]
+
+    def gate_positions(self):
+        """The positions of the gates' vectors in the parameter list."""
+        positions, index = [], 0
+        for layer, count in zip(self.layers, self._param_counts):
+            if isinstance(layer, Gate):
+                positions.append(index)
+            index += count
+        return positions
+
+    def initial_means(self, mus, ones_like):
+        """``mus`` with each gate's vector replaced by ones (``ones_like(array)``): a gate
+        starts as the network without it."""
+        gates = set(self.gate_positions())
+        return [ones_like(mu) if i in gates else mu for i, mu in enumerate(mus)]
+
+    def multiply_adds(self):
+        """Multiply-adds of one example's forward pass through the dense and convolution
+        layers (a gate's are folded into the layer before it by compression)."""
+        total = 0
+        for layer, inp, out in self.linear_layers():
+            if isinstance(layer, Dense):
+                total += math.prod(inp) * layer.units
+            elif isinstance(layer, Conv2D):
+                total += math.prod(out) * inp[0] * layer.kernel ** 2
+        return total
 
     @property
     def input_shapes(self):
@@ -386,7 +462,7 @@ def _image_side(num_inputs):
 
 NETWORKS = {"lenet": lenet}
 SPEC_HELP = ("mlp, lenet, or layers such as conv:20:5,relu,pool:2,dense:500,relu,dense:10 "
-             "(conv:CHANNELS:KERNEL, pool:SIZE, dense:UNITS, relu, flatten, dropout:RATE)")
+             "(conv:CHANNELS:KERNEL, pool:SIZE, dense:UNITS, relu, flatten, dropout:RATE, gate)")
 
 
 def parse_network(spec, num_inputs=784, num_outputs=10):
@@ -397,6 +473,11 @@ def parse_network(spec, num_inputs=784, num_outputs=10):
         return NETWORKS[spec](num_inputs, num_outputs)
     try:
         layers = [_parse_layer(item.strip()) for item in str(spec).split(",")]
+        for before, layer in zip([None] + layers, layers):
+            if isinstance(layer, Gate) and not isinstance(before, (Dense, Conv2D)):
+                # compression folds a gate into the layer it scales
+                raise ValueError("a gate comes right after a dense or conv layer, whose units "
+                                 "it scales")
         if any(isinstance(layer, Conv2D) for layer in layers):
             side = _image_side(num_inputs)
             input_shape = (1, side, side)

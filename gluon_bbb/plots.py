@@ -274,3 +274,31 @@ def plot_shift(report, path):
 
 def plot_shift_comparison(groups, path):
     save(shift_comparison_figure(groups), path)
+
+
+def size_error_figure(curves, chosen=None):
+    """Test error against how many times smaller than the float32 network a compressed file
+    is, one curve per label of ``curves`` ({label: [(times smaller, error %), ...]}), both axes
+    logarithmic; ``chosen`` ({label: (times smaller, error %)}) marks the file each label's
+    ``compress`` chose on validation images."""
+    fig = new_figure((7, 4.5))
+    ax = fig.add_subplot(1, 1, 1)
+    for label, points in curves.items():
+        points = sorted(points)
+        line, = ax.plot([p[0] for p in points], [p[1] for p in points], "o-", ms=3, label=label)
+        if chosen and label in chosen:
+            ax.plot(*chosen[label], "*", ms=13, color=line.get_color(), mec="k")
+    readable_log_axis(ax)
+    ax.set_xscale("log")
+    ax.xaxis.set_major_locator(LogLocator(base=10.0, subs=(1.0, 2.0, 5.0)))
+    ax.xaxis.set_major_formatter(FuncFormatter(plain_number))
+    ax.xaxis.set_minor_formatter(NullFormatter())
+    ax.set_xlabel("times smaller than the float32 network (compressed file)")
+    ax.set_ylabel("test error (%)")
+    ax.legend(fontsize=8, title=("stars: the file compress chose on validation images"
+                                 if chosen else None), title_fontsize=7)
+    return fig
+
+
+def plot_size_error(curves, path, chosen=None):
+    save(size_error_figure(curves, chosen), path)

@@ -29,6 +29,7 @@ import math
 import os
 
 import mxnet as mx
+from mxnet import nd
 
 from . import native
 from .errors import CheckpointError, ConfigError, ResourceError
@@ -188,6 +189,7 @@ class TrainingStep:
         if mus is None:
             mus, rhos = init_variational_params(self.layout.shapes, ctx, config.mu_scale,
                                                 config.rho_offset, seed=config.seed)
+            mus = self.network.initial_means(mus, nd.ones_like)
         self.mu, self.rho = self.layout.flatten(mus), self.layout.flatten(rhos)
         self.optimizer = mx.optimizer.create(
             config.optimizer, learning_rate=config.learning_rate, rescale_grad=1.0, wd=0.0,

@@ -125,9 +125,19 @@ def initial_means(config, ctx=None):
                               "file of one)", config.init_from)
     mus = load_checkpoint(config.init_from, ctx)["mus"]
     found, needed = [tuple(m.shape) for m in mus], [tuple(s) for s in config.layer_shapes()]
+    network = config.build_network()
+    gates = network.gate_positions()
+    ungated = [shape for i, shape in enumerate(needed) if i not in gates]
+    if gates and found == ungated:
+        # the same network without its gates: each gate starts at 1 (the network as it was)
+        given = iter(mus)
+        mus = [nd.zeros(shape, ctx=ctx) if i in gates else next(given)
+               for i, shape in enumerate(needed)]
+        return network.initial_means(mus, nd.ones_like)
     if found != needed:
         raise CheckpointError("{init_from} %s holds means of shapes %s; this run's network "
-                              "needs %s", config.init_from, found, needed)
+                              "needs %s%s", config.init_from, found, needed,
+                              " (or %s, without its gates)" % (ungated,) if gates else "")
     return mus
 
 

@@ -93,6 +93,35 @@ def test_removing_units_keeps_what_the_pruned_network_computes(description, feat
                                atol=1e-5)
 
 
+def test_multiply_adds_count_each_dense_and_convolution_layer_once():
+    # LeNet-5-Caffe: 24x24x20 outputs of 25, 8x8x50 of 20x25, 500 of 800, 10 of 500
+    lenet = 24 * 24 * 20 * 25 + 8 * 8 * 50 * 20 * 25 + 500 * 800 + 10 * 500
+    assert parse_network("lenet").multiply_adds() == lenet == 2293000
+    gated = parse_network("conv:20:5,gate,relu,pool:2,conv:50:5,gate,relu,pool:2,dense:500,"
+                          "gate,relu,dense:10")
+    assert gated.multiply_adds() == lenet  # a gate folds into its layer
+
+
+def test_a_folded_gate_gives_each_weight_the_mean_and_variance_of_its_product():
+    """Folding a gate N(g, s_g^2) into a convolution's weights N(m, s^2): each weight's mean
+    and standard deviation those of w * g drawn independently (sampled here)."""
+    rng = np.random.default_rng(2)
+    network = parse_network("conv:3:2,gate,relu,flatten,dense:2", 16, 2)
+    shapes = network.param_shapes()
+    mus = [rng.normal(size=s).astype(np.float32) for s in shapes]
+    sigmas = [rng.uniform(0.1, 1.0, size=s).astype(np.float32) for s in shapes]
+    stage = _stages(network, mus, sigmas)[0]
+    draws = 200000
+    gate = mus[2][None, :, None, None, None] + sigmas[2][None, :, None, None, None] * \
+        rng.normal(size=(draws, 3, 1, 1, 1))
+    products = (mus[0] + sigmas[0] * rng.normal(size=(draws,) + mus[0].shape)) * gate
+    np.testing.assert_allclose(stage.W, products.mean(axis=0), atol=0.02)
+    np.testing.assert_allclose(stage.sW, products.std(axis=0), rtol=0.02)
+    biases = (mus[1] + sigmas[1] * rng.normal(size=(draws, 3))) * gate[:, :, 0, 0, 0]
+    np.testing.assert_allclose(stage.sb, biases.std(axis=0), rtol=0.02)
+    np.testing.assert_allclose(stage.b, mus[1] * mus[2], rtol=1e-6)
+
+
 def _zip_stages(network, stages):
     """Each layer of ``network`` with the stage of its own weights (or of the layer before)."""
     stage = None

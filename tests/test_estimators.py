@@ -21,27 +21,31 @@ from test_step import assert_matches
 
 LOG_SQRT_2PI = 0.5 * np.log(2 * np.pi)
 NETWORKS = {"dense": ("dense:5,relu,dense:3", 6),
-            "conv": ("conv:3:3,relu,pool:2,conv:4:2,relu,flatten,dense:5,relu,dense:3", 64)}
+            "conv": ("conv:3:3,relu,pool:2,conv:4:2,relu,flatten,dense:5,relu,dense:3", 64),
+            "gated": ("conv:3:3,gate,relu,pool:2,flatten,dense:5,gate,relu,dense:3", 36)}
 WIDTHS = st.one_of(st.integers(1, 20), st.sampled_from([8, 16, 24, 32]))
 
 
 @st.composite
 def networks(draw):
-    """(description, features) of a small network of dense and convolution layers, three
-    classes, as ``NETWORKS`` holds them."""
+    """(description, features) of a small network of dense and convolution layers, some
+    followed by a gate (one factor per unit or channel), three classes, as ``NETWORKS`` holds
+    them."""
+    gate = lambda: ",gate" if draw(st.booleans()) else ""  # noqa: E731
     if draw(st.booleans()):
-        layers = ["dense:%d,relu" % draw(WIDTHS) for _ in range(draw(st.integers(0, 2)))]
+        layers = ["dense:%d%s,relu" % (draw(WIDTHS), gate())
+                  for _ in range(draw(st.integers(0, 2)))]
         return ",".join(layers + ["dense:3"]), draw(st.integers(1, 12))
     side = draw(st.integers(3, 8))
     layers, height = [], side
     for _ in range(draw(st.integers(1, 2))):
         kernel = draw(st.integers(1, min(3, height)))
-        layers.append("conv:%d:%d,relu" % (draw(WIDTHS), kernel))
+        layers.append("conv:%d:%d%s,relu" % (draw(WIDTHS), kernel, gate()))
         height -= kernel - 1
         if height >= 2 and draw(st.booleans()):
             layers.append("pool:2")
             height //= 2
-    layers += ["flatten"] + ["dense:%d,relu" % draw(WIDTHS)
+    layers += ["flatten"] + ["dense:%d%s,relu" % (draw(WIDTHS), gate())
                              for _ in range(draw(st.integers(0, 1)))] + ["dense:3"]
     return ",".join(layers), side * side
 
@@ -72,15 +76,19 @@ def plain_layers(description):
     return [item.split(":") for item in description.split(",")]
 
 
-def plain_forward(X, layers, side, weighted):
-    """The network, one layer at a time in MXNet's operators; ``weighted(kind, h, k, i)``
-    gives the k-th dense or convolution layer's output, its weight at parameter ``i``."""
+def plain_forward(X, layers, side, weighted, gated):
+    """The network, one layer at a time in MXNet's operators; ``weighted(kind, h, i, units)``
+    gives a dense or convolution layer's output, its weight at parameter ``i``;
+    ``gated(h, i)`` a gate's, its vector at parameter ``i``."""
     h = X.reshape((-1, 1, side, side)) if layers[0][0] == "conv" else X
-    k = i = 0
+    i = 0
     for name, *numbers in layers:
         if name in ("dense", "conv"):
-            h = weighted(name, h, k, i, int(numbers[0]))
-            k, i = k + 1, i + 2
+            h = weighted(name, h, i, int(numbers[0]))
+            i += 2
+        elif name == "gate":
+            h = gated(h, i)
+            i += 1
         elif name == "relu":
             h = nd.relu(h)
         elif name == "pool":
@@ -97,22 +105,42 @@ def op(name, h, W, b, units):
     return nd.Convolution(h, W, b, num_filter=units, kernel=W.shape[2:])
 
 
+def per_unit(vector, h):
+    """A gate's (units,) vector, or its (batch, units) draws, shaped to multiply ``h``."""
+    return vector.reshape(vector.shape + (1,) * (h.ndim - vector.ndim)) if vector.ndim == 2 \
+        else vector.reshape((1, -1) + (1,) * (h.ndim - 2))
+
+
 def plain_nll(estimator, layers, side, X, y, mus, sigmas, weight_eps, noise):
-    """-sum log softmax(y) of the estimator's network, written plainly."""
-    def weighted(name, h, k, i, units):
+    """-sum log softmax(y) of the estimator's network, written plainly. ``noise``: the
+    estimator's arrays in layer order (a gate's one: per example and unit)."""
+    arrays = iter(noise)
+
+    def gated(h, i):
+        if estimator == "sample":  # one gate for the mini-batch
+            return h * per_unit(mus[i] + sigmas[i] * weight_eps[i], h)
+        draw = next(arrays).reshape((h.shape[0], -1))  # per example and unit
+        if estimator == "lrt":
+            gates = mus[i].reshape((1, -1)) + sigmas[i].reshape((1, -1)) * draw
+        else:  # flipout: the mini-batch's perturbation, its sign per example and unit
+            gates = mus[i].reshape((1, -1)) + (sigmas[i] * weight_eps[i]).reshape((1, -1)) \
+                * nd.sign(draw)
+        return h * per_unit(gates, h)
+
+    def weighted(name, h, i, units):
         if estimator == "sample":
             return op(name, h, mus[i] + sigmas[i] * weight_eps[i],
                       mus[i + 1] + sigmas[i + 1] * weight_eps[i + 1], units)
         mean = op(name, h, mus[i], mus[i + 1], units)
         if estimator == "lrt":
             variance = op(name, h * h, sigmas[i] ** 2, sigmas[i + 1] ** 2, units)
-            return mean + nd.sqrt(variance) * noise[k]
-        signs_in, signs_out = nd.sign(noise[2 * k]), nd.sign(noise[2 * k + 1])
+            return mean + nd.sqrt(variance) * next(arrays)
+        signs_in, signs_out = nd.sign(next(arrays)), nd.sign(next(arrays))
         flipped = nd.broadcast_mul(h if name == "conv" else nd.flatten(h), signs_in)
         perturbation = op(name, flipped, sigmas[i] * weight_eps[i],
                           sigmas[i + 1] * weight_eps[i + 1], units)
         return mean + nd.broadcast_mul(perturbation, signs_out)
-    logits = plain_forward(X, layers, side, weighted)
+    logits = plain_forward(X, layers, side, weighted, gated)
     return -nd.sum(nd.pick(nd.log_softmax(logits, axis=1), nd.argmax(y, axis=1), axis=1))
 
 
@@ -226,6 +254,10 @@ ESTIMATORS = st.sampled_from(["sample", "lrt", "flipout"])
          "float64", "softplus")
 @example("flipout", NETWORKS["dense"], "analytic", "reverse", ("gaussian", PRIORS["gaussian"]),
          0.3, 4, 3, "float64", "log_variance")
+@example("lrt", NETWORKS["gated"], "analytic", "reverse", ("gaussian", PRIORS["gaussian"]),
+         0.3, 4, 3, "float64", "log_variance")
+@example("flipout", NETWORKS["gated"], "mc", "reverse", ("mixture", PRIORS["mixture"]),
+         0.3, 4, 3, "float64", "softplus")
 def test_the_ndarray_backend_equals_autograd_of_the_plain_loss(ctx, estimator, network, kl,
                                                              direction, prior, kl_weight, batch,
                                                              seed, dtype, parametrization):
@@ -305,6 +337,7 @@ def test_the_forward_kl_runs_on_the_ndarray_backend_and_refuses_what_has_no_clos
 
 def test_an_estimator_of_layer_outputs_refuses_a_learned_noise_head():
     with pytest.raises(ConfigError, match="estimator must be sample for a network with layers "
-                                          "of weights other than dense and conv"):
+                                          "of weights other than dense, conv and gate"):
         Config(estimator="flipout", likelihood="gaussian:learned", num_inputs=1, num_outputs=1)
     Config(estimator="lrt", network="lenet")  # convolutions are drawn too
+    Config(estimator="flipout", network="conv:4:5,gate,relu,pool:2,dense:10")  # and gates

@@ -159,12 +159,14 @@ def test_max_pooling_and_its_gradient_match_numpy(ctx, case, seed):
 @st.composite
 def networks(draw):
     """A network description of the layers the package trains, on square images of a drawn
-    side, and the number of classes."""
+    side, and the number of classes; a gate (group sparsity's factor per unit or channel) may
+    follow any hidden dense or convolution layer."""
     side = draw(st.integers(6, 14))
     layers, shape = [], (1, side, side)
+    gate = lambda: [",gate"] if draw(st.booleans()) else []  # noqa: E731
     for _ in range(draw(st.integers(0, 2))):
         kernel = draw(st.integers(1, min(4, shape[1])))
-        layers.append("conv:%d:%d" % (draw(CHANNELS), kernel))
+        layers.append("".join(["conv:%d:%d" % (draw(CHANNELS), kernel)] + gate()))
         shape = (0, shape[1] - kernel + 1, shape[2] - kernel + 1)
         if draw(st.booleans()):
             layers.append("relu")
@@ -175,7 +177,7 @@ def networks(draw):
     if layers and draw(st.booleans()):
         layers.append("flatten")
     for _ in range(draw(st.integers(0, 2))):
-        layers += ["dense:%d" % draw(CHANNELS), "relu"]
+        layers += ["".join(["dense:%d" % draw(CHANNELS)] + gate()), "relu"]
         if draw(st.booleans()):
             layers.append("dropout:0.5")
     classes = draw(st.integers(2, 12))
@@ -232,11 +234,13 @@ def test_an_array_round_trips_through_the_files_coding(case):
         assert decoded_sigma is None
 
 
-@given(networks(), st.floats(0.0, 0.99), st.integers(0, 8), SEEDS)
+@given(networks(), st.floats(0.0, 0.99), st.floats(0.0, 1.0), st.integers(0, 8), SEEDS)
 def test_a_compressed_file_predicts_what_the_pruned_mean_network_does(description, proportion,
-                                                                        sigma_bits, seed):
-    """compress -> read: the units the pruning cut off are removed, the rest is the pruned
-    mean network (float32 means), and the file reads back as the model compress built."""
+                                                                        gates_off, sigma_bits,
+                                                                        seed):
+    """compress -> read: the units the pruning cut off are removed, each gate folded into the
+    layer before it (a gate switched off removes its unit), the rest is the pruned mean network
+    (float32 means), and the file reads back as the model compress built."""
     from gluon_bbb.compression import compress_parameters
     from gluon_bbb.pruning import keep_masks
     description, features, classes = description
@@ -246,11 +250,25 @@ def test_a_compressed_file_predicts_what_the_pruned_mean_network_does(descriptio
     mus = [(rng.normal(size=s) / np.sqrt(np.prod(s[1:]) if len(s) > 1 else 1))
            .astype(np.float32) for s in shapes]
     sigmas = [np.exp(rng.normal(-3, 1, size=s)).astype(np.float32) for s in shapes]
-    model, header, blobs, report = compress_parameters(network, mus, sigmas, sigmas, proportion,
-                                                       0.0, sigma_bits, classes)
-    read = compressed.decode(compressed.pack(dict(header, unsure_entropy_bits=1.0), blobs))
-    X = rng.uniform(size=(3, features)).astype(np.float32)
     keep = keep_masks(mus, sigmas, proportion)
+    gates = network.gate_positions()
+    for i in gates:  # whole units switched off, as group sparsity's prior does
+        keep[i] &= rng.uniform(size=keep[i].shape) >= gates_off
+    model, header, blobs, report = compress_parameters(network, mus, sigmas, sigmas, proportion,
+                                                       0.0, sigma_bits, classes, keep=keep)
+    read = compressed.decode(compressed.pack(dict(header, unsure_entropy_bits=1.0), blobs))
+    assert "gate" not in header["network"]
+    # each gated layer keeps at most its gates left on (one, putting out 0, where none is)
+    narrow = [out[0] for _, _, out in parse_network(header["network"], features,
+                                                      classes).linear_layers()]
+    layer, gate = -1, iter(gates)
+    for kind, _, _ in network.linear_layers():
+        if str(kind) == "gate":
+            assert narrow[layer] <= max(1, int(keep[next(gate)].sum()))
+        else:
+            layer += 1
+    assert layer == len(narrow) - 1
+    X = rng.uniform(size=(3, features)).astype(np.float32)
     pruned = network(X, [m * k for m, k in zip(mus, keep)], F=compressed.NumPyOperators)
     scale = np.abs(pruned).max() + 1
     np.testing.assert_allclose(read.logits(X), pruned, rtol=1e-4, atol=1e-5 * scale)

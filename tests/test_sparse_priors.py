@@ -160,7 +160,61 @@ def test_init_from_starts_the_means_from_another_run(tmp_path, mnist, monkeypatc
                        r"network needs \[\(50, 784\)"):
         train(Config(init_from=pretrained, **dict(small, network="dense:50,relu,dense:10")),
               mnist, mx.cpu(), log=lambda line: None, progress=False)
+    # a gated network starts from the same network without its gates: gates at 1, its outputs
+    # those of the pretrained network
+    from gluon_bbb.training import initial_means
+    gated = Config(init_from=pretrained, **dict(small, network="dense:100,gate,relu,dense:10"))
+    mus = initial_means(gated)
+    assert [m.shape for m in mus] == [(100, 784), (100,), (100,), (10, 100), (10,)]
+    assert (mus[2].asnumpy() == 1).all()
+    X = nd.array(mnist.test_images[:50])
+    np.testing.assert_allclose(gated.build_network()(X, mus).asnumpy(),
+                               Config(network=network).build_network()(X, first.mus).asnumpy(),
+                               rtol=1e-5, atol=1e-5)
+    with pytest.raises(CheckpointError, match=r"needs .* \(or \[\(50, 784\), \(50,\), "
+                                              r"\(10, 50\), \(10,\)\], without its gates\)"):
+        initial_means(Config(init_from=pretrained, **dict(
+            small, network="dense:50,gate,relu,dense:10")))
     with pytest.raises(CheckpointError, match="init_from .*nowhere does not exist"):
         train(Config(init_from=str(tmp_path / "nowhere"), **small), mnist, mx.cpu(),
               out_dir=str(tmp_path / "never"), log=lambda line: None, progress=False)
     assert not os.path.exists(str(tmp_path / "never"))  # refused before the run was made
+
+
+@pytest.mark.slow
+def test_gates_switch_whole_units_off_and_compress_removes_them(tmp_path, mnist):
+    """Group sparsity: a gate after the hidden layer under the log-uniform prior. Four epochs
+    switch a share of the gates off (log alpha > 3: 25% measured); compress at the prior's rule
+    stores a network without those units, whose NumPy predictor gives the pruned gated
+    network's labels; the size-error figure draws the run."""
+    from commands import PYTHON, ROOT, run
+    from gluon_bbb import compressed
+    from gluon_bbb.pruning import prune_weights
+    out = str(tmp_path / "gated")
+    config = Config(**dict(SPARSE, network="dense:100,gate,relu,dense:10", learning_rate=1e-2,
+                           epochs=4, train_size=20000, validation=2000))
+    result = train(config, mnist, mx.cpu(), out_dir=out, log=lambda line: None, progress=False)
+    prior = LogUniformPrior()
+    gates = prior.switched_off(result.mus[2], result.sigmas[2]).asnumpy()
+    assert gates.mean() > 0.1, gates.mean()
+    assert result.history[-1]["test_accuracy"] > 0.9
+    path = tmp_path / "gated.gbbb"
+    proc = run([PYTHON, "-m", "gluon_bbb.compress"], out, "--out", path)
+    assert proc.returncode == 0, proc.stderr
+    model = compressed.read(str(path))
+    units = int(model.header["network"].split(",")[0].split(":")[1])
+    assert units <= 100 - gates.sum(), (model.header["network"], gates.sum())
+    assert "multiply-adds an image" in proc.stdout
+    proportion = model.header["source"]["proportion"]
+    pruned = prune_weights(result.mus, result.sigmas, proportion)
+    X = mnist.test_images[:500]
+    labels = config.build_network()(nd.array(X), pruned).asnumpy().argmax(axis=1)
+    assert (model.predict(X).argmax(axis=1) == labels).mean() > 0.99  # quantized means
+    figure = tmp_path / "size-error.png"
+    proc = run([PYTHON, os.path.join(ROOT, "examples", "size_error_figure.py"), figure,
+                "group sparsity=%s:%s" % (out, path)])
+    assert proc.returncode == 0, proc.stderr
+    assert os.path.getsize(figure) > 10000
+    rows = [line for line in proc.stdout.splitlines() if line.startswith("| ") and "%" in line]
+    assert len(rows) >= 21  # nothing removed and the 20 proportions compress searches
+    assert "chosen by compress: %s" % path in proc.stdout
