@@ -83,8 +83,8 @@ for _module, _names in {
         "model": "combined_loss evaluate_accuracy init_variational_params layer_param_shapes "
                  "log_gaussian log_softmax_likelihood lrt_net net sample_epsilons softplus "
                  "transform_gaussian_samples transform_rhos",
-        "priors": "GaussianPrior Prior ScaleMixturePrior gaussian_prior prior_for "
-                  "scale_mixture_prior",
+        "priors": "GatedPrior GaussianPrior LogUniformPrior Prior ScaleMixturePrior "
+                  "gaussian_prior prior_for scale_mixture_prior",
         "modes": "Estimator",
         "parametrizations": "LogVariance Parametrization Softplus",
         "ndarray_backend": "combined_loss_gradients",

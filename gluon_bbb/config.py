@@ -63,6 +63,10 @@ class Config:
     network's weights, say: the sparsifying priors' papers start from pretrained networks); rho
     starts at ``rho_offset`` as ever. Its network must have this config's shapes; training
     records the path as an absolute one.
+    ``gate_prior``: the prior of the gates' factors (``gate`` layers), by name with its
+    defaults or the config's scales; None: ``prior``'s. Gates under the log-uniform prior with
+    the weights under a Gaussian one are Bayesian Compression's group prior
+    (``priors.GatedPrior``).
     ``network``: ``mlp`` (``num_hidden_layers`` ReLU layers of ``num_hidden_units``), ``lenet``,
     or a description of layers (``network.parse_network``), whose last dense layer gives what
     the likelihood needs for ``num_outputs`` classes or targets. ``likelihood``: ``categorical``
@@ -102,6 +106,7 @@ class Config:
     prior_settings: Optional[dict] = None
     init_from: Optional[str] = None
     kl_warmup_epochs: int = 0
+    gate_prior: Optional[str] = None
 
     def __post_init__(self):
         self._take_prior()
@@ -138,9 +143,15 @@ class Config:
             raise ConfigError("rho_offset", self.rho_offset, "a finite number")
         _require_choice("optimizer", self.optimizer, OPTIMIZERS)
         modes.kl_weighting(self.kl_weighting)  # ConfigError where it names none
+        network = self.build_network()  # ConfigError where the description is not one
+        if self.gate_prior is not None:
+            self.gate_prior = prior_kind(self.gate_prior).name
+            if not network.gate_positions():
+                raise ConfigError("gate_prior", self.gate_prior, "left unset for a network "
+                                  "without gates (it is the prior of the gate layers' "
+                                  "factors)")
         if self.prior_defined:
             self.kl_kind.check(self.build_prior())
-        network = self.build_network()  # ConfigError where the description is not one
         self.estimator_kind.check(network)
 
     def _take_prior(self):
@@ -209,10 +220,13 @@ class Config:
         return prior_for(self)
 
     def describe_prior(self):
-        """The prior in words, its settings included, whether or not its class is known."""
-        if self.prior_settings is None:
-            return self.prior
-        return describe_prior(self.prior, self.prior_settings)
+        """The prior in words, its settings included, whether or not its class is known, and
+        the gates' where they have their own."""
+        words = (self.prior if self.prior_settings is None
+                 else describe_prior(self.prior, self.prior_settings))
+        if self.gate_prior is not None and self.gate_prior != self.prior:
+            words += " (gates: %s)" % self.gate_prior
+        return words
 
     def learning_rate_at(self, epoch):
         """The learning rate of epoch ``epoch`` (0-based) under the step decay schedule."""

@@ -338,7 +338,7 @@ class MonteCarloKL(KLEstimate):
         if not prior.has_log_density:
             raise ConfigError("kl", self.name, "analytic with the %s prior (an improper prior: "
                               "it gives its KL, not a density to estimate log P with)"
-                              % prior.name.replace("_", "-"))
+                              % prior_words(prior))
 
     def closed_term(self, prior, mu, sigma, kl_weight):
         from mxnet import nd
@@ -353,7 +353,7 @@ class ClosedFormKL(KLEstimate):
     def check(self, prior):
         if not prior.has_closed_form_kl:
             raise ConfigError("kl", self.name, "mc with the %s prior (its KL has no closed "
-                              "form)" % prior.name.replace("_", "-"))
+                              "form)" % prior_words(prior))
 
     def closed_term(self, prior, mu, sigma, kl_weight):
         return _weighted(prior.closed_form_kl(mu, sigma), kl_weight)
@@ -371,7 +371,7 @@ class ForwardMonteCarloKL(KLEstimate):
         if getattr(prior, "sample_normals", None) is None:
             raise ConfigError("kl_direction", self.direction, "reverse with the %s prior (the "
                               "forward Monte Carlo KL draws from the prior, and it has no "
-                              "sampler)" % prior.name.replace("_", "-"))
+                              "sampler)" % prior_words(prior))
 
     def prior_noise_size(self, prior, size):
         return size * prior.sample_normals
@@ -398,10 +398,15 @@ class ForwardClosedFormKL(ClosedFormKL):
         if not getattr(prior, "has_forward_closed_form_kl", False):
             raise ConfigError("kl", self.name, "mc with the %s prior in the forward direction "
                               "(its KL(P || q) has no closed form here)"
-                              % prior.name.replace("_", "-"))
+                              % prior_words(prior))
 
     def closed_term(self, prior, mu, sigma, kl_weight):
         return _weighted(prior.forward_closed_form_kl(mu, sigma), kl_weight)
+
+
+def prior_words(prior):
+    """A prior as a message names it: its config word, or its description (``GatedPrior``)."""
+    return prior.name.replace("_", "-") if prior.name else prior.describe()
 
 
 def _weighted(terms, kl_weight):

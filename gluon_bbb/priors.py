@@ -1,5 +1,7 @@
 """The priors P(w) over every weight: the documented base ``Prior``, a user's own prior's
-parent, and the built-in Gaussian and the paper's scale mixture of two.
+parent, the built-in Gaussian, the paper's scale mixture of two and sparse variational
+dropout's log-uniform prior, and ``GatedPrior``, which puts a network's gates under a prior of
+their own (group sparsity).
 
 A prior is an object. Its one required member is ``log_density(x, F)``, the elementwise log
 density written with the operators of ``F`` (MXNet's ``nd`` or ``sym``); called on an array it
@@ -304,11 +306,19 @@ def prior_kind(name):
 
 def prior_for(config):
     """The config's prior object: a built-in one from the config's scales (a scale mixture
-    with pi = 1 or 0 is its one Gaussian), a user's own from ``prior_settings``."""
+    with pi = 1 or 0 is its one Gaussian), a user's own from ``prior_settings``; with a
+    ``gate_prior`` other than that, a ``GatedPrior`` of the two over the config's network."""
     kind = prior_kind(config.prior)
-    if config.prior_settings is None:
-        return kind.from_config(config)
-    return kind(**config.prior_settings)
+    prior = (kind.from_config(config) if config.prior_settings is None
+             else kind(**config.prior_settings))
+    if config.gate_prior is None:
+        return prior
+    gates = prior_kind(config.gate_prior).from_config(config)
+    if gates == prior:
+        return prior
+    network = config.build_network()
+    return GatedPrior(prior, gates, [math.prod(shape) for shape in network.param_shapes()],
+                      network.gate_positions())
 
 
 def gaussian_prior(x, sigma_p=1.0):
@@ -322,3 +332,66 @@ def scale_mixture_prior(x, pi=0.25, sigma_p1=0.75, sigma_p2=0.1):
     if pi in (0.0, 1.0):
         return gaussian_prior(x, sigma_p1 if pi == 1.0 else sigma_p2)
     return ScaleMixturePrior(pi, sigma_p1, sigma_p2)(x)
+
+
+class GatedPrior(Prior):
+    """A network's weights under ``weights`` and its gates' factors (``network.Gate``) under a
+    prior of their own, ``gates``: Bayesian Compression's group normal-Jeffreys prior (Louizos
+    et al. 2017) with log-uniform gates and N(0, 1) weights. There a unit's weights are
+    w = z w~, p(z) proportional to 1 / |z| and p(w | z) = N(0, z^2): the KL of q(w | z) =
+    N(z mu, z^2 sigma^2) against it is that of N(mu, sigma^2) against N(0, 1), whatever z.
+    The weights' Gaussian then holds their scale near 1, so a unit's scale lives in its gate,
+    and the log-uniform prior, which costs nothing for a factor switched off, removes whole
+    units (under the log-uniform prior alone a unit's scale can sit in its weights as well as in
+    its gate, and the gate is not pressed to 0).
+
+    ``Config.build_prior`` makes one for a network with gates whose ``gate_prior`` is not its
+    ``prior``: ``sizes``, the parameter arrays' sizes in order, and ``gate_arrays``, the
+    positions of the gates' arrays among them, say which entries of the flat vectors it is given
+    are gates. It serves the closed-form KL where both parts have one and the Monte Carlo KL
+    where both have densities, on NDArrays; it has no pruning rule of its own (``prune`` and
+    ``compress`` rank by |mu| / sigma), and no C kernel."""
+    name = None  # Config names its parts: prior and gate_prior
+
+    def __init__(self, weights, gates, sizes, gate_arrays):
+        self.weights, self.gates = weights, gates
+        self.sizes, self.gate_arrays = tuple(sizes), tuple(gate_arrays)
+        self._masks = {}
+
+    def _gate_mask(self, x):
+        """1 at the gates' entries of a flat vector like ``x``, 0 elsewhere (cached)."""
+        if x.size != sum(self.sizes):
+            raise ValueError("the gated prior holds %d parameters, not %d"
+                             % (sum(self.sizes), x.size))
+        key = (x.context, x.dtype)
+        if key not in self._masks:
+            import numpy as np
+            flags = np.concatenate([np.full(size, i in self.gate_arrays, dtype=np.float32)
+                                    for i, size in enumerate(self.sizes)])
+            self._masks[key] = _nd().array(flags, ctx=x.context, dtype=x.dtype)
+        return self._masks[key]
+
+    def _each(self, x, gates, weights):
+        """``gates`` at the gates' entries, ``weights`` elsewhere."""
+        return _nd().where(self._gate_mask(x), gates, weights)
+
+    @property
+    def has_log_density(self):
+        return self.weights.has_log_density and self.gates.has_log_density
+
+    def log_density(self, x, F=None):
+        return self._each(x, self.gates.log_density(x, F), self.weights.log_density(x, F))
+
+    @property
+    def has_closed_form_kl(self):
+        return self.weights.has_closed_form_kl and self.gates.has_closed_form_kl
+
+    def kl(self, mu, sigma, F=None):
+        return self._each(mu, self.gates.kl(mu, sigma, F), self.weights.kl(mu, sigma, F))
+
+    def closed_form_kl(self, mu, sigma):
+        return tuple(self._each(mu, gates, weights) for gates, weights in zip(
+            self.gates.closed_form_kl(mu, sigma), self.weights.closed_form_kl(mu, sigma)))
+
+    def describe(self):
+        return "%s with %s gates" % (self.weights.describe(), self.gates.describe())

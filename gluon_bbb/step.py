@@ -104,7 +104,7 @@ def choose_backend(config, ctx, backend=None):
         # or parametrization it does not know never trains with another one's formulas
         why_not = ("the native kernels do not implement estimator %s with the %s %s KL, prior "
                    "%s and parametrization %s (kernels.SERVED)" % (
-                       config.estimator, config.kl_direction, config.kl, config.prior,
+                       config.estimator, config.kl_direction, config.kl, config.describe_prior(),
                        config.parametrization))
     if asked is not None and asked.native and why_not:
         raise ConfigError("backend", backend, "ndarray here: %s" % why_not)

@@ -55,9 +55,13 @@ FLAG_TYPES = {int: int, float: float, str: str, Optional[int]: int, Optional[str
 # what a default of None means, in --help
 DEFAULT_WORDS = {"seed": "a fresh one, recorded in config.json", "train_size": "all",
                  "init_from": "the seed's random means"}
+CHOICE_DEFAULT_WORDS = {"gate_prior": "--prior's"}
 CHOICE_FLAGS = {
     "optimizer": (("sgd", "adam"), "update rule"),
     "prior": (tuple(name.replace("_", "-") for name in PRIORS), "prior over every weight"),
+    "gate_prior": (tuple(name.replace("_", "-") for name in PRIORS), "prior over the factors "
+                   "of the network's gate layers; log-uniform gates with --prior gaussian "
+                   "are Bayesian Compression's group prior"),
     "kl_weighting": (names(KL_WEIGHTINGS), "KL weight of each mini-batch: 1/M, or "
                      "2^(M-i)/(2^M-1) (the paper's section 3.4)"),
     "estimator": (names(ESTIMATORS), "draw weights; pre-activations (local "
@@ -115,8 +119,9 @@ def build_parser(prog=PROG, raise_errors=False):
                             help="%s (default: %s)" % (text, DEFAULT_WORDS.get(field, default)
                                                        if default is None else default))
     for field, (choices, text) in CHOICE_FLAGS.items():
+        default = getattr(defaults, field)
         parser.add_argument(flag_for(field), choices=choices, help="%s (default: %s)" % (
-            text, getattr(defaults, field).replace("_", "-")))
+            text, CHOICE_DEFAULT_WORDS[field] if default is None else default.replace("_", "-")))
     return parser
 
 

@@ -46,8 +46,8 @@ def doc(mnist):
 def test_the_docs_laplace_prior_trains_on_the_ndarray_backend_and_says_so(doc):
     assert doc["printed"][0] == (
         "backend: ndarray (MXNet operators, cpu(0); native not used: the native kernels do not "
-        "implement estimator sample with the reverse mc KL, prior laplace and parametrization "
-        "softplus (kernels.SERVED))")
+        "implement estimator sample with the reverse mc KL, prior laplace(scale=0.05) and "
+        "parametrization softplus (kernels.SERVED))")
     history = doc["result"].history
     assert history[0]["test_accuracy"] > 0.8  # 1 epoch of 6,000 images
     assert doc["config"].to_dict()["prior_settings"] == {"scale": 0.05}

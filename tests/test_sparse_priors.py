@@ -218,3 +218,66 @@ def test_gates_switch_whole_units_off_and_compress_removes_them(tmp_path, mnist)
     rows = [line for line in proc.stdout.splitlines() if line.startswith("| ") and "%" in line]
     assert len(rows) >= 21  # nothing removed and the 20 proportions compress searches
     assert "chosen by compress: %s" % path in proc.stdout
+
+
+def numpy_gaussian_kl(mu, sigma, sigma_p):
+    return np.log(sigma_p / sigma) + (sigma ** 2 + mu ** 2) / (2 * sigma_p ** 2) - 0.5
+
+
+GATED = "conv:3:3,gate,relu,flatten,dense:4,gate,relu,dense:3"
+
+
+def gate_entries(config):
+    """A flat boolean mask of the gates' entries, from the network's shapes."""
+    network = config.build_network()
+    return np.concatenate([np.full(int(np.prod(shape)), i in network.gate_positions())
+                           for i, shape in enumerate(network.param_shapes())])
+
+
+def test_the_gated_prior_puts_the_gates_under_their_own_prior():
+    """Bayesian Compression's group prior: the gates' KL is the log-uniform prior's, every
+    other entry's the Gaussian's, with their derivatives (finite differences); the Monte Carlo
+    KL's log density splices the same way where both parts have one."""
+    from gluon_bbb.priors import GatedPrior, GaussianPrior, ScaleMixturePrior
+    config = Config(prior="gaussian", sigma_p=0.7, gate_prior="log-uniform", kl="analytic",
+                    parametrization="log_variance", network=GATED, num_inputs=36,
+                    num_outputs=3)
+    prior = config.build_prior()
+    assert isinstance(prior, GatedPrior) and prior.describe() == (
+        "gaussian(sigma_p=0.7) with log_uniform() gates")
+    gates = gate_entries(config)
+    assert gates.sum() == 3 + 4
+    rng = np.random.default_rng(0)
+    mu = rng.normal(scale=0.5, size=gates.size)
+    sigma = np.exp(rng.uniform(-4, 0, size=gates.size))
+    as_nd = lambda a: nd.array(a, dtype="float64")  # noqa: E731
+    value, d_mu, d_sigma = prior.closed_form_kl(as_nd(mu), as_nd(sigma))
+    expected = lambda m, s: np.where(gates, numpy_kl(m, s), numpy_gaussian_kl(m, s, 0.7))  # noqa
+    np.testing.assert_allclose(value.asnumpy(), expected(mu, sigma), rtol=1e-10)
+    h = 1e-6
+    np.testing.assert_allclose(d_mu.asnumpy(), (expected(mu + h, sigma)
+                                                - expected(mu - h, sigma)) / (2 * h), rtol=1e-5)
+    np.testing.assert_allclose(d_sigma.asnumpy(), (expected(mu, sigma + h)
+                                                   - expected(mu, sigma - h)) / (2 * h),
+                               rtol=1e-5)
+    # gates under the scale mixture's own Gaussian: the densities splice too
+    mixed = Config(prior="scale-mixture", pi=0.5, sigma_p1=1.0, sigma_p2=0.1, sigma_p=0.3,
+                   gate_prior="gaussian", network=GATED, num_inputs=36,
+                   num_outputs=3).build_prior()
+    spliced = lambda m: np.where(gates, GaussianPrior(0.3).log_density(  # noqa: E731
+        as_nd(m)).asnumpy(), ScaleMixturePrior(0.5, 1.0, 0.1).log_density(as_nd(m)).asnumpy())
+    log_density, gradient = mixed.log_density_and_gradient(as_nd(mu))
+    assert log_density.asscalar() == pytest.approx(spliced(mu).sum(), rel=1e-12)
+    np.testing.assert_allclose(gradient.asnumpy(), (spliced(mu + h) - spliced(mu - h)) / (2 * h),
+                               rtol=1e-5, atol=1e-8)
+    # the same prior for both is that prior; a network without gates has no gate prior; the
+    # improper gates take the closed form only
+    assert Config(prior="log-uniform", gate_prior="log-uniform", kl="analytic",
+                  network=GATED, num_inputs=36, num_outputs=3).build_prior() == LogUniformPrior()
+    with pytest.raises(ConfigError, match="gate_prior must be left unset for a network without"
+                                          " gates"):
+        Config(prior="gaussian", gate_prior="log-uniform", kl="analytic")
+    with pytest.raises(ConfigError, match=r"kl must be analytic with the gaussian\(sigma_p=1.0\)"
+                                          r" with log_uniform\(\) gates prior"):
+        Config(prior="gaussian", gate_prior="log-uniform", network=GATED, num_inputs=36,
+               num_outputs=3)
