@@ -84,7 +84,9 @@ def contributions(network, mus, sigmas, ranking, proportion, precision):
 
 def latency(model, network, mus, images, repeats=30):
     """Median seconds of one image and of a batch of 1,000 for the NumPy predictor and for the
-    dense MXNet mean network, taking turns."""
+    dense MXNet mean network (without its gates, where it has some: the network as it was before
+    group sparsity), taking turns."""
+    network, mus = network.without_gates(mus)
     nd_mus = [nd.array(m) for m in mus]
     one, batch = images[:1], images[:1000]
     cases = {
@@ -130,8 +132,7 @@ def uncertainty(model, network, mus, sigmas, test, samples, ood):
 def plot(rows, base_error, path, labelled_precision):
     """Test error against the size ratio, a curve per precision; the proportions written beside
     the points of ``labelled_precision`` only, so that the labels stay legible."""
-    from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
-    from gluon_bbb.plots import new_figure, plain_number, readable_log_axis, save
+    from gluon_bbb.plots import new_figure, save, size_error_axes
     fig = new_figure((7, 4.5))
     ax = fig.add_subplot(1, 1, 1)
     for precision in sorted({r[1] for r in rows}):
@@ -145,13 +146,8 @@ def plot(rows, base_error, path, labelled_precision):
                             textcoords="offset points", xytext=(6, -9), ha="left",
                             color=line.get_color())
     ax.axhline(100 * base_error, color="k", ls="--", lw=1, label="unpruned mean network")
-    readable_log_axis(ax)
-    ax.set_xscale("log")
-    ax.xaxis.set_major_locator(LogLocator(base=10.0, subs=(1.0, 2.0, 5.0)))
-    ax.xaxis.set_major_formatter(FuncFormatter(plain_number))
-    ax.xaxis.set_minor_formatter(NullFormatter())
-    ax.set_xlabel("times smaller than the float32 means (labels: share of weights removed)")
-    ax.set_ylabel("test error (%)")
+    size_error_axes(ax, "times smaller than the float32 means (labels: share of weights "
+                    "removed)")
     ax.legend(fontsize=8)
     save(fig, path)
 
@@ -208,10 +204,11 @@ def main():
         model = compress_parameters(network, mus, sigmas, ranking, args.choose, args.precision,
                                     args.sigma_bits if sigmas is not None else 0)[0]
     times = latency(model, network, mus, data.test_images)
-    print("\nlatency (median, %d threads): one image NumPy %.3f ms, MXNet dense %.3f ms "
+    print("\nlatency (median, %d threads; MXNet dense: %s): one image NumPy %.3f ms, MXNet dense %.3f ms "
           "(MXNet/NumPy = %.2f); 1,000 images NumPy %.1f ms, MXNet dense %.1f ms "
           "(MXNet/NumPy = %.2f)" % (
-              int(os.environ.get("OMP_NUM_THREADS", "0")), 1e3 * times["numpy", 1],
+              int(os.environ.get("OMP_NUM_THREADS", "0")), network.without_gates(mus)[0],
+              1e3 * times["numpy", 1],
               1e3 * times["mxnet", 1], times["mxnet", 1] / times["numpy", 1],
               1e3 * times["numpy", 1000], 1e3 * times["mxnet", 1000],
               times["mxnet", 1000] / times["numpy", 1000]))

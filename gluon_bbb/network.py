@@ -393,6 +393,15 @@ class Network:
         return Network([layer for layer in self.layers if not isinstance(layer, Dropout)],
                        self.input_shape)
 
+    def without_gates(self, params):
+        """This network without its gates, and ``params`` without the gates' vectors: the dense
+        network a gated one was grown from (the baseline group sparsity's speed is measured
+        against)."""
+        gates = set(self.gate_positions())
+        return (Network([layer for layer in self.layers if not isinstance(layer, Gate)],
+                        self.input_shape),
+                [param for i, param in enumerate(params) if i not in gates])
+
     def with_dropout(self, rate):
         """This network with dropout at ``rate`` after every ReLU, the hidden units (Monte
         Carlo dropout, Gal and Ghahramani 2016); unchanged where it has dropout already."""

@@ -41,6 +41,18 @@ def readable_log_axis(ax):
     ax.grid(alpha=0.3, which="both")
 
 
+def size_error_axes(ax, xlabel):
+    """Both of ``ax``'s axes logarithmic: the y axis as ``readable_log_axis`` makes it (test
+    error in %), the x axis a size ratio labelled at 1, 2 and 5 times each power of ten."""
+    readable_log_axis(ax)
+    ax.set_xscale("log")
+    ax.xaxis.set_major_locator(LogLocator(base=10.0, subs=(1.0, 2.0, 5.0)))
+    ax.xaxis.set_major_formatter(FuncFormatter(plain_number))
+    ax.xaxis.set_minor_formatter(NullFormatter())
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel("test error (%)")
+
+
 def accuracy_figure(history):
     """Test accuracy per epoch, and validation and train accuracy for the epochs whose
     records hold them (a resumed run may measure train accuracy for some epochs only)."""
@@ -288,13 +300,7 @@ def size_error_figure(curves, chosen=None):
         line, = ax.plot([p[0] for p in points], [p[1] for p in points], "o-", ms=3, label=label)
         if chosen and label in chosen:
             ax.plot(*chosen[label], "*", ms=13, color=line.get_color(), mec="k")
-    readable_log_axis(ax)
-    ax.set_xscale("log")
-    ax.xaxis.set_major_locator(LogLocator(base=10.0, subs=(1.0, 2.0, 5.0)))
-    ax.xaxis.set_major_formatter(FuncFormatter(plain_number))
-    ax.xaxis.set_minor_formatter(NullFormatter())
-    ax.set_xlabel("times smaller than the float32 network (compressed file)")
-    ax.set_ylabel("test error (%)")
+    size_error_axes(ax, "times smaller than the float32 network (compressed file)")
     ax.legend(fontsize=8, title=("stars: the file compress chose on validation images"
                                  if chosen else None), title_fontsize=7)
     return fig

@@ -100,6 +100,10 @@ def test_multiply_adds_count_each_dense_and_convolution_layer_once():
     gated = parse_network("conv:20:5,gate,relu,pool:2,conv:50:5,gate,relu,pool:2,dense:500,"
                           "gate,relu,dense:10")
     assert gated.multiply_adds() == lenet  # a gate folds into its layer
+    shapes = gated.param_shapes()
+    plain, params = gated.without_gates(shapes)
+    assert str(plain) == str(parse_network("lenet")) and params == plain.param_shapes()
+    assert len(shapes) - len(params) == 3  # one vector a gate
 
 
 def test_a_folded_gate_gives_each_weight_the_mean_and_variance_of_its_product():
