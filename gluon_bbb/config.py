@@ -342,7 +342,8 @@ LENET_300_100 = "dense:300,relu,dense:100,relu,dense:10"
 # Group sparsity: LeNet-5-Caffe with a gate (one factor per channel or unit) after each hidden
 # layer, under sparse variational dropout's log-uniform prior with the weights: a gate whose
 # log alpha passes 3 switches its whole channel or unit off, and compress stores the narrower
-# network (not yet measured whole: docs/RESULTS.md has a shortened run).
+# network. docs/RESULTS.md measures it shortened to 40 epochs from a deterministic LeNet: 516x
+# smaller, 35-43% of the multiply-adds left (its first convolution keeps its channels).
 LENET_GATED = ("conv:20:5,gate,relu,pool:2,conv:50:5,gate,relu,pool:2,dense:500,gate,relu,"
                "dense:10")
 PRESETS = {
