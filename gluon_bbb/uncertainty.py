@@ -13,7 +13,23 @@ from .model import net, sample_epsilons, transform_gaussian_samples
 from .noise import noise_for, seed_generator
 
 
-def predict(X, mus, sigmas, num_samples, batch_size=1000, seed=None, network=None):
+# Floats of activations a prediction batch holds at most: a batch's layers then stay near the
+# cache. Measured on a LeNet pass of 10,000 images (2 cores, AVX-512): 0.52 s in batches of 250
+# against 0.76 s of 1,000; MLPs, whose examples hold few activations, keep batches of 1,000
+# (0.055 s against 0.071 s of 250 for the 2x400 network).
+PREDICTION_ACTIVATIONS = 2 ** 23
+MAX_PREDICTION_BATCH = 1000
+
+
+def prediction_batch_size(network=None):
+    """Images a prediction batch takes: 1,000, or fewer where ``network``'s activations for
+    1,000 would pass ``PREDICTION_ACTIVATIONS`` (245 for the LeNet)."""
+    if network is None:  # the tutorial's MLP
+        return MAX_PREDICTION_BATCH
+    return max(1, min(MAX_PREDICTION_BATCH, PREDICTION_ACTIVATIONS // network.activation_size))
+
+
+def predict(X, mus, sigmas, num_samples, batch_size=None, seed=None, network=None):
     """Mean over ``num_samples`` weight draws w ~ N(mu, sigma^2) of softmax(net(X, w)), for
     ``network`` (default: the MLP the parameters shape).
 
@@ -30,9 +46,11 @@ def predict(X, mus, sigmas, num_samples, batch_size=1000, seed=None, network=Non
     return total / max(num_samples, 1)
 
 
-def sampled_outputs(X, mus, sigmas, num_samples, batch_size=1000, seed=None, network=None):
+def sampled_outputs(X, mus, sigmas, num_samples, batch_size=None, seed=None, network=None):
     """The network's outputs for X under each of ``num_samples`` draws (``predict``'s), one
-    NDArray (N, outputs) at a time; the mean weights' alone for ``num_samples=0``."""
+    NDArray (N, outputs) at a time; the mean weights' alone for ``num_samples=0``. Batches of
+    ``batch_size`` images, by default ``prediction_batch_size(network)``."""
+    batch_size = batch_size or prediction_batch_size(network)
     ctx = mus[0].context
     X = X.as_in_context(ctx) if isinstance(X, nd.NDArray) else nd.array(X, ctx=ctx)
     if num_samples == 0:

@@ -168,3 +168,23 @@ def test_mc_dropout_trains_on_mnist_and_predicts_with_masks(tmp_path, mnist, ctx
                                                 axis=1).asnumpy(), rtol=1e-5)
     assert (kept.argmax(axis=1) == labels).mean() >= 0.7
     assert (masks.asnumpy().argmax(axis=1) == labels).mean() >= 0.7
+
+
+def test_prediction_batches_follow_the_networks_activations(ctx):
+    """The LeNet predicts in batches of 245 (its 34,130 activation floats an image), the MLPs in
+    batches of 1,000; the batches change nothing but the speed: one seed's draws of the weights
+    give the same predictive in batches of 245 and of 1,000."""
+    from gluon_bbb.network import mlp, parse_network
+    from gluon_bbb.uncertainty import prediction_batch_size
+    lenet = parse_network("lenet")
+    assert prediction_batch_size(lenet) == 2 ** 23 // 34130 == 245
+    assert prediction_batch_size(None) == prediction_batch_size(mlp(num_hidden=1200)) == 1000
+    rng = np.random.default_rng(0)
+    mus = [nd.array(rng.normal(scale=0.1, size=s), ctx=ctx) for s in lenet.param_shapes()]
+    sigmas = [nd.full(s, 0.05, ctx=ctx) for s in lenet.param_shapes()]
+    X = rng.uniform(0, 2, size=(300, 784)).astype(np.float32)
+    default = predict(X, mus, sigmas, num_samples=2, seed=3, network=lenet).asnumpy()
+    whole = predict(X, mus, sigmas, num_samples=2, seed=3, network=lenet, batch_size=1000)
+    np.testing.assert_allclose(default, whole.asnumpy(), rtol=1e-5, atol=1e-6)
+    assert not np.allclose(default, predict(X, mus, sigmas, num_samples=2, seed=4,
+                                            network=lenet).asnumpy(), atol=1e-3)
