@@ -84,9 +84,8 @@ def contributions(network, mus, sigmas, ranking, proportion, precision):
 
 def latency(model, network, mus, images, repeats=30):
     """Median seconds of one image and of a batch of 1,000 for the NumPy predictor and for the
-    dense MXNet mean network (without its gates, where it has some: the network as it was before
-    group sparsity), taking turns."""
-    network, mus = network.without_gates(mus)
+    dense MXNet mean network ``network`` (pass a gated one ``without_gates``: the network as it
+    was before group sparsity), taking turns."""
     nd_mus = [nd.array(m) for m in mus]
     one, batch = images[:1], images[:1000]
     cases = {
@@ -203,11 +202,12 @@ def main():
     else:
         model = compress_parameters(network, mus, sigmas, ranking, args.choose, args.precision,
                                     args.sigma_bits if sigmas is not None else 0)[0]
-    times = latency(model, network, mus, data.test_images)
+    dense_network, dense_mus = network.without_gates(mus)
+    times = latency(model, dense_network, dense_mus, data.test_images)
     print("\nlatency (median, %d threads; MXNet dense: %s): one image NumPy %.3f ms, MXNet dense %.3f ms "
           "(MXNet/NumPy = %.2f); 1,000 images NumPy %.1f ms, MXNet dense %.1f ms "
           "(MXNet/NumPy = %.2f)" % (
-              int(os.environ.get("OMP_NUM_THREADS", "0")), network.without_gates(mus)[0],
+              int(os.environ.get("OMP_NUM_THREADS", "0")), dense_network,
               1e3 * times["numpy", 1],
               1e3 * times["mxnet", 1], times["mxnet", 1] / times["numpy", 1],
               1e3 * times["numpy", 1000], 1e3 * times["mxnet", 1000],

@@ -131,9 +131,8 @@ def initial_means(config, ctx=None):
     if gates and found == ungated:
         # the same network without its gates: each gate starts at 1 (the network as it was)
         given = iter(mus)
-        mus = [nd.zeros(shape, ctx=ctx) if i in gates else next(given)
-               for i, shape in enumerate(needed)]
-        return network.initial_means(mus, nd.ones_like)
+        return [nd.ones(shape, ctx=ctx) if i in gates else next(given)
+                for i, shape in enumerate(needed)]
     if found != needed:
         raise CheckpointError("{init_from} %s holds means of shapes %s; this run's network "
                               "needs %s%s", config.init_from, found, needed,
