@@ -9,8 +9,8 @@ completed) and ``layout``, so that ``nd.load`` reads it without this package. Ch
 ``layout`` hold weights as (inputs, outputs); ``read_checkpoint`` turns them around.
 
 A run directory (``rundir.py``) holds ``checkpoint.params`` (the last epoch) and, when the run
-holds out a validation set, ``best.params``: the same keys without ``opt:``, at the epoch of the
-highest validation accuracy so far (the earliest of equals).
+holds out a validation set, ``best.params``: the same keys without ``opt:``, at the best
+validation epoch so far (``rundir.best_validation_epoch``).
 """
 import os
 

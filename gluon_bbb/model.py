@@ -148,18 +148,31 @@ def evaluate_accuracy(data, labels, layer_params, batch_size=1000, network=None)
     Runs on the context of ``layer_params``; data and labels may be NumPy arrays or
     NDArrays on any context. Returns a Python float in [0, 1].
     """
+    correct = sum(nd.sum(nd.argmax(output, axis=1) == y)
+                  for output, y in _batched_outputs(data, labels, layer_params, batch_size,
+                                                    network))
+    return float(correct.asscalar()) / data.shape[0]
+
+
+def evaluate_nll(data, labels, layer_params, batch_size=1000, network=None):
+    """Mean negative log-likelihood (nats) of ``labels`` under the softmax of ``net``'s
+    outputs, for ``data`` and ``layer_params`` as ``evaluate_accuracy`` takes them."""
+    nll_sum = sum(-nd.sum(nd.pick(nd.log_softmax(output, axis=1), y, axis=1))
+                  for output, y in _batched_outputs(data, labels, layer_params, batch_size,
+                                                    network))
+    return float(nll_sum.asscalar()) / data.shape[0]
+
+
+def _batched_outputs(data, labels, layer_params, batch_size, network):
+    """(outputs, labels as float32) of ``net`` batch by batch, on the parameters' context."""
     ctx = layer_params[0].context
-    num_examples = data.shape[0]
-    if num_examples == 0:
-        raise ValueError("evaluate_accuracy needs at least one example")
-    correct = nd.zeros((1,), ctx=ctx)
+    if data.shape[0] == 0:
+        raise ValueError("evaluating a network needs at least one example")
     network = network.without_dropout() if network is not None else None
-    for start in range(0, num_examples, batch_size):
+    for start in range(0, data.shape[0], batch_size):
         X = as_nd(data[start:start + batch_size], ctx)
-        y = as_nd(labels[start:start + batch_size], ctx)
-        predictions = nd.argmax(net(X, layer_params, network=network), axis=1)
-        correct += nd.sum(predictions == y.astype("float32"))
-    return float(correct.asscalar()) / num_examples
+        y = as_nd(labels[start:start + batch_size], ctx).astype("float32")
+        yield net(X, layer_params, network=network), y
 
 
 def as_nd(array, ctx):

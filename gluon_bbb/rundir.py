@@ -4,8 +4,8 @@ only through ``RunDirectory``.
 
 A run directory holds ``config.json`` (the ``Config`` and how the run was made: its context and
 data directory), ``history.json`` (one record per epoch), ``checkpoint.params`` (the last epoch)
-and, with a validation set, ``best.params`` (the best validation epoch), beside the reports
-written about them. Every file is written atomically and durably (``files.py``).
+and, with a validation set, ``best.params`` (the best validation epoch:
+``best_validation_epoch``), beside the reports written about them. Every file is written atomically and durably (``files.py``).
 
 While a process works in a directory it holds an exclusive ``flock`` on the directory's
 ``.lock`` file, taken once by the ``RunDirectory`` object that process works through; a second
@@ -68,6 +68,19 @@ def check_output_dir(path, field="out_dir"):
         raise OutputError("{%s} %%s cannot be written: %%s" % field, path,
                           exc.strerror or exc) from None
     return path
+
+
+def best_validation_epoch(history):
+    """The history record of a run's best validation epoch, the one best.params holds: the
+    lowest validation objective where the records hold one (a prior that prunes as it trains,
+    ``training.validation_objective``: there the means' validation accuracy is highest before
+    the KL term has switched anything off), else the highest validation accuracy; the earliest
+    of equals; None for a run without validation."""
+    objectives = [record for record in history if "validation_objective" in record]
+    if objectives:
+        return min(objectives, key=lambda record: record["validation_objective"])
+    records = [record for record in history if "validation_accuracy" in record]
+    return max(records, key=lambda record: record["validation_accuracy"], default=None)
 
 
 class RunDirectory:

@@ -190,8 +190,8 @@ def train_and_report(args, config, ctx, run, data, ood_images):
     report there."""
     from .evaluation import evaluate_run
     from .plots import plot_accuracy, plot_weights
-    from .rundir import BEST_CHECKPOINT_FILE
-    from .training import best_validation_epoch, train
+    from .rundir import BEST_CHECKPOINT_FILE, best_validation_epoch
+    from .training import train
     print("training on %s, writing to %s" % (ctx, run.path), flush=True)
     result = train(config, data, ctx, out_dir=run, resume=args.resume,
                    eval_train=args.eval_train, log=lambda line: print(line, flush=True),
@@ -214,9 +214,12 @@ def train_and_report(args, config, ctx, run, data, ood_images):
                   report["in_distribution"]["mean_entropy"], report["noise"]["mean_entropy"]))
     best = best_validation_epoch(result.history)
     if best is not None:
-        print("best validation accuracy %.4f at epoch %d (test accuracy with the mean weights "
-              "%.4f), kept in %s" % (best["validation_accuracy"], best["epoch"],
-                                     best["test_accuracy"], BEST_CHECKPOINT_FILE))
+        print("best validation %s at epoch %d (test accuracy with the mean weights %.4f), kept "
+              "in %s" % ("objective %.1f nats (accuracy %.4f)" % (
+                  best["validation_objective"], best["validation_accuracy"])
+                  if "validation_objective" in best
+                  else "accuracy %.4f" % best["validation_accuracy"],
+                  best["epoch"], best["test_accuracy"], BEST_CHECKPOINT_FILE))
     print("final test accuracy (mean weights) %.4f; wrote %s" % (
         result.history[-1]["test_accuracy"], run.path))
     return 0

@@ -22,8 +22,8 @@ from .context import context_name
 from .elementwise import total
 from .errors import CheckpointError, ConfigError, Interrupted, TrainingDiverged
 from .files import signals_deferred
-from .model import evaluate_accuracy
-from .rundir import RunDirectory
+from .model import evaluate_accuracy, evaluate_nll
+from .rundir import RunDirectory, best_validation_epoch
 from .step import TrainingStep, check_memory, choose_backend
 
 # Where no progress bar is drawn (stderr is not a terminal), a line at most this often within
@@ -70,8 +70,9 @@ def train(config, data, ctx, out_dir=None, resume=False, eval_train=False,
     ``Interrupted`` on SIGINT (or the commands' SIGTERM), saying which epochs are kept.
     ``backend``: ``native``, ``ndarray`` or None (native wherever it serves; see
     ``step.choose_backend``); both give the same run up to float rounding. With
-    ``config.validation`` it also keeps best.params, the parameters at the epoch of the
-    highest validation accuracy.
+    ``config.validation`` it also keeps best.params, the parameters of the best validation epoch
+    (``rundir.best_validation_epoch``: the highest validation accuracy, or the lowest
+    ``validation_objective`` for a prior that prunes as it trains).
     """
     if config.seed is None and not resume:
         config = dataclasses.replace(config, seed=int(np.random.SeedSequence().entropy % 2 ** 31))
@@ -217,6 +218,9 @@ def _train(config, data, ctx, run, resume, eval_train, log, progress, check_ever
         if config.validation:
             record["validation_accuracy"] = evaluate_accuracy(val_images, val_labels, mus,
                                                               network=network)
+            objective = validation_objective(step, val_images, val_labels, num_train)
+            if objective is not None:
+                record["validation_objective"] = objective
         if eval_train:
             record["train_accuracy"] = evaluate_accuracy(X_all, y_all, mus, network=network)
         history.append(record)
@@ -250,11 +254,23 @@ def _kept(run, saved_epochs):
         saved_epochs, " is" if saved_epochs == 1 else "s are", run.path)
 
 
-def best_validation_epoch(history):
-    """The history record with the highest validation accuracy, the earliest of equals; None
-    for a run without validation."""
-    records = [record for record in history if "validation_accuracy" in record]
-    return max(records, key=lambda record: record["validation_accuracy"], default=None)
+def validation_objective(step, images, labels, num_train):
+    """For a prior that prunes as it trains (its ``switched_off``, sparse variational dropout's
+    log alpha > 3) and has a closed-form KL: the run's objective on held-out images, in nats:
+    ``num_train`` times their mean negative log-likelihood under the means with the switched-off
+    parameters zeroed (the network the prior's rule keeps), plus KL(q || P) of all the
+    parameters at full weight. None for any other prior.
+
+    It chooses such a run's best epoch: the validation accuracy of its means is highest before
+    the KL term has switched anything off, while the objective weighs what is kept against
+    what it costs, as training does."""
+    sigma = step.parametrization.sigma(step.rho)
+    switched_off = step.prior.switched_off(step.mu, sigma)
+    if switched_off is None or not step.prior.has_closed_form_kl:
+        return None
+    kl = float(nd.sum(step.prior.closed_form_kl(step.mu, sigma)[0]).asscalar())
+    kept = step.layout.views(nd.where(switched_off, nd.zeros_like(step.mu), step.mu))
+    return num_train * evaluate_nll(images, labels, kept, network=step.network) + kl
 
 
 def _train_epoch(step, epoch, X_epoch, y_epoch, batch_kl_weights, progress, check_every, log):

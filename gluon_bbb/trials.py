@@ -48,7 +48,8 @@ from .cli import FlagError, flag_for
 from .errors import CheckpointError, ConfigError, GluonBBBError
 from .files import write_json, write_text
 from .plots import plot_sweep
-from .rundir import CHECKPOINT_FILE, CONFIG_FILE, HISTORY_FILE, LOCK_FILE, RunDirectory
+from .rundir import (CHECKPOINT_FILE, CONFIG_FILE, HISTORY_FILE, LOCK_FILE, RunDirectory,
+                     best_validation_epoch)
 
 TRAIN_MODULE, PRUNE_MODULE = "gluon_bbb.train_mnist", "gluon_bbb.prune"
 TRIAL_FILE = "trial.json"          # a finished trial's flags, proportions and figures
@@ -332,9 +333,8 @@ def trial_figures(trial_dir):
     figures = {"epochs": len(history),
                "test_error": {"%g" % row["proportion"]: row["test_error"]
                               for row in pruning["rows"]}}
-    validated = [r for r in history if "validation_accuracy" in r]
-    if validated:
-        best = max(validated, key=lambda r: r["validation_accuracy"])
+    best = best_validation_epoch(history)
+    if best is not None:
         figures.update(best_validation_epoch=best["epoch"],
                        best_validation_test_error=1.0 - best["test_accuracy"])
     return figures

@@ -94,6 +94,56 @@ def test_prune_and_compress_read_the_priors_rule_from_the_run(tmp_path, mnist):
     assert "proportion %g: error" % rule in proc.stdout
 
 
+def test_a_sparse_runs_best_epoch_is_chosen_by_its_validation_objective(tmp_path, mnist):
+    from gluon_bbb.rundir import best_validation_epoch
+    from gluon_bbb.training import split_data
+    config = Config(epochs=3, train_size=10000, validation=2000, **SPARSE)
+    out = str(tmp_path / "run")
+    result = train(config, mnist, mx.cpu(), out_dir=out, log=lambda line: None,
+                   progress=False)
+    history = result.history
+    # the objective at the last epoch, in NumPy: 10,000 x the mean NLL of the validation
+    # images under the means with log alpha > 3 zeroed, plus the KL of every parameter
+    mus = [m.asnumpy().astype(np.float64) for m in result.mus]
+    sigmas = [s.asnumpy().astype(np.float64) for s in result.sigmas]
+    kept = [np.where(np.log(s ** 2) - np.log(m ** 2 + 1e-8) > 3, 0.0, m)
+            for m, s in zip(mus, sigmas)]
+    _, _, val_images, val_labels = split_data(config, mnist)
+    hidden = np.maximum(val_images @ kept[0].T + kept[1], 0)
+    logits = hidden @ kept[2].T + kept[3]
+    log_probs = logits - logits.max(1, keepdims=True)
+    log_probs -= np.log(np.exp(log_probs).sum(1, keepdims=True))
+    nll = -log_probs[np.arange(len(val_labels)), val_labels.astype(int)].mean()
+    kl = sum(numpy_kl(m, s).sum() for m, s in zip(mus, sigmas))
+    assert history[-1]["validation_objective"] == pytest.approx(10000 * nll + kl, rel=1e-4)
+    from gluon_bbb.model import evaluate_nll
+    kept_nd = [nd.array(k, dtype="float32") for k in kept]
+    assert evaluate_nll(val_images, val_labels, kept_nd, batch_size=300,
+                        network=config.build_network()) == pytest.approx(nll, rel=1e-5)
+    # the KL term falls as weights switch off: the later epochs are the better ones here,
+    # while the means' validation accuracy need not rise
+    objectives = [record["validation_objective"] for record in history]
+    assert objectives[-1] < objectives[0], objectives
+    best = best_validation_epoch(history)
+    assert best["validation_objective"] == min(objectives)
+    with open(os.path.join(out, "history.json")) as f:
+        assert best_validation_epoch(json.load(f))["epoch"] == best["epoch"]
+    assert int(nd.load(os.path.join(out, "best.params"))["epoch"].asscalar()) == best["epoch"]
+
+
+def test_the_best_epoch_is_the_lowest_objective_where_there_is_one():
+    from gluon_bbb.rundir import best_validation_epoch
+    history = [{"epoch": 1, "validation_accuracy": 0.99, "validation_objective": 9e5},
+               {"epoch": 2, "validation_accuracy": 0.98, "validation_objective": 2e4},
+               {"epoch": 3, "validation_accuracy": 0.98, "validation_objective": 2e4},
+               {"epoch": 4, "validation_accuracy": 0.97, "validation_objective": 3e4}]
+    assert best_validation_epoch(history)["epoch"] == 2
+    # a run without the objective (another prior) keeps the highest accuracy
+    plain = [{key: value for key, value in record.items() if key != "validation_objective"}
+             for record in history]
+    assert best_validation_epoch(plain)["epoch"] == 1
+
+
 def test_the_blocks_take_the_log_uniform_prior_by_its_closed_form():
     from mxnet import gluon
     from gluon_bbb.blocks import bayesian_layers, kl_term, to_bayesian
