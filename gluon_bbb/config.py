@@ -66,7 +66,9 @@ class Config:
     ``gate_prior``: the prior of the gates' factors (``gate`` layers), by name with its
     defaults or the config's scales; None: ``prior``'s. Gates under the log-uniform prior with
     the weights under a Gaussian one are Bayesian Compression's group prior
-    (``priors.GatedPrior``).
+    (``priors.GatedPrior``). ``gate_rho_offset``: the gates' initial rho; None: ``rho_offset``
+    (a gate starts as noisy as a weight; a larger one starts it where the data term must hold
+    it on, rather than where Adam's steps take tens of epochs to switch it off).
     ``network``: ``mlp`` (``num_hidden_layers`` ReLU layers of ``num_hidden_units``), ``lenet``,
     or a description of layers (``network.parse_network``), whose last dense layer gives what
     the likelihood needs for ``num_outputs`` classes or targets. ``likelihood``: ``categorical``
@@ -107,6 +109,7 @@ class Config:
     init_from: Optional[str] = None
     kl_warmup_epochs: int = 0
     gate_prior: Optional[str] = None
+    gate_rho_offset: Optional[float] = None
 
     def __post_init__(self):
         self._take_prior()
@@ -150,6 +153,12 @@ class Config:
                 raise ConfigError("gate_prior", self.gate_prior, "left unset for a network "
                                   "without gates (it is the prior of the gate layers' "
                                   "factors)")
+        if self.gate_rho_offset is not None:
+            if not (_is_real(self.gate_rho_offset) and math.isfinite(self.gate_rho_offset)):
+                raise ConfigError("gate_rho_offset", self.gate_rho_offset, "a finite number")
+            if not network.gate_positions():
+                raise ConfigError("gate_rho_offset", self.gate_rho_offset, "left unset for a "
+                                  "network without gates (it is the gates' initial rho)")
         if self.prior_defined:
             self.kl_kind.check(self.build_prior())
         self.estimator_kind.check(network)
@@ -268,6 +277,13 @@ class Config:
         """Parameter shapes ``[W1, b1, ...]`` of this config's network (for the MLP
         ``[W1 (out, in), b1 (out,), ...]``)."""
         return self.build_network().param_shapes()
+
+    def initial_rhos(self):
+        """The initial rho of each parameter array: ``gate_rho_offset`` for the gates' arrays
+        where it is set, ``rho_offset`` for the others."""
+        gates = self.build_network().gate_positions() if self.gate_rho_offset is not None else ()
+        return [self.gate_rho_offset if i in gates else self.rho_offset
+                for i in range(len(self.layer_shapes()))]
 
     def to_dict(self):
         """The fields as config.json keeps them (``prior_settings`` only for a prior that has

@@ -190,6 +190,8 @@ class TrainingStep:
             mus, rhos = init_variational_params(self.layout.shapes, ctx, config.mu_scale,
                                                 config.rho_offset, seed=config.seed)
             mus = self.network.initial_means(mus, nd.ones_like)
+            rhos = [nd.full(r.shape, value, ctx=ctx, dtype=r.dtype)
+                    for r, value in zip(rhos, config.initial_rhos())]
         self.mu, self.rho = self.layout.flatten(mus), self.layout.flatten(rhos)
         self.optimizer = mx.optimizer.create(
             config.optimizer, learning_rate=config.learning_rate, rescale_grad=1.0, wd=0.0,

@@ -41,6 +41,7 @@ sigma_p1: standard deviation of the scale mixture's first component
 sigma_p2: standard deviation of the scale mixture's second component
 mu_scale: standard deviation of the initial means mu
 rho_offset: initial rho (sigma = softplus(rho), or exp(rho / 2) with --parametrization log-variance)
+gate_rho_offset: initial rho of the gate layers' factors
 kl_scale: multiplies every mini-batch's KL term (1: the paper's objective)
 kl_warmup_epochs: grow the KL term's weight linearly from 0 over the first N epochs (0: none)
 init_from: start the means mu from this run's (a run directory or parameter file of the same network, such as a deterministic one)
@@ -51,10 +52,11 @@ network: the network: SPEC_HELP
 dropout: dropout rate after every hidden ReLU of --model mcdropout, in (0, 1)
 """.replace("MAX_SAMPLES", str(MAX_SAMPLES)).replace("SPEC_HELP", SPEC_HELP).strip().splitlines())
 # what a Config field's type annotation means for its flag
-FLAG_TYPES = {int: int, float: float, str: str, Optional[int]: int, Optional[str]: str}
+FLAG_TYPES = {int: int, float: float, str: str, Optional[int]: int, Optional[str]: str,
+              Optional[float]: float}
 # what a default of None means, in --help
 DEFAULT_WORDS = {"seed": "a fresh one, recorded in config.json", "train_size": "all",
-                 "init_from": "the seed's random means"}
+                 "init_from": "the seed's random means", "gate_rho_offset": "--rho-offset's"}
 CHOICE_DEFAULT_WORDS = {"gate_prior": "--prior's"}
 CHOICE_FLAGS = {
     "optimizer": (("sgd", "adam"), "update rule"),

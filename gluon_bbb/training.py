@@ -178,7 +178,8 @@ def _train(config, data, ctx, run, resume, eval_train, log, progress, check_ever
     saved.epochs = start_epoch
     if state is None and config.init_from is not None:
         mus = initial_means(config, ctx)
-        rhos = [nd.full(m.shape, config.rho_offset, ctx=ctx) for m in mus]
+        rhos = [nd.full(m.shape, value, ctx=ctx)
+                for m, value in zip(mus, config.initial_rhos())]
         step = TrainingStep(config, ctx, mus, rhos, backend)
     elif state is None:
         step = TrainingStep(config, ctx, backend=backend)

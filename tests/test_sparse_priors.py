@@ -221,6 +221,21 @@ def test_init_from_starts_the_means_from_another_run(tmp_path, mnist, monkeypatc
     np.testing.assert_allclose(gated.build_network()(X, mus).asnumpy(),
                                Config(network=network).build_network()(X, first.mus).asnumpy(),
                                rtol=1e-5, atol=1e-5)
+    # --gate-rho-offset starts the gates' rho apart from the weights', from scratch and from a
+    # pretrained network alike (a rate of 1e-9 leaves them where they started)
+    from gluon_bbb.step import TrainingStep
+    gated_small = dict(small, network="dense:100,gate,relu,dense:10", gate_rho_offset=-2.0)
+    assert Config(**gated_small).initial_rhos() == [-10.0, -10.0, -2.0, -10.0, -10.0]
+    assert [float(r.asnumpy().mean()) for r in TrainingStep(Config(**gated_small),
+                                                            mx.cpu()).rhos] == pytest.approx(
+        [-10.0, -10.0, -2.0, -10.0, -10.0])
+    still = train(Config(init_from=pretrained, **dict(gated_small, learning_rate=1e-9)), mnist,
+                  mx.cpu(), log=lambda line: None, progress=False)
+    for rho, start in zip(still.rhos, [-10.0, -10.0, -2.0, -10.0, -10.0]):
+        np.testing.assert_allclose(rho.asnumpy(), start, atol=1e-4)
+    with pytest.raises(ConfigError, match="gate_rho_offset must be left unset for a network "
+                                          "without gates"):
+        Config(gate_rho_offset=-2.0)
     with pytest.raises(CheckpointError, match=r"needs .* \(or \[\(50, 784\), \(50,\), "
                                               r"\(10, 50\), \(10,\)\], without its gates\)"):
         initial_means(Config(init_from=pretrained, **dict(
