@@ -204,8 +204,8 @@ def main():
                                     args.sigma_bits if sigmas is not None else 0)[0]
     dense_network, dense_mus = network.without_gates(mus)
     times = latency(model, dense_network, dense_mus, data.test_images)
-    print("\nlatency (median, %d threads; MXNet dense: %s): one image NumPy %.3f ms, MXNet dense %.3f ms "
-          "(MXNet/NumPy = %.2f); 1,000 images NumPy %.1f ms, MXNet dense %.1f ms "
+    print("\nlatency (median, %d threads; MXNet dense: %s): one image NumPy %.3f ms, MXNet "
+          "dense %.3f ms (MXNet/NumPy = %.2f); 1,000 images NumPy %.1f ms, MXNet dense %.1f ms "
           "(MXNet/NumPy = %.2f)" % (
               int(os.environ.get("OMP_NUM_THREADS", "0")), dense_network,
               1e3 * times["numpy", 1],

@@ -281,9 +281,10 @@ class Config:
     def initial_rhos(self):
         """The initial rho of each parameter array: ``gate_rho_offset`` for the gates' arrays
         where it is set, ``rho_offset`` for the others."""
-        gates = self.build_network().gate_positions() if self.gate_rho_offset is not None else ()
+        network = self.build_network()
+        gates = network.gate_positions() if self.gate_rho_offset is not None else ()
         return [self.gate_rho_offset if i in gates else self.rho_offset
-                for i in range(len(self.layer_shapes()))]
+                for i in range(len(network.param_shapes()))]
 
     def to_dict(self):
         """The fields as config.json keeps them (``prior_settings`` only for a prior that has

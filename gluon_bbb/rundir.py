@@ -5,7 +5,8 @@ only through ``RunDirectory``.
 A run directory holds ``config.json`` (the ``Config`` and how the run was made: its context and
 data directory), ``history.json`` (one record per epoch), ``checkpoint.params`` (the last epoch)
 and, with a validation set, ``best.params`` (the best validation epoch:
-``best_validation_epoch``), beside the reports written about them. Every file is written atomically and durably (``files.py``).
+``best_validation_epoch``), beside the reports written about them. Every file is written
+atomically and durably (``files.py``).
 
 While a process works in a directory it holds an exclusive ``flock`` on the directory's
 ``.lock`` file, taken once by the ``RunDirectory`` object that process works through; a second

@@ -171,9 +171,10 @@ class TrainingStep:
     NDArray (1,) that is not waited for. ``targets`` is whatever the config's likelihood
     scores: one-hot labels, or real targets (batch, targets).
 
-    ``mus``, ``rhos``: the start (per-parameter arrays; default: ``init_variational_params``
-    with the config's seed). ``backend``: a name, as ``choose_backend`` takes it. ``noise``:
-    ``philox`` or ``device`` (default: ``noise.noise_for``'s choice for ``ctx``).
+    ``mus``, ``rhos``: the start (per-parameter arrays; default: the means of
+    ``init_variational_params`` with the config's seed, the rhos of ``config.initial_rhos``).
+    ``backend``: a name, as ``choose_backend`` takes it. ``noise``: ``philox`` or ``device``
+    (default: ``noise.noise_for``'s choice for ``ctx``).
     """
 
     def __init__(self, config, ctx, mus=None, rhos=None, backend=None, noise=None,
@@ -187,11 +188,12 @@ class TrainingStep:
         self.model_kind, self.estimator = config.model_kind, config.estimator_kind
         self.kl, self.parametrization = config.kl_kind, config.parametrization_kind
         if mus is None:
-            mus, rhos = init_variational_params(self.layout.shapes, ctx, config.mu_scale,
-                                                config.rho_offset, seed=config.seed)
+            mus, _ = init_variational_params(self.layout.shapes, ctx, config.mu_scale,
+                                             config.rho_offset, seed=config.seed)
             mus = self.network.initial_means(mus, nd.ones_like)
-            rhos = [nd.full(r.shape, value, ctx=ctx, dtype=r.dtype)
-                    for r, value in zip(rhos, config.initial_rhos())]
+        if rhos is None:
+            rhos = [nd.full(shape, value, ctx=ctx)
+                    for shape, value in zip(self.layout.shapes, config.initial_rhos())]
         self.mu, self.rho = self.layout.flatten(mus), self.layout.flatten(rhos)
         self.optimizer = mx.optimizer.create(
             config.optimizer, learning_rate=config.learning_rate, rescale_grad=1.0, wd=0.0,

@@ -216,12 +216,11 @@ def train_and_report(args, config, ctx, run, data, ood_images):
                   report["in_distribution"]["mean_entropy"], report["noise"]["mean_entropy"]))
     best = best_validation_epoch(result.history)
     if best is not None:
+        chosen_by = "accuracy %.4f" % best["validation_accuracy"]
+        if "validation_objective" in best:
+            chosen_by = "objective %.1f nats (%s)" % (best["validation_objective"], chosen_by)
         print("best validation %s at epoch %d (test accuracy with the mean weights %.4f), kept "
-              "in %s" % ("objective %.1f nats (accuracy %.4f)" % (
-                  best["validation_objective"], best["validation_accuracy"])
-                  if "validation_objective" in best
-                  else "accuracy %.4f" % best["validation_accuracy"],
-                  best["epoch"], best["test_accuracy"], BEST_CHECKPOINT_FILE))
+              "in %s" % (chosen_by, best["epoch"], best["test_accuracy"], BEST_CHECKPOINT_FILE))
     print("final test accuracy (mean weights) %.4f; wrote %s" % (
         result.history[-1]["test_accuracy"], run.path))
     return 0

@@ -177,10 +177,7 @@ def _train(config, data, ctx, run, resume, eval_train, log, progress, check_ever
         run.write_config(config, ctx=context_name(ctx), data_dir=data.directory)
     saved.epochs = start_epoch
     if state is None and config.init_from is not None:
-        mus = initial_means(config, ctx)
-        rhos = [nd.full(m.shape, value, ctx=ctx)
-                for m, value in zip(mus, config.initial_rhos())]
-        step = TrainingStep(config, ctx, mus, rhos, backend)
+        step = TrainingStep(config, ctx, initial_means(config, ctx), backend=backend)
     elif state is None:
         step = TrainingStep(config, ctx, backend=backend)
     else:
