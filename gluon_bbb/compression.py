@@ -295,12 +295,16 @@ def write_model(path, header, blobs):
 
 def run_parameters(run, checkpoint_path):
     """``(config, network, mus, sigmas, ranking sigmas, state)`` of a run's parameter file as
-    NumPy arrays: ``sigmas`` None for a model kind without a posterior."""
+    NumPy arrays: ``sigmas`` those it predicts with, None for a model kind without a posterior;
+    ``ranking sigmas`` the posterior's (ones where it has none), which rank by |mu| / sigma."""
     config = run.read_classifier_config()
     state = run.load_predictive(config, None, checkpoint_path)
     mus = [m.asnumpy() for m in state["mus"]]
     sigmas = None if state["sigmas"] is None else [s.asnumpy() for s in state["sigmas"]]
-    ranking = sigmas if sigmas is not None else [np.ones_like(m) for m in mus]
+    # the posterior's own: a weight the run removed in training (mean and predictive sigma 0)
+    # ranks lowest, at |mu| / sigma = 0
+    ranking = [s.asnumpy() for s in config.model_kind.ranking_sigmas(
+        state["mus"], state["rhos"], state["parametrization"])]
     if config.build_likelihood().head:
         raise CheckpointError("%s: a network with a learned noise head cannot be compressed",
                               run.path)

@@ -69,6 +69,12 @@ class Config:
     (``priors.GatedPrior``). ``gate_rho_offset``: the gates' initial rho; None: ``rho_offset``
     (a gate starts as noisy as a weight; a larger one starts it where the data term must hold
     it on, rather than where Adam's steps take tens of epochs to switch it off).
+    ``remove_switched_off``: for a prior with a rule that switches weights off (the log-uniform
+    prior's log alpha > 3), every step takes the weights it has switched off out of the
+    network: their means are set to 0 (so they stay off), they draw no noise, and their
+    gradients are 0 (their closed-form KL stays in the loss at its value). The network trains as the
+    pruned network it will be, as sparse variational dropout's code trains (its
+    ``train_clip``); the ndarray backend.
     ``network``: ``mlp`` (``num_hidden_layers`` ReLU layers of ``num_hidden_units``), ``lenet``,
     or a description of layers (``network.parse_network``), whose last dense layer gives what
     the likelihood needs for ``num_outputs`` classes or targets. ``likelihood``: ``categorical``
@@ -110,6 +116,7 @@ class Config:
     kl_warmup_epochs: int = 0
     gate_prior: Optional[str] = None
     gate_rho_offset: Optional[float] = None
+    remove_switched_off: bool = False
 
     def __post_init__(self):
         self._take_prior()
@@ -162,6 +169,24 @@ class Config:
         if self.prior_defined:
             self.kl_kind.check(self.build_prior())
         self.estimator_kind.check(network)
+        self._check_remove_switched_off()
+
+    def _check_remove_switched_off(self):
+        if not isinstance(self.remove_switched_off, bool):
+            raise ConfigError("remove_switched_off", self.remove_switched_off, "true or false")
+        if not self.remove_switched_off:
+            return
+        if not self.model_kind.learns_sigma:
+            raise ConfigError("remove_switched_off", True, "false for model %s (it learns no "
+                              "posterior to switch weights off)" % self.model)
+        if self.kl_kind.per_draw or self.kl_kind.prior_draws:
+            raise ConfigError("remove_switched_off", True, "false with the Monte Carlo KL (the "
+                              "removed weights' KL terms stay in the loss in closed form: "
+                              "{kl} analytic)")
+        if self.prior_defined and not self.build_prior().has_switched_off_rule:
+            raise ConfigError("remove_switched_off", True, "false with the %s prior (it has "
+                              "no rule that switches weights off; the log-uniform prior's is "
+                              "log alpha > 3)" % modes.prior_words(self.build_prior()))
 
     def _take_prior(self):
         """``prior`` as its name: a prior object's name and settings; a name spelt as
@@ -236,6 +261,20 @@ class Config:
         if self.gate_prior is not None and self.gate_prior != self.prior:
             words += " (gates: %s)" % self.gate_prior
         return words
+
+    def predictive_sigmas(self, mus, rhos, parametrization=None):
+        """The standard deviations a Monte Carlo prediction draws the weights with, from the
+        arrays ``mus`` and ``rhos`` (by ``parametrization``, default this config's): the model
+        kind's (None where it learns none), and, for a run that removes what its prior switches
+        off (``remove_switched_off``), 0 for those weights: it trained without them."""
+        parametrization = parametrization or self.parametrization_kind
+        sigmas = self.model_kind.prediction_sigmas(rhos, parametrization)
+        if sigmas is None or not self.remove_switched_off:
+            return sigmas
+        from mxnet import nd
+        prior = self.build_prior()
+        return [nd.where(prior.switched_off(mu, sigma), nd.zeros_like(sigma), sigma)
+                for mu, sigma in zip(mus, sigmas)]
 
     def learning_rate_at(self, epoch):
         """The learning rate of epoch ``epoch`` (0-based) under the step decay schedule."""
@@ -349,13 +388,13 @@ _LENET = dict(_PAPER, network="lenet", learning_rate=1e-3, lr_decay_every=15, ep
 # Sparse variational dropout (Molchanov et al. 2017): the log-uniform prior, its closed-form KL
 # approximation, sigma as log sigma^2 from -10, the local reparametrization, Adam at 1e-3 and the
 # KL weight warmed up over 10 epochs; meant to start from a trained deterministic network of the
-# same shape (--init-from), as the paper does. 100 epochs, the rate divided by 10 after 75
-# (docs/RESULTS.md: LeNet-300-100 measured whole, 95x fewer weights at 2.32% test error, three
-# seeds; the LeNet-5 runs shortened to 25 and 40 epochs).
+# same shape (--init-from), as the paper does. The weights the prior switches off leave the
+# network as it trains (the paper's code does the same), so the network that trains is the
+# pruned one. 100 epochs, the rate divided by 10 after 75 (docs/RESULTS.md).
 _SPARSE_VD = dict(prior="log_uniform", kl="analytic", parametrization="log_variance",
                   estimator="lrt", optimizer="adam", learning_rate=1e-3, rho_offset=-10.0,
                   mu_scale=0.05, validation=10000, kl_warmup_epochs=10, epochs=100,
-                  lr_decay_every=75, lr_decay_factor=0.1)
+                  lr_decay_every=75, lr_decay_factor=0.1, remove_switched_off=True)
 LENET_300_100 = "dense:300,relu,dense:100,relu,dense:10"
 # Group sparsity: LeNet-5-Caffe with a gate (one factor per channel or unit) after each hidden
 # layer, under sparse variational dropout's log-uniform prior with the weights: a gate whose

@@ -11,6 +11,11 @@ LOG_SQRT_2PI = 0.5 * math.log(2.0 * math.pi)
 # rho is floored here in softplus and sigmoid, as in the C kernels (_fused.c): sigma bottoms
 # out at softplus(-80) = 1.8e-35, so log sigma and 1/sigma stay finite for any rho
 SOFTPLUS_FLOOR = -80.0
+# added to every pre-activation variance the local reparametrization takes the square root of
+# (as sparse variational dropout's code does): a unit whose inputs are all 0 where its weights
+# are (an image's blank border) and whose bias draws no noise (a removed one) has variance 0,
+# where sqrt's gradient is infinite and its product with the zero inputs NaN
+LRT_VARIANCE_FLOOR = 1e-8
 
 
 def operators(F=None):

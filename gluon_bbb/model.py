@@ -21,8 +21,8 @@ import numpy as np
 from mxnet import nd
 
 # the tutorial's names, from the modules that own them
-from .elementwise import (LOG_SQRT_2PI, SOFTPLUS_FLOOR, log_gaussian, sigmoid,  # noqa: F401
-                          softplus, total)
+from .elementwise import (LOG_SQRT_2PI, LRT_VARIANCE_FLOOR, SOFTPLUS_FLOOR,  # noqa: F401
+                          log_gaussian, sigmoid, softplus, total)
 from .likelihood import gaussian_log_likelihood, log_softmax_likelihood  # noqa: F401
 from .network import Conv2D, Gate, mlp, mlp_of
 from .priors import (GaussianPrior, ScaleMixturePrior, gaussian_prior, prior_for,  # noqa: F401
@@ -84,7 +84,8 @@ def net(X, layer_params, F=nd, network=None):
 def lrt_net(X, mus, sigmas, noise, F=nd, network=None):
     """Logits with the local reparametrization trick (Kingma et al. 2015): each dense or
     convolution layer's pre-activations are drawn from their Gaussian, mean ``layer(h, mu_W,
-    mu_b)`` and variance ``layer(h^2, sigma_W^2, sigma_b^2)``, instead of drawing weights; each
+    mu_b)`` and variance ``layer(h^2, sigma_W^2, sigma_b^2)`` (plus ``LRT_VARIANCE_FLOOR``),
+    instead of drawing weights; each
     gate (``network.Gate``) is drawn per example, ``h * (mu + sigma * eps)``. ``noise``: one
     standard-normal array per such layer, (batch,) + its output shape, or a gate's
     ``noise_shape``."""
@@ -95,7 +96,7 @@ def lrt_net(X, mus, sigmas, noise, F=nd, network=None):
             return layer.perturbed(F, h, mus[i], sigmas[i], noise[k], shape)
         mean = layer(F, h, mus[i:i + 2], shape)
         variance = layer(F, F.square(h), [F.square(sigmas[i]), F.square(sigmas[i + 1])], shape)
-        return mean + F.sqrt(variance) * noise[k]
+        return mean + F.sqrt(variance + LRT_VARIANCE_FLOOR) * noise[k]
     return network.run(X, draw, F)
 
 

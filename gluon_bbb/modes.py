@@ -15,7 +15,7 @@ what computes on arrays imports it when called.
 import math
 
 from . import kernels
-from .elementwise import LOG_SQRT_2PI, total
+from .elementwise import LOG_SQRT_2PI, LRT_VARIANCE_FLOOR, total
 from .errors import ConfigError
 from .registry import register
 
@@ -237,7 +237,8 @@ class LocalReparametrization(_NoisyNetwork):
         # products with ones tie the samples' shapes to the means' (deferred initialization)
         drawing = F.sign(sum(F.sum(F.abs(eps * F.ones_like(mu)))
                              for eps, mu in zip(epsilons, mus)))
-        return mean + F.broadcast_mul(F.sqrt(variance) * F.random.normal_like(mean), drawing)
+        return mean + F.broadcast_mul(F.sqrt(variance + LRT_VARIANCE_FLOOR)
+                                      * F.random.normal_like(mean), drawing)
 
 
 class Flipout(_NoisyNetwork):

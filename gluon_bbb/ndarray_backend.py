@@ -22,7 +22,7 @@ from .parametrizations import SOFTPLUS
 
 
 def combined_loss_gradients(X, targets, mu, rho, epsilons, prior, kl_weight, graph,
-                            estimator="sample", kl="mc", parametrization=SOFTPLUS):
+                            estimator="sample", kl="mc", parametrization=SOFTPLUS, keep=None):
     """``combined_loss`` of one mini-batch on flat (N,) vectors ``mu`` and ``rho`` (in
     ``graph.layout``'s order), averaged over the noise draws in ``epsilons``, with its gradients.
     Returns ``(loss (1,), dL/dmu (N,), dL/drho (N,))``. Written out, with autograd only through
@@ -40,13 +40,18 @@ def combined_loss_gradients(X, targets, mu, rho, epsilons, prior, kl_weight, gra
     draws weights, ``lrt`` pre-activations, ``flipout`` one perturbation with random signs.
     Each draw holds ``draw_size(graph, estimator, kl, prior, batch)`` standard normals: the
     estimator's, then the prior sample's.
+
+    ``keep`` (a 0/1 array of mu's shape, or None): the entries at 0 are out of the network
+    (``Config.remove_switched_off``): the draws take their mean and sigma as 0, and both their
+    gradients are 0; their KL terms stay in the loss at (mu, sigma).
     """
     estimator, kl = modes.estimator(estimator), modes.kl_estimate(kl)
     sigma = parametrization.sigma(rho)
+    drawn_mu, drawn_sigma = (mu, sigma) if keep is None else (mu * keep, sigma * keep)
     data_size = estimator.noise_size(graph, X.shape[0], kl)
     loss = grad_mu = grad_sigma = None
     for eps in epsilons:
-        nll, g_mu, g_sigma, w, eps_w = estimator.draw(graph, X, targets, mu, sigma,
+        nll, g_mu, g_sigma, w, eps_w = estimator.draw(graph, X, targets, drawn_mu, drawn_sigma,
                                                       eps[:data_size], kl)
         if kl.per_draw:
             # log q summed at w: -sum log sigma (added once, after the loop) - sum eps^2/2 - c
@@ -74,6 +79,9 @@ def combined_loss_gradients(X, targets, mu, rho, epsilons, prior, kl_weight, gra
         if kl_mu is not None:
             grad_mu = grad_mu + kl_mu
         grad_sigma = grad_sigma + kl_sigma
+    if keep is not None:
+        # where, not a product: nothing of a removed entry's gradient reaches it, whatever it is
+        grad_mu, grad_sigma = (nd.where(keep, g, nd.zeros_like(g)) for g in (grad_mu, grad_sigma))
     return loss, grad_mu, grad_sigma * parametrization.sigma_gradient(rho, sigma)
 
 

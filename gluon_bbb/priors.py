@@ -100,6 +100,12 @@ class Prior:
         return None
 
     @property
+    def has_switched_off_rule(self):
+        """Whether ``switched_off`` says which weights the posterior has switched off (a
+        subclass that writes it has such a rule)."""
+        return type(self).switched_off is not Prior.switched_off
+
+    @property
     def has_closed_form_kl(self):
         return self.kl is not None
 

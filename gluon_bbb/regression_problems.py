@@ -159,8 +159,7 @@ class RegressionResult:
 
     def predict(self, x, num_samples=200, seed=0):
         """``predict_regression`` at inputs ``x`` (N,)."""
-        sigmas = self.config.model_kind.prediction_sigmas(
-            self.rhos, self.config.parametrization_kind)
+        sigmas = self.config.predictive_sigmas(self.mus, self.rhos)
         return predict_regression(x, self.mus, sigmas, self.config, self.scaling, num_samples,
                                   seed)
 

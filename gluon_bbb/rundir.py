@@ -256,12 +256,12 @@ class RunDirectory:
         return state
 
     def load_predictive(self, config, ctx=None, path=None):
-        """``load_parameters`` with ``sigmas``, the posterior's standard deviations the model
-        kind predicts with (None for a kind that learns none): what every reader that predicts
-        takes."""
+        """``load_parameters`` with ``sigmas``, the standard deviations the run predicts with
+        (``Config.predictive_sigmas``: None for a kind that learns none): what every reader
+        that predicts takes."""
         state = self.load_parameters(config, ctx, path)
-        state["sigmas"] = config.model_kind.prediction_sigmas(state["rhos"],
-                                                             state["parametrization"])
+        state["sigmas"] = config.predictive_sigmas(state["mus"], state["rhos"],
+                                                   state["parametrization"])
         return state
 
     # resuming

@@ -43,12 +43,12 @@ class NdarrayBackend:
     name = "ndarray"
     native = False
 
-    def loss_gradients(self, step, X, y, kl_weight):
+    def loss_gradients(self, step, X, y, kl_weight, keep=None):
         size = draw_size(step.graph, step.estimator, step.kl, step.prior, X.shape[0])
         epsilons = sample_epsilons([(size,)] * step.config.num_samples, step.ctx, step.noise)
         return combined_loss_gradients(X, y, step.mu, step.rho, epsilons, step.prior,
                                        kl_weight, step.graph, step.estimator, step.kl,
-                                       step.parametrization)
+                                       step.parametrization, keep)
 
     def update(self, optimizer, index, param, grad, state):
         optimizer.update(index, param, grad, state)
@@ -66,7 +66,9 @@ class NativeBackend:
     name = "native"
     native = True
 
-    def loss_gradients(self, step, X, y, kl_weight):
+    def loss_gradients(self, step, X, y, kl_weight, keep=None):
+        if keep is not None:  # choose_backend never gives such a run this backend
+            raise ValueError("the native backend does not remove switched-off weights")
         return native.loss_gradients(
             X, y, step.mu, step.rho, step.noise, step.config.num_samples, step.prior,
             kl_weight, step.graph, step.workspace, step.kl, step.estimator,
@@ -98,6 +100,8 @@ def choose_backend(config, ctx, backend=None):
         why_not = "the native kernels run on CPU contexts only"
     elif not native.available():
         why_not = native.unavailable_reason()
+    elif config.remove_switched_off:
+        why_not = "the native kernels do not remove switched-off weights while training"
     elif not native.serves(config.estimator_kind, config.kl_kind, config.build_prior(),
                            config.parametrization_kind):
         # kernels.SERVED, which the loaded C code was checked to agree with: a prior, estimator
@@ -227,12 +231,24 @@ class TrainingStep:
                 grad_mu = grad_mu - kl_weight * log_prior_grad
             self._update(0, self.mu, grad_mu)
             return loss
+        keep = self.kept() if self.config.remove_switched_off else None
         # steps 1-4: the loss and its gradients with respect to mu and rho
-        loss, grad_mu, grad_rho = self.backend.loss_gradients(self, X, targets, kl_weight)
+        loss, grad_mu, grad_rho = self.backend.loss_gradients(self, X, targets, kl_weight, keep)
         # step 5: the update
         self._update(0, self.mu, grad_mu)
         self._update(1, self.rho, grad_rho)
+        if keep is not None:
+            # what the rule switches off after the update, this step's removals with those it
+            # has just switched off, has mean 0 whatever Adam's momentum would make of it: the
+            # rule keeps it off, and the saved means are the network that trains
+            self.mu *= self.kept()
         return loss
+
+    def kept(self):
+        """1 where the prior's rule leaves a parameter on, 0 where it has switched it off (a
+        flat array of mu's shape)."""
+        off = self.prior.switched_off(self.mu, self.parametrization.sigma(self.rho))
+        return 1.0 - off
 
     def _update(self, index, param, grad):
         self.backend.update(self.optimizer, index, param, grad, self.optimizer_states[index])

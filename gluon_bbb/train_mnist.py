@@ -8,6 +8,7 @@ its uncertainty report. A thin shell over ``training.train``.
 ``build_parser`` and ``config_from_args`` need no MXNet: the sweep checks its trials' flags
 with them in its own process.
 """
+import argparse
 import dataclasses
 import os
 import sys
@@ -83,6 +84,15 @@ CHOICE_FLAGS = {
 }
 
 
+# Config fields that are on or off: --field and --no-field
+SWITCH_FLAGS = {
+    "remove_switched_off": "take the weights the prior's rule switches off (log alpha > 3 for "
+                           "the log-uniform prior) out of the network as it trains: their "
+                           "means set to 0, no noise, no gradient (sparse variational "
+                           "dropout's code; ndarray backend)",
+}
+
+
 def build_parser(prog=PROG, raise_errors=False):
     """The command's parser; ``raise_errors``: raise ``cli.FlagError`` instead of exiting."""
     defaults = Config()
@@ -124,6 +134,10 @@ def build_parser(prog=PROG, raise_errors=False):
         default = getattr(defaults, field)
         parser.add_argument(flag_for(field), choices=choices, help="%s (default: %s)" % (
             text, CHOICE_DEFAULT_WORDS[field] if default is None else default.replace("_", "-")))
+    for field, text in SWITCH_FLAGS.items():
+        parser.add_argument(flag_for(field), action=argparse.BooleanOptionalAction,
+                            help="%s (default: %s)" % (text, "on" if getattr(defaults, field)
+                                                       else "off"))
     return parser
 
 
@@ -138,7 +152,8 @@ def config_from_args(args, run=None):
 
 def _config_and_defaults(args, run):
     given = dict(PRESETS[args.preset]) if args.preset else {}
-    given.update({field: getattr(args, field) for field in list(CONFIG_FLAGS) + list(CHOICE_FLAGS)
+    given.update({field: getattr(args, field)
+                  for field in list(CONFIG_FLAGS) + list(CHOICE_FLAGS) + list(SWITCH_FLAGS)
                   if getattr(args, field) is not None})
     base = run.read_config() if args.resume else Config()
     config = Config(**dict(dataclasses.asdict(base), **given))

@@ -134,7 +134,7 @@ def plain_nll(estimator, layers, side, X, y, mus, sigmas, weight_eps, noise):
         mean = op(name, h, mus[i], mus[i + 1], units)
         if estimator == "lrt":
             variance = op(name, h * h, sigmas[i] ** 2, sigmas[i + 1] ** 2, units)
-            return mean + nd.sqrt(variance) * next(arrays)
+            return mean + nd.sqrt(variance + 1e-8) * next(arrays)
         signs_in, signs_out = nd.sign(next(arrays)), nd.sign(next(arrays))
         flipped = nd.broadcast_mul(h if name == "conv" else nd.flatten(h), signs_in)
         perturbation = op(name, flipped, sigmas[i] * weight_eps[i],
@@ -161,17 +161,19 @@ def plain_log_q(w, mu, sigma):
     return nd.sum(-LOG_SQRT_2PI - nd.log(sigma) - (w - mu) ** 2 / (2 * sigma ** 2))
 
 
+def plain_closed_form_kl(direction, prior, mu, sigma):
+    """The Gaussian prior's closed-form KL, entry by entry."""
+    sp = prior.sigma_p
+    if direction == "reverse":
+        return nd.log(sp / sigma) + (sigma ** 2 + mu ** 2) / (2 * sp ** 2) - 0.5
+    return nd.log(sigma / sp) + (sp ** 2 + mu ** 2) / (2 * sigma ** 2) - 0.5
+
+
 def plain_kl(kl, direction, prior, mus, sigmas, weight_eps, prior_normals):
     total = 0
     for i, (mu, sigma) in enumerate(zip(mus, sigmas)):
         if kl == "analytic":
-            sp = prior.sigma_p
-            if direction == "reverse":
-                total = total + nd.sum(nd.log(sp / sigma) + (sigma ** 2 + mu ** 2)
-                                       / (2 * sp ** 2) - 0.5)
-            else:
-                total = total + nd.sum(nd.log(sigma / sp) + (sp ** 2 + mu ** 2)
-                                       / (2 * sigma ** 2) - 0.5)
+            total = total + nd.sum(plain_closed_form_kl(direction, prior, mu, sigma))
         elif direction == "reverse":
             w = mu + sigma * weight_eps[i]
             total = total + plain_log_q(w, mu, sigma) - plain_log_prior(prior, w)
@@ -187,10 +189,12 @@ def plain_kl(kl, direction, prior, mus, sigmas, weight_eps, prior_normals):
 
 
 def reference(estimator, kl, direction, prior, network, layout, mu, rho, X, y, eps, kl_weight,
-              parametrization="softplus"):
+              parametrization="softplus", keep=None):
     """(loss, [d/dmu], [d/drho]) by autograd of the plain loss, the noise ``eps`` split as
     the estimator and the KL take it; ``network``: (description, features); sigma =
-    softplus(rho), or exp(rho / 2) for the ``log_variance`` parametrization."""
+    softplus(rho), or exp(rho / 2) for the ``log_variance`` parametrization. ``keep``: a flat
+    0/1 array; the entries at 0 are out of the network (mean and sigma 0 in the data term),
+    their closed-form KL in the loss with no gradient."""
     description, features = network
     layers, side = plain_layers(description), int(np.sqrt(features))
     kl_kind = modes.kl_estimate(kl, direction)
@@ -218,12 +222,21 @@ def reference(estimator, kl, direction, prior, network, layout, mu, rho, X, y, e
     mus, rhos = layout.views(mu.copy()), layout.views(rho.copy())
     for p in mus + rhos:
         p.attach_grad()
+    keeps = layout.views(keep) if keep is not None else [1.0] * len(mus)
     with autograd.record():
         sigmas = [nd.log(1 + nd.exp(r)) if parametrization == "softplus" else nd.exp(r / 2)
                   for r in rhos]
-        loss = (plain_nll(estimator, layers, side, X, y, mus, sigmas, weight_eps, noise)
-                + kl_weight * plain_kl(kl, direction, prior, mus, sigmas, weight_eps,
-                                       prior_normals))
+        kept = lambda arrays: [a * k for a, k in zip(arrays, keeps)]  # noqa: E731
+        loss = plain_nll(estimator, layers, side, X, y, kept(mus), kept(sigmas), weight_eps,
+                         noise)
+        if keep is None:
+            loss = loss + kl_weight * plain_kl(kl, direction, prior, mus, sigmas, weight_eps,
+                                               prior_normals)
+        else:  # the closed form entry by entry: the kept entries' with their gradient
+            for mu_i, sigma_i, k in zip(mus, sigmas, keeps):
+                entries = plain_closed_form_kl(direction, prior, mu_i, sigma_i)
+                loss = loss + kl_weight * (nd.sum(entries * k)
+                                           + nd.sum(entries * (1 - k)).detach())
     loss.backward()
     return loss, [m.grad for m in mus], [r.grad for r in rhos]
 
@@ -249,36 +262,47 @@ ESTIMATORS = st.sampled_from(["sample", "lrt", "flipout"])
 @given(ESTIMATORS, networks(), st.sampled_from(["mc", "analytic"]),
        st.sampled_from(["reverse", "forward"]), priors(users=True), st.floats(0.01, 2.0),
        st.integers(1, 5), st.integers(0, 2 ** 32 - 1), st.sampled_from(["float64", "float32"]),
-       st.sampled_from(["softplus", "log_variance"]))
+       st.sampled_from(["softplus", "log_variance"]), st.sampled_from([0.0, 0.3, 0.9]))
 @example("lrt", NETWORKS["conv"], "mc", "forward", ("mixture", PRIORS["mixture"]), 0.3, 4, 3,
-         "float64", "softplus")
+         "float64", "softplus", 0.0)
 @example("flipout", NETWORKS["dense"], "analytic", "reverse", ("gaussian", PRIORS["gaussian"]),
-         0.3, 4, 3, "float64", "log_variance")
+         0.3, 4, 3, "float64", "log_variance", 0.0)
 @example("lrt", NETWORKS["gated"], "analytic", "reverse", ("gaussian", PRIORS["gaussian"]),
-         0.3, 4, 3, "float64", "log_variance")
+         0.3, 4, 3, "float64", "log_variance", 0.3)
 @example("flipout", NETWORKS["gated"], "mc", "reverse", ("mixture", PRIORS["mixture"]),
-         0.3, 4, 3, "float64", "softplus")
+         0.3, 4, 3, "float64", "softplus", 0.0)
 def test_the_ndarray_backend_equals_autograd_of_the_plain_loss(ctx, estimator, network, kl,
                                                              direction, prior, kl_weight, batch,
-                                                             seed, dtype, parametrization):
+                                                             seed, dtype, parametrization,
+                                                             removed):
     """float64: the formulas, to rounding; float32: what trains, through oneDNN's kernels. The
-    priors include a user's own (its gradient by autograd), the parametrizations both."""
+    priors include a user's own (its gradient by autograd), the parametrizations both; with
+    the closed-form KL, a share of the entries may be out of the network
+    (``Config.remove_switched_off``)."""
     name, prior = prior
     assume(kl == "mc" or name == "gaussian")  # the mixture has no closed-form KL
     # the user's Laplace has no sampler for the forward Monte Carlo KL
     assume(name != "laplace" or direction == "reverse")
+    assume(not removed or kl == "analytic")  # removal keeps the removed entries' closed form
     config, layout, mu, rho, X, y = problem(ctx, network, dtype, seed, batch)
     graph = NetworkGraph(config.build_network())
     kl_kind, chosen = modes.kl_estimate(kl, direction), modes.estimator(estimator)
     size = draw_size(graph, chosen, kl_kind, prior, X.shape[0])
-    eps = nd.array(np.random.default_rng(seed + 1).normal(size=size), ctx=ctx, dtype="float64")
+    rng = np.random.default_rng(seed + 1)
+    eps = nd.array(rng.normal(size=size), ctx=ctx, dtype="float64")
+    keep = (nd.array(rng.random(layout.size) >= removed, ctx=ctx, dtype="float64")
+            if removed else None)
     got = combined_loss_gradients(X, y, mu, rho, [eps.astype(dtype)], prior, kl_weight, graph,
-                                  chosen, kl_kind, parametrization_named(parametrization))
+                                  chosen, kl_kind, parametrization_named(parametrization),
+                                  None if keep is None else keep.astype(dtype))
     assert all(a.context == ctx and a.dtype == np.dtype(dtype) for a in got)
     f64 = lambda a: a.astype("float64")  # noqa: E731
-    assert_matches(got, reference(estimator, kl, direction, prior, network, layout, f64(mu),
-                                  f64(rho), f64(X), f64(y), eps, kl_weight, parametrization),
-                   layout, rtol=1e-9 if dtype == "float64" else 5e-4)
+    expected = reference(estimator, kl, direction, prior, network, layout, f64(mu), f64(rho),
+                         f64(X), f64(y), eps, kl_weight, parametrization, keep)
+    assert_matches(got, expected, layout, rtol=1e-9 if dtype == "float64" else 5e-4)
+    if keep is not None:  # nothing reaches a removed entry
+        off = keep.asnumpy() == 0
+        assert not got[1].asnumpy()[off].any() and not got[2].asnumpy()[off].any()
 
 
 @pytest.mark.parametrize("network", NETWORKS.values())

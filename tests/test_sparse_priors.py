@@ -346,3 +346,91 @@ def test_the_gated_prior_puts_the_gates_under_their_own_prior():
                                           r" with log_uniform\(\) gates prior"):
         Config(prior="gaussian", gate_prior="log-uniform", network=GATED, num_inputs=36,
                num_outputs=3)
+
+
+def test_a_channel_without_its_bias_on_a_blank_border_draws_finite_gradients(ctx):
+    """The local reparametrization's pre-activation variance at a blank border, for a channel
+    whose bias is removed, is 0 but for the floor: sqrt's gradient there would be infinite,
+    and its product with the zero inputs of the channel's kept weights NaN."""
+    from gluon_bbb import combined_loss_gradients, modes
+    from gluon_bbb.ndarray_backend import NetworkGraph, draw_size
+    from gluon_bbb.parametrizations import parametrization
+    config = Config(network="conv:4:3,relu,pool:2,flatten,dense:3", num_inputs=64,
+                    num_outputs=3, **{k: v for k, v in SPARSE.items() if k != "network"})
+    graph = NetworkGraph(config.build_network())
+    layout = graph.layout
+    rng = np.random.default_rng(0)
+    images = np.zeros((5, 8, 8))
+    images[:, 3:5, 3:5] = rng.random((5, 2, 2))  # blank but for the middle
+    X = nd.array(images.reshape(5, 64), ctx=ctx)
+    y = nd.array(np.eye(3)[[0, 1, 2, 0, 1]], ctx=ctx)
+    mu = nd.array(rng.normal(scale=0.3, size=layout.size), ctx=ctx)
+    rho = nd.full(layout.size, -6.0, ctx=ctx)
+    keep = np.ones(layout.size, dtype=np.float32)
+    keep[:4] = 0  # four of the first channel's 3x3 weights
+    keep[36] = 0  # and its bias
+    size = draw_size(graph, modes.estimator("lrt"), modes.kl_estimate("analytic"), None, 5)
+    eps = nd.array(rng.normal(size=size), ctx=ctx)
+    loss, grad_mu, grad_rho = combined_loss_gradients(
+        X, y, mu, rho, [eps], LogUniformPrior(), 0.1, graph, "lrt", "analytic",
+        parametrization("log_variance"), nd.array(keep, ctx=ctx))
+    for array in (loss, grad_mu, grad_rho):
+        assert np.isfinite(array.asnumpy()).all()
+    assert not grad_mu.asnumpy()[keep == 0].any() and not grad_rho.asnumpy()[keep == 0].any()
+    assert np.abs(grad_rho.asnumpy()[4:9]).max() > 0  # the channel's kept weights learn
+
+
+def test_removing_what_the_rule_switches_off_trains_the_pruned_network(tmp_path, mnist):
+    """``remove_switched_off``: every parameter the rule has switched off has mean exactly 0
+    after every epoch, so the rule keeps it off and the means are the pruned network (the
+    validation objective is that network's); an interrupted run resumes to the same bits; the
+    choices it needs are refused on one line each."""
+    from gluon_bbb.step import choose_backend
+    prior = LogUniformPrior()
+    small = dict(SPARSE, train_size=4000, validation=2000, kl_warmup_epochs=1,
+                 remove_switched_off=True)
+    out = str(tmp_path / "removing")
+    result = train(Config(epochs=3, **small), mnist, mx.cpu(), out_dir=out,
+                   log=lambda line: None, progress=False)
+    off = 0
+    for mu, sigma in zip(result.mus, result.sigmas):
+        switched = prior.switched_off(mu, sigma).asnumpy().astype(bool)
+        assert not mu.asnumpy()[switched].any()
+        off += switched.sum()
+    assert off > 0.3 * sum(m.size for m in result.mus), off
+    assert result.history[-1]["test_accuracy"] > 0.85
+    # what predicts from the run draws no noise for them either: it trained without them
+    from gluon_bbb.rundir import RunDirectory
+    run = RunDirectory(out)
+    state = run.load_predictive(run.read_config())
+    for mu, sigma, posterior in zip(state["mus"], state["sigmas"], result.sigmas):
+        switched = prior.switched_off(mu, posterior).asnumpy().astype(bool)
+        assert not sigma.asnumpy()[switched].any()
+        np.testing.assert_array_equal(sigma.asnumpy()[~switched],
+                                      posterior.asnumpy()[~switched])
+    # resumed from epoch 2, the same run
+    part = str(tmp_path / "part")
+    train(Config(epochs=2, **small), mnist, mx.cpu(), out_dir=part, log=lambda line: None,
+          progress=False)
+    resumed = train(Config(epochs=3, **small), mnist, mx.cpu(), out_dir=part, resume=True,
+                    log=lambda line: None, progress=False)
+    for a, b in zip(resumed.mus + resumed.rhos, result.mus + result.rhos):
+        np.testing.assert_array_equal(a.asnumpy(), b.asnumpy())
+    # without removal the same run keeps small means where the rule has switched weights off
+    kept = train(Config(epochs=3, **dict(small, remove_switched_off=False)), mnist, mx.cpu(),
+                 log=lambda line: None, progress=False)
+    assert any(mu.asnumpy()[prior.switched_off(mu, sigma).asnumpy().astype(bool)].any()
+               for mu, sigma in zip(kept.mus, kept.sigmas))
+    backend, why = choose_backend(Config(**small), mx.cpu())
+    assert backend.name == "ndarray"
+    with pytest.raises(ConfigError, match="remove_switched_off must be false with the gaussian "
+                                          "prior"):
+        Config(remove_switched_off=True, kl="analytic")
+    with pytest.raises(ConfigError, match="remove_switched_off must be false with the Monte "
+                                          "Carlo KL"):
+        Config(remove_switched_off=True)
+    with pytest.raises(ConfigError, match="remove_switched_off must be false for model "
+                                          "deterministic"):
+        Config(**dict(small, model="deterministic"))
+    with pytest.raises(ConfigError, match="remove_switched_off must be true or false"):
+        Config(**dict(small, remove_switched_off="yes"))
