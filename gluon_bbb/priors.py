@@ -296,6 +296,14 @@ class LogUniformPrior(Prior):
                 + 0.5 * softplus(-log_alpha, F))
 
 
+def removed(prior, mu, sigma):
+    """1 where a run that removes what its prior switches off (``Config.remove_switched_off``)
+    has taken the entry out of the network, 0 elsewhere: the prior's rule switches it off, or
+    its mean is exactly 0, as a removed entry's is (a live mean is never exactly 0), so that
+    the mask read from saved parameters is the one they were saved with."""
+    return 1.0 - (1.0 - prior.switched_off(mu, sigma)) * (mu != 0)
+
+
 # the priors whose scales are a Config's flat fields (sigma_p, pi, sigma_p1, sigma_p2), or who
 # have none
 PRIORS = {prior.name: prior for prior in (GaussianPrior, ScaleMixturePrior, LogUniformPrior)}

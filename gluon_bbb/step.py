@@ -36,6 +36,7 @@ from .errors import CheckpointError, ConfigError, ResourceError
 from .model import init_variational_params, sample_epsilons
 from .ndarray_backend import NetworkGraph, combined_loss_gradients, draw_size
 from .noise import noise_for, seed_generator
+from .priors import removed
 
 
 class NdarrayBackend:
@@ -205,6 +206,7 @@ class TrainingStep:
         self.optimizer_states = [self.optimizer.create_state(i, p)
                                  for i, p in enumerate((self.mu, self.rho))]
         self.workspace = self.backend.workspace(self.layout.size, ctx)
+        self._kept = None  # remove_switched_off's mask of the parameters held, once known
         self.start_epoch(0)
 
     def describe(self):
@@ -231,24 +233,28 @@ class TrainingStep:
                 grad_mu = grad_mu - kl_weight * log_prior_grad
             self._update(0, self.mu, grad_mu)
             return loss
-        keep = self.kept() if self.config.remove_switched_off else None
+        keep = None
+        if self.config.remove_switched_off:
+            # the mask the last step left, or, on a new or resumed step, the same from the
+            # parameters it holds
+            keep = self._kept if self._kept is not None else self.kept()
         # steps 1-4: the loss and its gradients with respect to mu and rho
         loss, grad_mu, grad_rho = self.backend.loss_gradients(self, X, targets, kl_weight, keep)
         # step 5: the update
         self._update(0, self.mu, grad_mu)
         self._update(1, self.rho, grad_rho)
         if keep is not None:
-            # what the rule switches off after the update, this step's removals with those it
-            # has just switched off, has mean 0 whatever Adam's momentum would make of it: the
-            # rule keeps it off, and the saved means are the network that trains
-            self.mu *= self.kept()
+            # what is off after the update, this step's removals with those the rule has just
+            # switched off, has mean 0 whatever Adam's momentum would make of it: it stays off,
+            # and the saved means are the network that trains
+            self._kept = self.kept()
+            self.mu *= self._kept
         return loss
 
     def kept(self):
-        """1 where the prior's rule leaves a parameter on, 0 where it has switched it off (a
-        flat array of mu's shape)."""
-        off = self.prior.switched_off(self.mu, self.parametrization.sigma(self.rho))
-        return 1.0 - off
+        """1 where the parameter is in the network, 0 where it is removed
+        (``priors.removed``); a flat array of mu's shape."""
+        return 1.0 - removed(self.prior, self.mu, self.parametrization.sigma(self.rho))
 
     def _update(self, index, param, grad):
         self.backend.update(self.optimizer, index, param, grad, self.optimizer_states[index])
