@@ -287,6 +287,9 @@ class Network:
             self.output_shapes.append(shape)
             self._param_counts.append(len(layer_shapes))
         self._param_shapes = shapes
+        # each layer's first parameter's position in the parameter list
+        self._param_offsets = [sum(self._param_counts[:i]) for i in range(len(self.layers))]
+        self._order = self._computing_order()
 
     def param_shapes(self):
         """``[W1, b1, W2, b2, ...]`` shapes, in layer order."""
@@ -327,17 +330,31 @@ class Network:
         h = X
         if len(self.input_shape) > 1:
             h = F.reshape(h, shape=(-1,) + self.input_shape)
-        index = k = 0
-        for layer, count, shape in zip(self.layers, self._param_counts, self.input_shapes):
+        k = 0
+        for position in self._order:
+            layer, index = self.layers[position], self._param_offsets[position]
+            shape = self.input_shapes[position]
             if isinstance(layer, NOISY_LAYERS):
                 h = weighted(layer, h, k, index, shape)
                 k += 1
             elif weightless is not None:
-                h = weightless(layer, h, index, count, shape)
+                h = weightless(layer, h, index, self._param_counts[position], shape)
             else:
                 h = layer(F, h, [], shape)
-            index += count
         return h
+
+    def _computing_order(self):
+        """The order ``run`` computes the layers in: as listed, but for a ReLU right before a
+        max pooling, which comes after it. The two commute exactly (relu is monotonic, so the
+        largest of the rectified values is the rectified largest, gradients included), and the
+        ReLU then takes a quarter of the values (pool:2): 12% of a LeNet's Monte Carlo pass
+        was its ReLUs."""
+        order = list(range(len(self.layers)))
+        for i in range(len(order) - 1):
+            if (isinstance(self.layers[order[i]], ReLU)
+                    and isinstance(self.layers[order[i + 1]], MaxPool2D)):
+                order[i], order[i + 1] = order[i + 1], order[i]
+        return order
 
     def linear_layers(self):
         """(layer, input shape, output shape), shapes per example, of each dense, convolution
