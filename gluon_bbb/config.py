@@ -9,7 +9,7 @@ from . import modes, parametrizations
 from .errors import ConfigError
 from .likelihood import parse_likelihood
 from .network import Network, mlp, parse_network
-from .priors import PRIORS, Prior, describe_prior, prior_for, prior_kind, removed
+from .priors import PRIORS, Prior, describe_prior, prior_for, prior_kind
 
 OPTIMIZERS = ("sgd", "adam")
 # the networks that a config's size fields shape, by the name ``network`` gives them (any other
@@ -266,16 +266,15 @@ class Config:
         """The standard deviations a Monte Carlo prediction draws the weights with, from the
         arrays ``mus`` and ``rhos`` (by ``parametrization``, default this config's): the model
         kind's (None where it learns none), and, for a run that removes what its prior switches
-        off (``remove_switched_off``), 0 for the weights it removed (``priors.removed``): it
-        trained without them."""
+        off (``remove_switched_off``), 0 for the weights it removed: it trained without them.
+        Those are the ones whose mean is exactly 0, as such a run saves a removed weight's
+        (``priors.removed``), so this needs no prior class (a user's may be undefined here)."""
         parametrization = parametrization or self.parametrization_kind
         sigmas = self.model_kind.prediction_sigmas(rhos, parametrization)
         if sigmas is None or not self.remove_switched_off:
             return sigmas
         from mxnet import nd
-        prior = self.build_prior()
-        return [nd.where(removed(prior, mu, sigma), nd.zeros_like(sigma), sigma)
-                for mu, sigma in zip(mus, sigmas)]
+        return [nd.where(mu == 0, nd.zeros_like(sigma), sigma) for mu, sigma in zip(mus, sigmas)]
 
     def learning_rate_at(self, epoch):
         """The learning rate of epoch ``epoch`` (0-based) under the step decay schedule."""

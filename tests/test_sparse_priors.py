@@ -274,7 +274,15 @@ def test_gates_switch_whole_units_off_and_compress_removes_them(tmp_path, mnist)
     pruned = prune_weights(result.mus, result.sigmas, proportion)
     X = mnist.test_images[:500]
     labels = config.build_network()(nd.array(X), pruned).asnumpy().argmax(axis=1)
-    assert (model.predict(X).argmax(axis=1) == labels).mean() > 0.99  # quantized means
+    # float32 means: the folded gates and the units removed compute the pruned network's labels
+    exact = tmp_path / "exact.gbbb"
+    proc = run([PYTHON, "-m", "gluon_bbb.compress"], out, "--proportion", str(proportion),
+               "--precision", "0", "--out", exact)
+    assert proc.returncode == 0, proc.stderr
+    assert (compressed.read(str(exact)).predict(X).argmax(axis=1) == labels).mean() > 0.998
+    # means rounded to a step of their median sigma move the labels of a few images near a
+    # boundary (0.986 and 0.994 measured on two versions of this training)
+    assert (model.predict(X).argmax(axis=1) == labels).mean() > 0.98
     figure = tmp_path / "size-error.png"
     proc = run([PYTHON, os.path.join(ROOT, "examples", "size_error_figure.py"), figure,
                 "group sparsity=%s:%s" % (out, path)])
