@@ -395,6 +395,10 @@ def main():
              "optimizer": "adam"}
     paper_2x1200 = {key: value for key, value in PRESETS["paper-2x1200"].items()
                     if key not in ("validation", "epochs")}
+    # the sparse preset's step (ndarray backend), with and without removing what its prior
+    # switches off
+    sparse_vd = {key: value for key, value in PRESETS["lenet-sparse-vd"].items()
+                 if key not in ("validation", "epochs", "kl_warmup_epochs", "lr_decay_every")}
     variants = (("a", bench_ours, {}), ("b", bench_deterministic, {}),
                 ("c", bench_tutorial, {}), ("a-ops", bench_ours, {"backend": "ndarray"}),
                 ("paper", bench_ours, paper),
@@ -411,7 +415,9 @@ def main():
                 ("lenet-flipout", bench_ours, {"network": "lenet", "estimator": "flipout"}),
                 ("lenet-preset", bench_ours, {key: value for key, value
                                               in PRESETS["lenet"].items()
-                                              if key not in ("validation", "epochs")}))
+                                              if key not in ("validation", "epochs")}),
+                ("lenet-sparse-vd", bench_ours, sparse_vd),
+                ("lenet-sparse-vd-kept", bench_ours, dict(sparse_vd, remove_switched_off=False)))
     timers = {name: InProcess(fn(data, config, ctx, total, **options))
               for name, fn, options in variants}
     not_measured = {}
@@ -459,6 +465,10 @@ def main():
     print("LeNet, --estimator lrt (native):            %6.2f s/epoch" % per_epoch["lenet-lrt"])
     print("LeNet, --estimator flipout (native):        %6.2f s/epoch" % per_epoch["lenet-flipout"])
     print("LeNet, --preset lenet's step (native):      %6.2f s/epoch" % per_epoch["lenet-preset"])
+    print("LeNet, --preset lenet-sparse-vd's step:     %6.2f s/epoch" % per_epoch["lenet-sparse-vd"])
+    print("  the same, --no-remove-switched-off:       %6.2f s/epoch (removal costs x%.2f)" % (
+        per_epoch["lenet-sparse-vd-kept"],
+        per_epoch["lenet-sparse-vd"] / per_epoch["lenet-sparse-vd-kept"]))
     if "d-lenet" in per_epoch:
         print("LeNet in plain PyTorch:                     %6.2f s/epoch" % per_epoch["d-lenet"])
         print("LeNet native/PyTorch = %.2f, ndarray/PyTorch = %.2f, lrt/PyTorch = %.2f, "
