@@ -23,6 +23,7 @@ from .elementwise import total
 from .errors import CheckpointError, ConfigError, Interrupted, TrainingDiverged
 from .files import signals_deferred
 from .model import evaluate_accuracy, evaluate_nll
+from .priors import removed
 from .rundir import RunDirectory, best_validation_epoch
 from .step import TrainingStep, check_memory, choose_backend
 
@@ -213,6 +214,9 @@ def _train(config, data, ctx, run, resume, eval_train, log, progress, check_ever
         if config.kl_warmup_epochs:
             # the loss of a warm-up epoch weighs its KL term by this factor
             record["kl_factor"] = kl_factor
+        share_off = switched_off_share(step)
+        if share_off is not None:
+            record["switched_off"] = share_off
         if config.validation:
             record["validation_accuracy"] = evaluate_accuracy(val_images, val_labels, mus,
                                                               network=network)
@@ -231,9 +235,10 @@ def _train(config, data, ctx, run, resume, eval_train, log, progress, check_ever
                 saved.epochs = epoch + 1
         if progress:
             sys.stderr.write("\r" + " " * 60 + "\r")
-        log("epoch %d/%d  loss %.1f%s  test accuracy (mean weights) %.4f%s%s  %.1f s" % (
+        log("epoch %d/%d  loss %.1f%s%s  test accuracy (mean weights) %.4f%s%s  %.1f s" % (
             epoch + 1, config.epochs, record["loss"],
             " (KL term x%.2f, warming up)" % kl_factor if kl_factor < 1.0 else "",
+            "  switched off %.2f%%" % (100 * share_off) if share_off is not None else "",
             record["test_accuracy"],
             "  validation accuracy %.4f" % record["validation_accuracy"]
             if config.validation else "",
@@ -250,6 +255,17 @@ def _kept(run, saved_epochs):
         return "no epoch was completed, so nothing is saved"
     return "%d completed epoch%s saved in %s" % (
         saved_epochs, " is" if saved_epochs == 1 else "s are", run.path)
+
+
+def switched_off_share(step):
+    """The share of all parameters the prior's rule switches off (sparse variational dropout's
+    log alpha > 3), those a removal run has taken out included (``priors.removed``); None for a
+    prior without such a rule. A sparse run's progress: its loss and accuracy hardly move while
+    this rises."""
+    if not step.prior.has_switched_off_rule:
+        return None
+    sigma = step.parametrization.sigma(step.rho)
+    return float(nd.mean(removed(step.prior, step.mu, sigma)).asscalar())
 
 
 def validation_objective(step, images, labels, num_train):

@@ -407,6 +407,16 @@ def test_removing_what_the_rule_switches_off_trains_the_pruned_network(tmp_path,
         off += switched.sum()
     assert off > 0.3 * sum(m.size for m in result.mus), off
     assert result.history[-1]["test_accuracy"] > 0.85
+    # every epoch records the share switched off, the last one the final parameters' (log
+    # alpha = log sigma^2 - log(mu^2 + 1e-8) above 3, or a mean taken out, in NumPy)
+    total = sum(m.size for m in result.mus)
+    share = sum(np.sum((np.log(s.asnumpy().astype(np.float64) ** 2)
+                        - np.log(m.asnumpy().astype(np.float64) ** 2 + 1e-8) > 3)
+                       | (m.asnumpy() == 0))
+                for m, s in zip(result.mus, result.sigmas)) / total
+    assert result.history[-1]["switched_off"] == pytest.approx(share, abs=1.0 / total)
+    assert [r["switched_off"] for r in result.history] == sorted(
+        r["switched_off"] for r in result.history)  # what removal takes out stays out
     # what predicts from the run draws no noise for them either: it trained without them
     from gluon_bbb.rundir import RunDirectory
     run = RunDirectory(out)
@@ -429,6 +439,9 @@ def test_removing_what_the_rule_switches_off_trains_the_pruned_network(tmp_path,
                  log=lambda line: None, progress=False)
     assert any(mu.asnumpy()[prior.switched_off(mu, sigma).asnumpy().astype(bool)].any()
                for mu, sigma in zip(kept.mus, kept.sigmas))
+    assert kept.history[-1]["switched_off"] == pytest.approx(sum(
+        prior.switched_off(mu, sigma).asnumpy().sum()
+        for mu, sigma in zip(kept.mus, kept.sigmas)) / total)
     backend, why = choose_backend(Config(**small), mx.cpu())
     assert backend.name == "ndarray"
     with pytest.raises(ConfigError, match="remove_switched_off must be false with the gaussian "
