@@ -23,7 +23,6 @@ from .elementwise import total
 from .errors import CheckpointError, ConfigError, Interrupted, TrainingDiverged
 from .files import signals_deferred
 from .model import evaluate_accuracy, evaluate_nll
-from .priors import removed
 from .rundir import RunDirectory, best_validation_epoch
 from .step import TrainingStep, check_memory, choose_backend
 
@@ -214,13 +213,16 @@ def _train(config, data, ctx, run, resume, eval_train, log, progress, check_ever
         if config.kl_warmup_epochs:
             # the loss of a warm-up epoch weighs its KL term by this factor
             record["kl_factor"] = kl_factor
-        share_off = switched_off_share(step)
+        # the parameters the prior's rule keeps (step.kept), once an epoch, for the share it
+        # has switched off and the validation objective
+        kept = step.kept() if step.prior.has_switched_off_rule else None
+        share_off = None if kept is None else 1.0 - float(nd.mean(kept).asscalar())
         if share_off is not None:
             record["switched_off"] = share_off
         if config.validation:
             record["validation_accuracy"] = evaluate_accuracy(val_images, val_labels, mus,
                                                               network=network)
-            objective = validation_objective(step, val_images, val_labels, num_train)
+            objective = validation_objective(step, val_images, val_labels, num_train, kept)
             if objective is not None:
                 record["validation_objective"] = objective
         if eval_train:
@@ -257,34 +259,22 @@ def _kept(run, saved_epochs):
         saved_epochs, " is" if saved_epochs == 1 else "s are", run.path)
 
 
-def switched_off_share(step):
-    """The share of all parameters the prior's rule switches off (sparse variational dropout's
-    log alpha > 3), those a removal run has taken out included (``priors.removed``); None for a
-    prior without such a rule. A sparse run's progress: its loss and accuracy hardly move while
-    this rises."""
-    if not step.prior.has_switched_off_rule:
-        return None
-    sigma = step.parametrization.sigma(step.rho)
-    return float(nd.mean(removed(step.prior, step.mu, sigma)).asscalar())
-
-
-def validation_objective(step, images, labels, num_train):
+def validation_objective(step, images, labels, num_train, kept):
     """For a prior that prunes as it trains (its ``switched_off``, sparse variational dropout's
     log alpha > 3) and has a closed-form KL: the run's objective on held-out images, in nats:
     ``num_train`` times their mean negative log-likelihood under the means with the switched-off
-    parameters zeroed (the network the prior's rule keeps), plus KL(q || P) of all the
-    parameters at full weight. None for any other prior.
+    parameters zeroed (the network the prior's rule keeps: ``kept``, ``step.kept()``), plus
+    KL(q || P) of all the parameters at full weight. None for any other prior (``kept`` None).
 
     It chooses such a run's best epoch: the validation accuracy of its means is highest before
     the KL term has switched anything off, while the objective weighs what is kept against
     what it costs, as training does."""
-    sigma = step.parametrization.sigma(step.rho)
-    switched_off = step.prior.switched_off(step.mu, sigma)
-    if switched_off is None or not step.prior.has_closed_form_kl:
+    if kept is None or not step.prior.has_closed_form_kl:
         return None
+    sigma = step.parametrization.sigma(step.rho)
     kl = float(nd.sum(step.prior.closed_form_kl(step.mu, sigma)[0]).asscalar())
-    kept = step.layout.views(nd.where(switched_off, nd.zeros_like(step.mu), step.mu))
-    return num_train * evaluate_nll(images, labels, kept, network=step.network) + kl
+    kept_means = step.layout.views(step.mu * kept)
+    return num_train * evaluate_nll(images, labels, kept_means, network=step.network) + kl
 
 
 def _train_epoch(step, epoch, X_epoch, y_epoch, batch_kl_weights, progress, check_every, log):
