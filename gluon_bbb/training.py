@@ -264,7 +264,8 @@ def validation_objective(step, images, labels, num_train, kept):
     log alpha > 3) and has a closed-form KL: the run's objective on held-out images, in nats:
     ``num_train`` times their mean negative log-likelihood under the means with the switched-off
     parameters zeroed (the network the prior's rule keeps: ``kept``, ``step.kept()``), plus
-    KL(q || P) of all the parameters at full weight. None for any other prior (``kept`` None).
+    KL(q || P) of all the parameters, weighed by ``kl_scale`` as training weighs it after its
+    warm-up. None for any other prior (``kept`` None).
 
     It chooses such a run's best epoch: the validation accuracy of its means is highest before
     the KL term has switched anything off, while the objective weighs what is kept against
@@ -274,7 +275,8 @@ def validation_objective(step, images, labels, num_train, kept):
     sigma = step.parametrization.sigma(step.rho)
     kl = float(nd.sum(step.prior.closed_form_kl(step.mu, sigma)[0]).asscalar())
     kept_means = step.layout.views(step.mu * kept)
-    return num_train * evaluate_nll(images, labels, kept_means, network=step.network) + kl
+    return (num_train * evaluate_nll(images, labels, kept_means, network=step.network)
+            + step.config.kl_scale * kl)
 
 
 def _train_epoch(step, epoch, X_epoch, y_epoch, batch_kl_weights, progress, check_every, log):
