@@ -115,6 +115,32 @@ def check_training(config, data, resume=False, ctx=None, backend=None):
         choose_backend(config, ctx, backend)
     if config.init_from is not None and not resume:
         initial_means(config)
+        check_start_held_out(config, data)
+
+
+def check_start_held_out(config, data):
+    """CheckpointError where ``config.init_from`` is a run (its config.json beside the parameter
+    file) that trained on images this run holds out for validation: this run's validation
+    figures, the best epoch they choose and compress's proportions would be measured on images
+    its means have fitted already. A parameter file without its run's config.json is taken as
+    it is."""
+    from .rundir import CONFIG_FILE, resolve_checkpoint
+    run, _ = resolve_checkpoint(config.init_from)
+    if not config.validation or not os.path.isfile(run.file(CONFIG_FILE)):
+        return
+    record = run.read_record()
+    count = data.train_images.shape[0]
+    held_out, train_size = record.get("validation", 0), record.get("train_size")
+    if not isinstance(held_out, int) or not isinstance(train_size, (int, type(None))):
+        return  # not a run's record this check can read; the start's shapes are checked
+    trained_on = count - held_out if train_size is None else min(count - held_out, train_size)
+    if trained_on > count - config.validation:
+        raise CheckpointError("{init_from} %s trained on the first %d training images, among "
+                              "them the last %d, which this run holds out ({validation} %d): "
+                              "its validation figures would score images its start has fitted; "
+                              "start from a run that held out at least as many", config.init_from,
+                              trained_on, trained_on - (count - config.validation),
+                              config.validation)
 
 
 def initial_means(config, ctx=None):

@@ -246,6 +246,22 @@ def test_init_from_starts_the_means_from_another_run(tmp_path, mnist, monkeypatc
         train(Config(init_from=str(tmp_path / "nowhere"), **small), mnist, mx.cpu(),
               out_dir=str(tmp_path / "never"), log=lambda line: None, progress=False)
     assert not os.path.exists(str(tmp_path / "never"))  # refused before the run was made
+    # the start trained on images 0-19,999: a run may hold out 40,000 (20,000-59,999), not
+    # 40,001, whose first validation image the start has fitted
+    from gluon_bbb.training import check_training
+    unseen = dict(small, train_size=None, validation=40000)
+    check_training(Config(init_from=pretrained, **unseen), mnist)
+    with pytest.raises(CheckpointError, match=r"init_from .*deterministic trained on the first "
+                       r"20000 training images, among them the last 1, which this run holds "
+                       r"out \(validation 40001\)"):
+        train(Config(init_from=pretrained, **dict(unseen, validation=40001)), mnist, mx.cpu(),
+              out_dir=str(tmp_path / "never"), log=lambda line: None, progress=False)
+    assert not os.path.exists(str(tmp_path / "never"))
+    # a parameter file alone, without its run's config.json, is taken as it is
+    import shutil
+    shutil.copy(os.path.join(pretrained, "checkpoint.params"), str(tmp_path / "alone.params"))
+    check_training(Config(init_from=str(tmp_path / "alone.params"),
+                          **dict(unseen, validation=59000)), mnist)
 
 
 @pytest.mark.slow
