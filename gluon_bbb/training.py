@@ -125,8 +125,10 @@ def check_start_held_out(config, data):
     its means have fitted already. A parameter file without its run's config.json is taken as
     it is."""
     from .rundir import CONFIG_FILE, resolve_checkpoint
+    if not config.validation:
+        return
     run, _ = resolve_checkpoint(config.init_from)
-    if not config.validation or not os.path.isfile(run.file(CONFIG_FILE)):
+    if not os.path.isfile(run.file(CONFIG_FILE)):
         return
     record = run.read_record()
     count = data.train_images.shape[0]
