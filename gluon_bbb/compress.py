@@ -66,7 +66,7 @@ def main(argv=None, prog=PROG):
                               compress_parameters, error_rate, run_parameters, write_model)
     from .compressed import UNSURE_PROBABILITY, NumPyOperators, softmax
     from .config import check_proportion
-    from .data import idx_paths, load_mnist
+    from .data import idx_paths
     from .errors import ConfigError
     from .files import check_not_an_input
     from .pruning import prior_rule_proportion
@@ -92,7 +92,7 @@ def main(argv=None, prog=PROG):
     if args.sigma_bits and sigmas is None:
         raise ConfigError("sigma_bits", args.sigma_bits, "0 for a %s run (it learns no sigmas)"
                           % config.model)
-    data = load_mnist(args.data_dir or run.recorded_data_dir())
+    data = run.load_data(args.data_dir)
     check_not_an_input(args.out, idx_paths(data.directory) if data.directory else [])
     X_sel, y_sel, where = selection_images(config, data)
     compress = lambda p: compress_parameters(  # noqa: E731

@@ -4,6 +4,7 @@ Pixels are scaled as in the tutorial and the paper: float32 value / 126.
 """
 import contextlib
 import gzip
+import hashlib
 import io
 import os
 import struct
@@ -25,10 +26,11 @@ IDX_FILES = {
 DEFAULT_DATA_DIR = os.path.join("~", ".mxnet", "datasets", "mnist")
 _IDX_MAGIC = {1: 0x00000801, 3: 0x00000803}
 
-MNIST = namedtuple("MNIST", "train_images train_labels test_images test_labels directory",
-                   defaults=(None,))
+MNIST = namedtuple("MNIST", "train_images train_labels test_images test_labels directory "
+                   "fingerprint", defaults=(None, None))
 MNIST.__doc__ = """Images (N, 784) float32 in [0, 255/126]; labels (N,) int32 in 0..9; the
-directory they were read from (None for arrays made otherwise)."""
+directory they were read from and the fingerprint of the four files' contents (``load_mnist``;
+None for arrays made otherwise)."""
 
 
 def read_idx(path, ndim):
@@ -142,16 +144,22 @@ def _download_with_gluon(root):
 
 
 def load_mnist(data_dir=None, download=True):
-    """Load and check MNIST; returns ``MNIST(train_images, train_labels, test_images, test_labels)``.
+    """Load and check MNIST; returns ``MNIST(train_images, train_labels, test_images, test_labels,
+    directory, fingerprint)``.
 
-    Images are (N, 784) float32 pixel/126; labels (N,) int32. See ``resolve_data_dir``.
+    Images are (N, 784) float32 pixel/126; labels (N,) int32; the fingerprint is the SHA-256
+    of the four files' shapes and bytes, in ``IDX_FILES``' order. See ``resolve_data_dir``.
     """
     directory = resolve_data_dir(data_dir, download)
     arrays = {}
+    # the four files' contents (gzipped or not), which a run records, so that the commands
+    # that read it can tell other files of the same shapes (Fashion-MNIST's, say) from its own
+    contents = hashlib.sha256()
     for key, (stem, count) in IDX_FILES.items():
         path = find_idx_file(directory, stem)
         is_images = key.endswith("images")
         array = read_idx(path, ndim=3 if is_images else 1)
+        contents.update(np.array(array.shape, dtype=">u4").tobytes() + array.tobytes())
         if array.shape[0] != count:
             raise DataError("%s: holds %d items, expected %d", path, array.shape[0], count)
         if is_images:
@@ -163,4 +171,4 @@ def load_mnist(data_dir=None, download=True):
                 raise DataError("%s: label %d outside 0..9", path, array.max())
             array = array.astype(np.int32)
         arrays[key] = array
-    return MNIST(directory=os.path.abspath(directory), **arrays)
+    return MNIST(directory=os.path.abspath(directory), fingerprint=contents.hexdigest(), **arrays)

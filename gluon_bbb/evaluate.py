@@ -42,7 +42,6 @@ def main(argv=None, prog=PROG):
     args = build_parser(prog).parse_args(argv)
     load_mxnet()
     from .context import parse_context
-    from .data import load_mnist
     from .evaluation import evaluate_run, load_ood_images
     from .rundir import RunDirectory, resolve_checkpoint
     run, _ = resolve_checkpoint(args.checkpoint)
@@ -52,7 +51,7 @@ def main(argv=None, prog=PROG):
     kind.check_test_samples(args.test_samples, MAX_TEST_SAMPLES)
     ctx = parse_context(args.ctx)
     ood = load_ood_images(args.ood_data_dir) if args.ood_data_dir else None
-    data = load_mnist(args.data_dir or run.recorded_data_dir())
+    data = run.load_data(args.data_dir)
     out = RunDirectory(args.out).create() if args.out else run
     with out.locked():
         report, paths = evaluate_run(args.checkpoint, data, ctx, args.test_samples, ood, out,

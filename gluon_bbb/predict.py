@@ -196,7 +196,7 @@ class RunPredictor:
     def __init__(self, path, samples):
         load_mxnet()
         from .compression import UNSURE_SHARE
-        from .data import PIXEL_SCALE, load_mnist
+        from .data import PIXEL_SCALE
         from .rundir import resolve_checkpoint
         run, checkpoint = resolve_checkpoint(path)
         self.config = run.read_classifier_config()
@@ -207,7 +207,7 @@ class RunPredictor:
         self.default_samples = kind.default_test_samples
         self.can_sample = kind.prediction_draws is not None
         self.samples = self.default_samples if samples is None else samples
-        data = load_mnist(run.recorded_data_dir())
+        data = run.load_data()
         held_out = self.config.validation
         images = data.train_images[-held_out:] if held_out else data.test_images
         import numpy as np

@@ -55,13 +55,12 @@ def main(argv=None, prog=PROG):
         check_proportion(args.save_pruned, "save_pruned")
     load_mxnet()
     from .context import parse_context
-    from .data import load_mnist
     from .rundir import RunDirectory, resolve_checkpoint
     run, checkpoint_path = resolve_checkpoint(args.checkpoint)
     config = run.read_classifier_config()
     ctx = parse_context(args.ctx)
     state = run.load_parameters(config, ctx, checkpoint_path)
-    data = load_mnist(args.data_dir or run.recorded_data_dir())
+    data = run.load_data(args.data_dir)
     out = RunDirectory(args.out).create() if args.out else run
     with out.locked():
         return prune_and_report(args, config, state, data, out, checkpoint_path)

@@ -2,8 +2,8 @@
 and what a resumed run may change. Training, ``prune.py`` and ``evaluate`` reach a run's files
 only through ``RunDirectory``.
 
-A run directory holds ``config.json`` (the ``Config`` and how the run was made: its context and
-data directory), ``history.json`` (one record per epoch), ``checkpoint.params`` (the last epoch)
+A run directory holds ``config.json`` (the ``Config`` and how the run was made: its context, its
+data directory and the fingerprint of the MNIST files it read there), ``history.json`` (one record per epoch), ``checkpoint.params`` (the last epoch)
 and, with a validation set, ``best.params`` (the best validation epoch:
 ``best_validation_epoch``), beside the reports written about them. Every file is written
 atomically and durably (``files.py``).
@@ -32,7 +32,7 @@ import os
 import tempfile
 
 from .config import Config
-from .errors import CheckpointError, ConfigError, OutputError, RunDirectoryBusy
+from .errors import CheckpointError, ConfigError, DataError, OutputError, RunDirectoryBusy
 from .files import write_json
 
 CONFIG_FILE = "config.json"
@@ -44,7 +44,7 @@ REGRESSION_METRICS_FILE = "metrics.json"
 RUN_FILES = (CONFIG_FILE, HISTORY_FILE, CHECKPOINT_FILE, BEST_CHECKPOINT_FILE, LOCK_FILE,
              REGRESSION_METRICS_FILE)
 # config.json's entries beside the Config's fields: how the run was made, not what it learns
-RUN_RECORD = ("ctx", "data_dir", "problem", "scaling")
+RUN_RECORD = ("ctx", "data_dir", "data_fingerprint", "problem", "scaling")
 # Fields that may differ between a run and its resumption (training longer is allowed).
 RESUMABLE_CHANGES = ("epochs",)
 # may change on resume if the epochs already trained keep their learning rates
@@ -189,6 +189,25 @@ class RunDirectory:
         ``load_mnist`` searches as usual)."""
         recorded = self.read_record().get("data_dir")
         return recorded if recorded and os.path.isdir(recorded) else None
+
+    def load_data(self, data_dir=None):
+        """MNIST as the run's readers take it: from ``data_dir``, else from the directory the run
+        was trained on while it exists, else where ``load_mnist`` searches; ``check_data``'d."""
+        from .data import load_mnist
+        data = load_mnist(data_dir or self.recorded_data_dir())
+        self.check_data(data)
+        return data
+
+    def check_data(self, data):
+        """DataError on one line where ``data`` (an ``MNIST``) holds other files than the run
+        recorded it trained on: a run's figures, its validation images and its resumed epochs
+        are those of its own data. A run that recorded none, or arrays made without files, pass."""
+        recorded = self.read_record().get("data_fingerprint")
+        found = data.fingerprint
+        if recorded and found and recorded != found:
+            raise DataError("%s holds other MNIST files than %s was trained on (SHA-256 %s..., "
+                            "not the run's %s...): name the directory it was trained on with "
+                            "{data_dir}", data.directory, self.path, found[:12], recorded[:12])
 
     def write_config(self, config, **record):
         write_json(self.file(CONFIG_FILE), dict(config.to_dict(), **record))

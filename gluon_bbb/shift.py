@@ -91,6 +91,8 @@ def main(argv=None, prog=PROG):
     runs = [found for _, found in loaded if found is not None]
     model = models[0] if len(models) == 1 else Ensemble(models)
     data = load_mnist(args.data_dir or (runs[0][0].recorded_data_dir() if runs else None))
+    for run, _ in runs:
+        run.check_data(data)
     record = {"models": [os.path.abspath(p) for p in args.models],
               "test_samples": [m.num_samples for m in models], "data_dir": data.directory}
     if args.temperature_scale:

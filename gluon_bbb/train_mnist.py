@@ -189,7 +189,7 @@ def main(argv=None, prog=PROG):
     from .evaluation import load_ood_images
     from .training import check_training
     ctx = parse_context(args.ctx)
-    data = load_mnist(args.data_dir or (run.recorded_data_dir() if args.resume else None))
+    data = run.load_data(args.data_dir) if args.resume else load_mnist(args.data_dir)
     ood_images = load_ood_images(args.ood_data_dir) if args.ood_data_dir else None
     check_training(config, data, args.resume, ctx, args.backend)
     # every check is passed: only now is the run directory made

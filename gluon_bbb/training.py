@@ -197,12 +197,14 @@ def _train(config, data, ctx, run, resume, eval_train, log, progress, check_ever
     start_epoch, history, state = 0, [], None
     if run is not None:
         if resume:
+            run.check_data(data)
             config, state, history = run.resume(config, ctx)
             start_epoch = state["epoch"]
         elif run.holds_run():
             raise CheckpointError("%s already holds a run; resume it ({resume}) or choose "
                                   "another {out_dir}", run.path)
-        run.write_config(config, ctx=context_name(ctx), data_dir=data.directory)
+        run.write_config(config, ctx=context_name(ctx), data_dir=data.directory,
+                         data_fingerprint=data.fingerprint)
     saved.epochs = start_epoch
     if state is None and config.init_from is not None:
         step = TrainingStep(config, ctx, initial_means(config, ctx), backend=backend)

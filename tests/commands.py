@@ -10,6 +10,7 @@ inherit; a command starts here with SIGINT's default, as from a terminal.
 """
 import os
 import signal
+import struct
 import subprocess
 import sys
 
@@ -19,6 +20,7 @@ PYTHON = sys.executable
 TRAIN = [PYTHON, os.path.join(ROOT, "train_mnist.py")]
 PRUNE = [PYTHON, os.path.join(ROOT, "prune.py")]
 EVALUATE = [PYTHON, "-m", "gluon_bbb.evaluate"]
+COMPRESS = [PYTHON, "-m", "gluon_bbb.compress"]
 REGRESSION = [PYTHON, "-m", "gluon_bbb.regression"]
 SWEEP = [PYTHON, "-m", "gluon_bbb.sweep"]
 BENCH = [PYTHON, os.path.join(ROOT, "bench", "bench_train.py")]
@@ -70,3 +72,22 @@ def assert_one_line_error(proc, expected, status=2):
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and "Traceback" not in proc.stderr, proc.stderr
     assert expected in lines[0], lines[0]
+
+
+def mnist_copy(directory, changed_pixel=False):
+    """``directory`` (made) holding $GLUON_BBB_DATA's four MNIST files: links to them, or, with
+    ``changed_pixel``, the first test image's first pixel changed (written uncompressed): files
+    of MNIST's shapes and other contents, as Fashion-MNIST's are."""
+    from gluon_bbb.data import IDX_FILES, find_idx_file, read_idx
+    os.makedirs(directory)
+    for stem, _ in IDX_FILES.values():
+        path = find_idx_file(os.environ["GLUON_BBB_DATA"], stem)
+        if changed_pixel and stem.startswith("t10k-images"):
+            images = read_idx(path, ndim=3).copy()
+            images[0, 0, 0] ^= 1
+            header = struct.pack(">4I", 0x803, *images.shape)
+            with open(os.path.join(directory, stem), "wb") as f:
+                f.write(header + images.tobytes())
+        else:
+            os.symlink(os.path.abspath(path), os.path.join(directory, os.path.basename(path)))
+    return directory

@@ -1,11 +1,15 @@
 import gzip
+import hashlib
+import os
 import struct
 
 import numpy as np
 import pytest
 
 from gluon_bbb import DataError, load_mnist, read_idx, resolve_data_dir
-from gluon_bbb.data import IDX_FILES
+from gluon_bbb.data import IDX_FILES, find_idx_file
+
+from commands import mnist_copy
 
 
 def idx_bytes(array):
@@ -91,6 +95,23 @@ def test_real_mnist(mnist):
     assert mnist.train_images.max() == pytest.approx(255 / 126)
     # canonical first labels of the training set
     np.testing.assert_array_equal(mnist.train_labels[:5], [5, 0, 4, 1, 9])
+
+
+def test_fingerprint_is_the_sha256_of_the_files_shapes_and_bytes(mnist, tmp_path):
+    expected = hashlib.sha256()
+    for stem, _ in IDX_FILES.values():
+        path = find_idx_file(mnist.directory, stem)
+        with (gzip.open if path.endswith(".gz") else open)(path, "rb") as f:
+            content = f.read()
+        ndim = content[3]
+        shape = struct.unpack(">%dI" % ndim, content[4:4 + 4 * ndim])
+        expected.update(struct.pack(">%dI" % ndim, *shape) + content[4 + 4 * ndim:])
+    assert mnist.fingerprint == expected.hexdigest()
+    # links to the same files elsewhere: the same; one pixel changed (uncompressed): another
+    assert load_mnist(mnist_copy(str(tmp_path / "same"))).fingerprint == mnist.fingerprint
+    changed = load_mnist(mnist_copy(str(tmp_path / "changed"), changed_pixel=True))
+    assert changed.fingerprint != mnist.fingerprint
+    assert np.sum(changed.test_images != mnist.test_images) == 1
 
 
 def test_load_mnist_rejects_wrong_counts(tmp_path):

@@ -14,8 +14,8 @@ import time
 
 import pytest
 
-from commands import (EVALUATE, PRUNE, ROOT, TRAIN, assert_one_line_error, run, start,
-                      stopped_by)
+from commands import (COMPRESS, EVALUATE, PRUNE, ROOT, TRAIN, assert_one_line_error, mnist_copy,
+                      run, start, stopped_by)
 
 SMALL = ["--train-size", "512", "--num-hidden-units", "20", "--test-samples", "2", "--seed", "1"]
 
@@ -297,6 +297,31 @@ def test_prune_and_evaluate_read_the_data_directory_the_run_was_trained_on(tmp_p
         proc = run(cmd, "--checkpoint", out, env=env)
         assert proc.returncode == 0, proc.stderr
     assert read_json(out / "pruning.json")["data_dir"] == os.path.abspath(data_dir)
+
+
+def test_commands_refuse_other_mnist_files_than_the_runs_and_take_its_own_anywhere(tmp_path,
+                                                                                   one_epoch):
+    # Fashion-MNIST's files have MNIST's names and shapes: without the run's record of its
+    # files, resuming would train on them and compress would choose and score on them
+    run_dir = copy_of(one_epoch, tmp_path)
+    other = mnist_copy(tmp_path / "other", changed_pixel=True)
+    before = {name: (run_dir / name).read_bytes() for name in files_of(run_dir)}
+    for cmd, args in ((TRAIN, ["--resume", "--out", run_dir, "--epochs", "2"]),
+                      (EVALUATE, ["--checkpoint", run_dir]),
+                      (PRUNE, ["--checkpoint", run_dir]),
+                      (COMPRESS, [run_dir, "--out", tmp_path / "model.gbbb"])):
+        proc = run(cmd, *args, "--data-dir", other)
+        assert_one_line_error(proc, "%s holds other MNIST files than %s was trained on" % (
+            os.path.abspath(other), run_dir))
+        assert "--data-dir" in proc.stderr
+    assert {name: (run_dir / name).read_bytes() for name in files_of(run_dir)} == before
+    assert not (tmp_path / "model.gbbb").exists()
+    same = mnist_copy(tmp_path / "same")
+    proc = run(TRAIN, "--resume", "--out", run_dir, "--epochs", "2", "--data-dir", same)
+    assert proc.returncode == 0, proc.stderr
+    record = read_json(run_dir / "config.json")
+    assert record["data_dir"] == os.path.abspath(same)
+    assert record["data_fingerprint"] == read_json(one_epoch / "config.json")["data_fingerprint"]
 
 
 # 6. Checks before any work.
