@@ -207,7 +207,7 @@ class RunPredictor:
         self.default_samples = kind.default_test_samples
         self.can_sample = kind.prediction_draws is not None
         self.samples = self.default_samples if samples is None else samples
-        data = run.load_data()
+        data = run.load_data(remedy="set $GLUON_BBB_DATA to the directory it was trained on")
         held_out = self.config.validation
         images = data.train_images[-held_out:] if held_out else data.test_images
         import numpy as np

@@ -190,24 +190,26 @@ class RunDirectory:
         recorded = self.read_record().get("data_dir")
         return recorded if recorded and os.path.isdir(recorded) else None
 
-    def load_data(self, data_dir=None):
+    def load_data(self, data_dir=None, remedy=None):
         """MNIST as the run's readers take it: from ``data_dir``, else from the directory the run
         was trained on while it exists, else where ``load_mnist`` searches; ``check_data``'d."""
         from .data import load_mnist
         data = load_mnist(data_dir or self.recorded_data_dir())
-        self.check_data(data)
+        self.check_data(data, remedy)
         return data
 
-    def check_data(self, data):
+    def check_data(self, data, remedy=None):
         """DataError on one line where ``data`` (an ``MNIST``) holds other files than the run
         recorded it trained on: a run's figures, its validation images and its resumed epochs
-        are those of its own data. A run that recorded none, or arrays made without files, pass."""
+        are those of its own data. A run that recorded none, or arrays made without files, pass.
+        ``remedy`` ends the message (default: name the run's directory with ``data_dir``)."""
         recorded = self.read_record().get("data_fingerprint")
         found = data.fingerprint
         if recorded and found and recorded != found:
             raise DataError("%s holds other MNIST files than %s was trained on (SHA-256 %s..., "
-                            "not the run's %s...): name the directory it was trained on with "
-                            "{data_dir}", data.directory, self.path, found[:12], recorded[:12])
+                            "not the run's %s...): " + (remedy or "name the directory it was "
+                                                        "trained on with {data_dir}"),
+                            data.directory, self.path, found[:12], recorded[:12])
 
     def write_config(self, config, **record):
         write_json(self.file(CONFIG_FILE), dict(config.to_dict(), **record))

@@ -12,15 +12,13 @@ import numpy as np
 import pytest
 from mxnet import nd
 
-from commands import PYTHON, assert_one_line_error, run
+from commands import COMPRESS, PREDICT, PYTHON, assert_one_line_error, run
 from gluon_bbb import Config, compressed, train
 from gluon_bbb.compression import _stages, load_compressed, remove_units
 from gluon_bbb.model import net
 from gluon_bbb.network import parse_network
 from gluon_bbb.pruning import keep_masks, prune_weights
 
-COMPRESS = [PYTHON, "-m", "gluon_bbb.compress"]
-PREDICT = [PYTHON, "-m", "gluon_bbb.predict"]
 
 
 def test_varints_round_trip_and_take_one_byte_below_128():

@@ -12,15 +12,14 @@ import numpy as np
 import pytest
 from mxnet import nd
 
-from commands import EVALUATE, PRUNE, PYTHON, TRAIN, assert_one_line_error, run
+from commands import (COMPRESS, EVALUATE, PREDICT, PRUNE, PYTHON, TRAIN, assert_one_line_error,
+                      run)
 from test_compression import synthetic_model
 from gluon_bbb import Config, TrainingDiverged, compressed, train
 from gluon_bbb.compression import compress_parameters
 from gluon_bbb.network import parse_network
 from gluon_bbb.step import TrainingStep
 
-COMPRESS = [PYTHON, "-m", "gluon_bbb.compress"]
-PREDICT = [PYTHON, "-m", "gluon_bbb.predict"]
 
 
 def test_training_stops_when_a_parameter_turns_non_finite_with_a_finite_loss(

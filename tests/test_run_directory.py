@@ -12,10 +12,11 @@ import subprocess
 import sys
 import time
 
+import numpy as np
 import pytest
 
-from commands import (COMPRESS, EVALUATE, PRUNE, ROOT, TRAIN, assert_one_line_error, mnist_copy,
-                      run, start, stopped_by)
+from commands import (COMPRESS, EVALUATE, PREDICT, PRUNE, ROOT, TRAIN, assert_one_line_error,
+                      mnist_copy, run, start, stopped_by)
 
 SMALL = ["--train-size", "512", "--num-hidden-units", "20", "--test-samples", "2", "--seed", "1"]
 
@@ -316,6 +317,14 @@ def test_commands_refuse_other_mnist_files_than_the_runs_and_take_its_own_anywhe
         assert "--data-dir" in proc.stderr
     assert {name: (run_dir / name).read_bytes() for name in files_of(run_dir)} == before
     assert not (tmp_path / "model.gbbb").exists()
+    # predict, which takes no --data-dir, reads the recorded directory, else $GLUON_BBB_DATA
+    moved = copy_of(one_epoch, tmp_path, "moved")
+    record = read_json(moved / "config.json")
+    (moved / "config.json").write_text(json.dumps(dict(record, data_dir=str(tmp_path / "gone"))))
+    np.save(tmp_path / "digit.npy", np.zeros(784, dtype=np.uint8))
+    proc = run(PREDICT, moved, tmp_path / "digit.npy", env={"GLUON_BBB_DATA": str(other)})
+    assert_one_line_error(proc, "was trained on")
+    assert "set $GLUON_BBB_DATA to the directory it was trained on" in proc.stderr
     same = mnist_copy(tmp_path / "same")
     proc = run(TRAIN, "--resume", "--out", run_dir, "--epochs", "2", "--data-dir", same)
     assert proc.returncode == 0, proc.stderr
