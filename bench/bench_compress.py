@@ -8,7 +8,10 @@
                mean network against the unpruned mean network's; what each step contributes
                (pruning alone, the units removed, the quantized means, the varint indices)
   latency:     one image and a batch of 1,000 through the NumPy predictor and through the dense
-               MXNet mean network (``net``), median over repeats, taking turns
+               MXNet mean network (``net``), median over repeats, taking turns; with
+               ``--narrower``, the NumPy predictor of networks of other widths too (random
+               weights: a file that removed units down to them predicts with such a network),
+               each against the same dense MXNet network, to see what structure a speed-up needs
   uncertainty: with ``--sigma-bits``, the compressed Bayesian model's Monte Carlo predictive
                against the full posterior's (``uncertainty.predict``), the same number of draws:
                test accuracy, ECE, entropy on uniform noise, AUROC of noise and, with
@@ -16,7 +19,7 @@
 
     python bench/bench_compress.py RUN [--proportions 0.9 0.95 0.97] [--precisions 0 0.5 1 2]
         [--choose P --precision K --sigma-bits 4 | --file MODEL.gbbb] [--ood-data-dir DIR]
-        [--plot FILE]
+        [--plot FILE] [--narrower NETWORK ...]
 """
 import argparse
 import os
@@ -31,10 +34,11 @@ import mxnet as mx  # noqa: E402
 import numpy as np  # noqa: E402
 from mxnet import nd  # noqa: E402
 
-from gluon_bbb import compressed, load_mnist  # noqa: E402
+from gluon_bbb import compressed  # noqa: E402
 from gluon_bbb.compression import compress_parameters, error_rate, run_parameters  # noqa: E402
 from gluon_bbb.evaluation import load_ood_images  # noqa: E402
 from gluon_bbb.model import net  # noqa: E402
+from gluon_bbb.network import parse_network  # noqa: E402
 from gluon_bbb.pruning import keep_masks, save_pruned  # noqa: E402
 from gluon_bbb.rundir import resolve_checkpoint  # noqa: E402
 from gluon_bbb.uncertainty import (auroc, expected_calibration_error, noise_images,  # noqa: E402
@@ -167,10 +171,13 @@ def main():
     parser.add_argument("--ood-data-dir")
     parser.add_argument("--data-dir")
     parser.add_argument("--plot", help="write the size-error curves to this PNG")
+    parser.add_argument("--narrower", nargs="+", default=[], metavar="NETWORK",
+                        help="network descriptions (--network's) whose NumPy predictor is timed "
+                        "against the run's dense MXNet network too")
     args = parser.parse_args()
     run, checkpoint = resolve_checkpoint(args.run)
     config, network, mus, sigmas, ranking, state = run_parameters(run, checkpoint)
-    data = load_mnist(args.data_dir or run.recorded_data_dir())
+    data = run.load_data(args.data_dir)
     test = (data.test_images, data.test_labels)
     ood = load_ood_images(args.ood_data_dir) if args.ood_data_dir else None
     dense_model = compress_parameters(network, mus, sigmas, ranking, 0.0, 0.0)[0]
@@ -212,6 +219,19 @@ def main():
               1e3 * times["mxnet", 1], times["mxnet", 1] / times["numpy", 1],
               1e3 * times["numpy", 1000], 1e3 * times["mxnet", 1000],
               times["mxnet", 1000] / times["numpy", 1000]))
+    rng = np.random.default_rng(0)
+    for description in args.narrower:
+        narrower = parse_network(description, config.num_inputs, config.num_outputs)
+        weights = [(0.05 * rng.standard_normal(shape)).astype(np.float32)
+                   for shape in narrower.param_shapes()]
+        narrow_model = compressed.CompressedModel({"classes": config.num_outputs}, narrower,
+                                                  weights, None, None)
+        times = latency(narrow_model, dense_network, dense_mus, data.test_images)
+        print("  NumPy, %s (%.1f%% of the dense multiply-adds): one image %.3f ms (MXNet/NumPy "
+              "= %.2f); 1,000 images %.1f ms (MXNet/NumPy = %.2f)" % (
+                  description, 100 * narrower.multiply_adds() / dense_network.multiply_adds(),
+                  1e3 * times["numpy", 1], times["mxnet", 1] / times["numpy", 1],
+                  1e3 * times["numpy", 1000], times["mxnet", 1000] / times["numpy", 1000]))
     if sigmas is not None and model.sigmas is not None:
         print("\nuncertainty, %d draws (compressed: %s):" % (
             args.samples, args.file or "%g%% removed, precision %g, %d-bit sigmas" % (

@@ -4,7 +4,7 @@ import re
 
 import pytest
 
-from commands import BENCH, PYTHON, ROOT, run
+from commands import BENCH, PYTHON, ROOT, TRAIN, run
 
 pytestmark = pytest.mark.slow  # end-to-end
 
@@ -47,3 +47,21 @@ def test_bench_estimators_prints_a_variance_table_for_each_estimator():
         (network, estimator) for network in ("MLP 2x400", "LeNet")
         for estimator in ("sample", "lrt", "flipout", "sample / lrt", "sample / flipout")]
     assert all(float(value) > 0 for r in rows for value in r[2:])
+
+
+def test_bench_compress_prints_sizes_latency_and_narrower_networks(tmp_path):
+    out = tmp_path / "run"
+    proc = run(TRAIN, "--out", out, "--epochs", "1", "--train-size", "512",
+               "--num-hidden-units", "20", "--test-samples", "0", "--seed", "0")
+    assert proc.returncode == 0, proc.stderr
+    proc = run([PYTHON, os.path.join(ROOT, "bench", "bench_compress.py")], out,
+               "--proportions", "0.5", "0.9", "--precisions", "0", "1", "--choose", "0.5",
+               "--samples", "2", "--narrower", "dense:10,relu,dense:10")
+    assert proc.returncode == 0, proc.stderr
+    rows = [line for line in proc.stdout.splitlines() if re.match(r"\| (50|90)% \| ", line)]
+    assert len(rows) == 4
+    # 784x10 + 10x10 multiply-adds against 784x20 + 20x20 + 20x10
+    narrower = re.search(r"NumPy, dense:10,relu,dense:10 \((\d+\.\d)% of the dense "
+                         r"multiply-adds\): one image \d+\.\d+ ms \(MXNet/NumPy = \d+\.\d\d\); "
+                         r"1,000 images \d+\.\d ms \(MXNet/NumPy = \d+\.\d\d\)", proc.stdout)
+    assert narrower and float(narrower.group(1)) == pytest.approx(100 * 7940 / 16280, abs=0.05)
