@@ -152,8 +152,7 @@ def test_a_non_finite_predictive_stops_the_report():
 
 @pytest.mark.slow
 def test_the_command_on_a_run_an_ensemble_and_a_compressed_file(tmp_path):
-    from commands import PYTHON, TRAIN, run
-    SHIFT = [PYTHON, "-m", "gluon_bbb.shift"]
+    from commands import COMPRESS, SHIFT, TRAIN, run
     runs = []
     for seed in (0, 1):
         out = tmp_path / ("run%d" % seed)
@@ -163,8 +162,8 @@ def test_the_command_on_a_run_an_ensemble_and_a_compressed_file(tmp_path):
                    "--test-samples", "0")
         assert proc.returncode == 0, proc.stderr
         runs.append(out)
-    proc = run([PYTHON, "-m", "gluon_bbb.compress"], runs[0], "--out", tmp_path / "m.gbbb",
-               "--proportion", "0.5", "--sigma-bits", "4")
+    proc = run(COMPRESS, runs[0], "--out", tmp_path / "m.gbbb", "--proportion", "0.5",
+               "--sigma-bits", "4")
     assert proc.returncode == 0, proc.stderr
     ood_dir = tmp_path / "ood"
     ood_dir.mkdir()

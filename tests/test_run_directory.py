@@ -15,8 +15,8 @@ import time
 import numpy as np
 import pytest
 
-from commands import (COMPRESS, EVALUATE, PREDICT, PRUNE, ROOT, TRAIN, assert_one_line_error,
-                      mnist_copy, run, start, stopped_by)
+from commands import (COMPRESS, EVALUATE, PREDICT, PRUNE, ROOT, SHIFT, TRAIN,
+                      assert_one_line_error, mnist_copy, run, start, stopped_by)
 
 SMALL = ["--train-size", "512", "--num-hidden-units", "20", "--test-samples", "2", "--seed", "1"]
 
@@ -310,7 +310,8 @@ def test_commands_refuse_other_mnist_files_than_the_runs_and_take_its_own_anywhe
     for cmd, args in ((TRAIN, ["--resume", "--out", run_dir, "--epochs", "2"]),
                       (EVALUATE, ["--checkpoint", run_dir]),
                       (PRUNE, ["--checkpoint", run_dir]),
-                      (COMPRESS, [run_dir, "--out", tmp_path / "model.gbbb"])):
+                      (COMPRESS, [run_dir, "--out", tmp_path / "model.gbbb"]),
+                      (SHIFT, [run_dir, "--out", tmp_path / "shift"])):
         proc = run(cmd, *args, "--data-dir", other)
         assert_one_line_error(proc, "%s holds other MNIST files than %s was trained on" % (
             os.path.abspath(other), run_dir))
