@@ -3,9 +3,10 @@ and what a resumed run may change. Training, ``prune.py`` and ``evaluate`` reach
 only through ``RunDirectory``.
 
 A run directory holds ``config.json`` (the ``Config`` and how the run was made: its context, its
-data directory and the fingerprint of the MNIST files it read there), ``history.json`` (one record per epoch), ``checkpoint.params`` (the last epoch)
-and, with a validation set, ``best.params`` (the best validation epoch:
-``best_validation_epoch``), beside the reports written about them. Every file is written
+data directory and the fingerprint of the MNIST files it read there), ``history.json`` (one
+record per epoch), ``checkpoint.params`` (the last epoch) and, with a validation set,
+``best.params`` (the best validation epoch: ``best_validation_epoch``), beside the reports
+written about them. Every file is written
 atomically and durably (``files.py``).
 
 While a process works in a directory it holds an exclusive ``flock`` on the directory's
