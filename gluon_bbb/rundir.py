@@ -6,8 +6,7 @@ A run directory holds ``config.json`` (the ``Config`` and how the run was made: 
 data directory and the fingerprint of the MNIST files it read there), ``history.json`` (one
 record per epoch), ``checkpoint.params`` (the last epoch) and, with a validation set,
 ``best.params`` (the best validation epoch: ``best_validation_epoch``), beside the reports
-written about them. Every file is written
-atomically and durably (``files.py``).
+written about them. Every file is written atomically and durably (``files.py``).
 
 While a process works in a directory it holds an exclusive ``flock`` on the directory's
 ``.lock`` file, taken once by the ``RunDirectory`` object that process works through; a second
