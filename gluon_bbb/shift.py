@@ -90,8 +90,9 @@ def main(argv=None, prog=PROG):
     models = [model for model, _ in loaded]
     runs = [found for _, found in loaded if found is not None]
     model = models[0] if len(models) == 1 else Ensemble(models)
-    data = load_mnist(args.data_dir or (runs[0][0].recorded_data_dir() if runs else None))
-    for run, _ in runs:
+    # the first run's data, checked against every run's record
+    data = runs[0][0].load_data(args.data_dir) if runs else load_mnist(args.data_dir)
+    for run, _ in runs[1:]:
         run.check_data(data)
     record = {"models": [os.path.abspath(p) for p in args.models],
               "test_samples": [m.num_samples for m in models], "data_dir": data.directory}
