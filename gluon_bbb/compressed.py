@@ -133,7 +133,8 @@ class NumPyOperators:
             h, (n, c, kh, kw, out_h, out_w),
             (s[0], s[1], s[2] * dh, s[3] * dw, s[2] * sh, s[3] * sw), writeable=False)
         out = np.tensordot(W, patches, axes=([1, 2, 3], [1, 2, 3]))  # (filters, n, oh, ow)
-        return out.transpose(1, 0, 2, 3) + b[None, :, None, None]
+        out += b[:, None, None, None]  # in place: the product is a new array
+        return out.transpose(1, 0, 2, 3)
 
     @staticmethod
     def Pooling(h, kernel, stride, pool_type="max"):
@@ -141,13 +142,16 @@ class NumPyOperators:
             raise ValueError("the NumPy operators pool with non-overlapping max windows only")
         k0, k1 = kernel
         height, width = h.shape[2] // k0 * k0, h.shape[3] // k1 * k1
-        # the maximum of the k0 x k1 strided views, one elementwise pass each: a max over the
-        # reshaped window axes took three quarters of a LeNet's prediction
-        out = h[:, :, 0:height:k0, 0:width:k1]
-        for i in range(k0):
-            for j in range(k1):
-                if i or j:
-                    out = np.maximum(out, h[:, :, i:height:k0, j:width:k1])
+        # the maximum of strided views, one elementwise pass each: first over a window's rows
+        # (whole rows, so the pass reads runs of adjacent values), then over its columns at half
+        # the size; a max over reshaped window axes took three quarters of a LeNet's prediction,
+        # and the k0 x k1 passes at full size 1.6 times the time of these
+        rows = h[:, :, 0:height:k0, :width]
+        for i in range(1, k0):
+            rows = np.maximum(rows, h[:, :, i:height:k0, :width])
+        out = rows[:, :, :, 0::k1]
+        for j in range(1, k1):
+            out = np.maximum(out, rows[:, :, :, j::k1])
         return out
 
 
