@@ -406,6 +406,13 @@ LENET_300_100 = "dense:300,relu,dense:100,relu,dense:10"
 # (99.1% after 200 epochs) at 2.04%.
 _SPARSE_VD_300_100 = dict(_SPARSE_VD, network=LENET_300_100, validation=5000, kl_scale=0.917,
                           epochs=70, lr_decay_every=45)
+# LeNet-5-Caffe: the same pull (5,000 validation images, the KL term weighed by 55,000 /
+# 60,000), the KL term warmed up over 5 epochs, the rate divided by 10 after epoch 64, where the
+# share switched off reached 99.61% (the median of seeds 0-2: epochs 61, 64 and 72), then 20
+# epochs at 1e-4, in which it stays; from starts trained with dropout 0.5 before the last layer
+# (docs/RESULTS.md).
+_SPARSE_VD_LENET = dict(_SPARSE_VD, network="lenet", validation=5000, kl_scale=0.917,
+                        kl_warmup_epochs=5, epochs=84, lr_decay_every=64)
 # Group sparsity: LeNet-5-Caffe with a gate (one factor per channel or unit) after each hidden
 # layer, under sparse variational dropout's log-uniform prior with the weights: a gate whose
 # log alpha passes 3 switches its whole channel or unit off, and compress stores the narrower
@@ -417,7 +424,7 @@ PRESETS = {
     "paper-2x1200": dict(_PAPER, num_hidden_units=1200),
     "paper-2x400": dict(_PAPER, num_hidden_units=400),
     "lenet": _LENET,
-    "lenet-sparse-vd": dict(_SPARSE_VD, network="lenet"),
+    "lenet-sparse-vd": _SPARSE_VD_LENET,
     "lenet-300-100-sparse-vd": _SPARSE_VD_300_100,
     "lenet-group-sparse": dict(_SPARSE_VD, network=LENET_GATED),
 }
