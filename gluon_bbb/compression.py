@@ -31,7 +31,7 @@ from . import compressed
 from .compressed import FORMAT_NAME, encode_varints, entropy_bits, gaps_from_positions
 from .data import IMAGE_SHAPE, PIXEL_SCALE
 from .errors import CheckpointError, ConfigError
-from .network import Conv2D, Dense, Dropout, Flatten, Gate, MaxPool2D, ReLU
+from .network import Conv2D, Dense, Dropout, Flatten, Gate, MaxPool2D, ReLU, parse_network
 
 # the proportions --max-error-increase chooses among
 SEARCH_PROPORTIONS = (0.5, 0.6, 0.7, 0.8, 0.85, 0.9, 0.92, 0.94, 0.95, 0.96, 0.97, 0.975, 0.98,
@@ -182,6 +182,28 @@ def _described(network, stages):
     return ",".join(parts)
 
 
+def narrowed(network, pruned_mus, sigmas=None):
+    """Step 2 on ``network`` whose pruned parameters are 0 in ``pruned_mus`` (NumPy arrays,
+    with their ``sigmas`` or None): ``(stages, units before, units removed)``, the stages
+    each gate folded in and the units step 2 removes taken out. ValueError for a network
+    compression cannot take."""
+    stages = _stages(network, pruned_mus, sigmas)
+    before = [stage.units for stage in stages]
+    return stages, before, remove_units(stages)
+
+
+def units_left(network, pruned_mus):
+    """What compression keeps of ``network`` whose pruned parameters are 0 in ``pruned_mus``
+    (NumPy arrays, left unchanged): ``(units, multiply_adds)``, the units of each layer with
+    weights once step 2 has removed those that read nothing or are read by nothing, and the
+    multiply-adds of that narrower network for one input, as ``compress_parameters`` stores
+    it. ValueError for a network compression cannot take."""
+    stages = narrowed(network, [np.array(mu) for mu in pruned_mus])[0]
+    narrower = parse_network(_described(network, stages), math.prod(network.input_shape),
+                             network.num_outputs)
+    return [stage.units for stage in stages], narrower.multiply_adds()
+
+
 # Quantization and the file's arrays.
 
 def _narrowest_int(values):
@@ -238,9 +260,7 @@ def compress_parameters(network, mus, sigmas, ranking_sigmas, proportion, precis
     from .pruning import keep_masks
     if keep is None:
         keep = keep_masks(mus, ranking_sigmas, proportion)
-    stages = _stages(network, [mu * k for mu, k in zip(mus, keep)], sigmas)
-    before = [stage.units for stage in stages]
-    removed = remove_units(stages)
+    stages, before, removed = narrowed(network, [mu * k for mu, k in zip(mus, keep)], sigmas)
     description = _described(network, stages)
     features = math.prod(network.input_shape)
     header = {"format": FORMAT_NAME, "network": description, "classes": num_classes,

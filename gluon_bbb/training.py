@@ -17,6 +17,7 @@ from mxnet import nd
 
 from . import modes
 from .checkpoint import first_non_finite
+from .compression import units_left
 from .config import Config
 from .context import context_name
 from .elementwise import total
@@ -249,6 +250,9 @@ def _train(config, data, ctx, run, resume, eval_train, log, progress, check_ever
         share_off = None if kept is None else 1.0 - float(nd.mean(kept).asscalar())
         if share_off is not None:
             record["switched_off"] = share_off
+            left = _structure_left(step, kept)
+            if left is not None:
+                record["units_left"], record["multiply_adds_left"] = left
         if config.validation:
             record["validation_accuracy"] = evaluate_accuracy(val_images, val_labels, mus,
                                                               network=network)
@@ -267,16 +271,33 @@ def _train(config, data, ctx, run, resume, eval_train, log, progress, check_ever
                 saved.epochs = epoch + 1
         if progress:
             sys.stderr.write("\r" + " " * 60 + "\r")
-        log("epoch %d/%d  loss %.1f%s%s  test accuracy (mean weights) %.4f%s%s  %.1f s" % (
+        log("epoch %d/%d  loss %.1f%s%s%s  test accuracy (mean weights) %.4f%s%s  %.1f s" % (
             epoch + 1, config.epochs, record["loss"],
             " (KL term x%.2f, warming up)" % kl_factor if kl_factor < 1.0 else "",
             "  switched off %.2f%%" % (100 * share_off) if share_off is not None else "",
+            "  units left %s (%.1f%% of the multiply-adds)" % (
+                "-".join(map(str, record["units_left"][:-1])),
+                100 * record["multiply_adds_left"]) if "units_left" in record else "",
             record["test_accuracy"],
             "  validation accuracy %.4f" % record["validation_accuracy"]
             if config.validation else "",
             "  train accuracy %.4f" % record["train_accuracy"] if eval_train else "",
             epoch_seconds))
     return TrainResult(config=config, mus=step.mus, rhos=step.rhos, history=history)
+
+
+def _structure_left(step, kept):
+    """``(units, share of the multiply-adds)`` of the network the prior's rule keeps (``kept``,
+    ``step.kept()``) as ``compress`` would store it: the units of each layer with weights, the
+    output layer's last, once those that read nothing or are read by nothing are removed. None
+    for a network compression cannot take, or one with no hidden layer."""
+    network = step.network
+    pruned = [(mu * keep).asnumpy() for mu, keep in zip(step.mus, step.layout.views(kept))]
+    try:
+        units, multiply_adds = units_left(network, pruned)
+    except ValueError:
+        return None
+    return (units, multiply_adds / network.multiply_adds()) if len(units) > 1 else None
 
 
 def _kept(run, saved_epochs):

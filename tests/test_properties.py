@@ -241,7 +241,7 @@ def test_a_compressed_file_predicts_what_the_pruned_mean_network_does(descriptio
     """compress -> read: the units the pruning cut off are removed, each gate folded into the
     layer before it (a gate switched off removes its unit), the rest is the pruned mean network
     (float32 means), and the file reads back as the model compress built."""
-    from gluon_bbb.compression import compress_parameters
+    from gluon_bbb.compression import compress_parameters, units_left
     from gluon_bbb.pruning import keep_masks
     description, features, classes = description
     network = parse_network(description, features, classes).without_dropout()
@@ -276,3 +276,13 @@ def test_a_compressed_file_predicts_what_the_pruned_mean_network_does(descriptio
     assert report["kept_after_pruning"] == sum(int(k.sum()) for k in keep)
     if sigma_bits:
         np.testing.assert_array_equal(read.predict(X, 3, seed=1), model.predict(X, 3, seed=1))
+    # what training reports of the rule's network each epoch is what the file holds, and
+    # leaves the means it reads as they were
+    pruned = [m * k for m, k in zip(mus, keep)]
+    copies = [p.copy() for p in pruned]
+    units, multiply_adds = units_left(network, pruned)
+    assert units == narrow
+    assert units == [b - r for b, r in zip(report["units_before"], report["units_removed"])]
+    assert multiply_adds == read.network.multiply_adds() == report["multiply_adds_after"]
+    for p, c in zip(pruned, copies):
+        np.testing.assert_array_equal(p, c)

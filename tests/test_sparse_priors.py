@@ -435,6 +435,20 @@ def test_removing_what_the_rule_switches_off_trains_the_pruned_network(tmp_path,
     assert result.history[-1]["switched_off"] == pytest.approx(share, abs=1.0 / total)
     assert [r["switched_off"] for r in result.history] == sorted(
         r["switched_off"] for r in result.history)  # what removal takes out stays out
+    # and the units of the network the rule keeps, as compress stores it at the rule's share:
+    # a hidden unit whose weights in or out are all off is gone
+    from gluon_bbb.compression import compress_parameters
+    network = Config(**small).build_network()
+    mus = [m.asnumpy() for m in result.mus]
+    keep = [m != 0 for m in mus]  # removal has zeroed every mean the rule switched off
+    _, _, _, report = compress_parameters(network, mus, None, mus, 0.0, 0.0, keep=keep)
+    W = mus[0] * keep[0]
+    hidden = int(np.sum(np.any(W != 0, axis=1) & np.any(mus[2] != 0, axis=0)))
+    assert 0 < hidden < 100
+    assert result.history[-1]["units_left"] == [hidden, 10] == [
+        b - r for b, r in zip(report["units_before"], report["units_removed"])]
+    assert result.history[-1]["multiply_adds_left"] == pytest.approx((784 * hidden + hidden * 10)
+                                                                     / (784 * 100 + 100 * 10))
     # what predicts from the run draws no noise for them either: it trained without them
     from gluon_bbb.rundir import RunDirectory
     run = RunDirectory(out)
