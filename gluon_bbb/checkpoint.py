@@ -63,6 +63,8 @@ def read_checkpoint(path, ctx=None):
         raise CheckpointError("checkpoint %s is unreadable: %s", path, reason[:200]) from None
     if not isinstance(arrays, dict) or "mu:0" not in arrays or "epoch" not in arrays:
         raise CheckpointError("checkpoint %s does not hold gluon_bbb parameters", path)
+    if "num_update" not in arrays:
+        raise CheckpointError("checkpoint %s lacks 'num_update'", path)
     count = sum(1 for key in arrays if key.startswith("mu:"))
     try:
         mus = [arrays["mu:%d" % i].as_in_context(ctx) for i in range(count)]

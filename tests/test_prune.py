@@ -179,6 +179,13 @@ def test_prune_command_errors(short_run, tmp_path):
     shutil.copytree(short_run, garbage)
     (garbage / "checkpoint.params").write_bytes(b"not a checkpoint")
     cases.append((["--checkpoint", str(garbage)], "is unreadable"))
+    # parameters written by hand with nd.save, without the optimizer's step count
+    partial = tmp_path / "partial"
+    shutil.copytree(short_run, partial)
+    arrays = {key: array for key, array in nd.load(str(partial / "checkpoint.params")).items()
+              if key != "num_update"}
+    nd.save(str(partial / "checkpoint.params"), arrays)
+    cases.append((["--checkpoint", str(partial)], "lacks 'num_update'"))
     mismatch = tmp_path / "mismatch"
     shutil.copytree(short_run, mismatch)
     with open(mismatch / "config.json") as f:
