@@ -204,6 +204,62 @@ def units_left(network, pruned_mus):
     return [stage.units for stage in stages], narrower.multiply_adds()
 
 
+def _gated_stages(network, mus):
+    """The network's layers with weights as ``_Stage``s of copies of ``mus``, each with the
+    position of its gate's array among the parameters (None where no gate follows it), the
+    gates left as they are (not folded)."""
+    stages, index = [], 0
+    for layer in network.layers:
+        if isinstance(layer, (Dense, Conv2D)):
+            stages.append([_Stage(layer, np.array(mus[index]), np.array(mus[index + 1]),
+                                  None, None), index, None])
+            index += 2
+        elif isinstance(layer, Gate):
+            if not stages or stages[-1][2] is not None:
+                raise ValueError("a gate follows a layer with weights here, not %s" % layer)
+            stages[-1][2] = index
+            index += 1
+    return stages
+
+
+def best_gated_units(network, mus, sigmas, counts):
+    """For each gate of ``network`` in order, the indices (ascending) of the ``counts`` units
+    whose gates have the highest signal-to-noise ratio |mu| / sigma (the lowest log alpha),
+    from its parameters' means and sigmas (NumPy arrays). ValueError where a gate has fewer
+    units than its count."""
+    kept = []
+    for position, count in zip(network.gate_positions(), counts, strict=True):
+        snr = np.abs(mus[position]) / sigmas[position]
+        if not 0 < count <= snr.size:
+            raise ValueError("a gate of %d units cannot keep %d" % (snr.size, count))
+        # stable, so that equal ratios keep the lower index
+        kept.append(np.sort(np.argsort(-snr, kind="stable")[:count]))
+    return kept
+
+
+def keep_gated_units(network, mus, kept):
+    """``network``'s parameters ``mus`` (NumPy arrays) with each gated layer's units cut to
+    those ``kept`` names (one index array per gate, in order): the layer's outputs (weights,
+    bias), its gate's factors and the next layer's inputs that read them, as a narrower network
+    of the same description holds them; the gates stay gates. ValueError for a gate on the last
+    layer (its units are the network's outputs)."""
+    stages = _gated_stages(network, mus)
+    out = [np.array(mu) for mu in mus]
+    chosen = iter(kept)
+    for i, (stage, _, gate) in enumerate(stages):
+        if gate is None:
+            continue
+        if i + 1 == len(stages):
+            raise ValueError("the last layer's gate cannot remove outputs")
+        units = next(chosen)
+        stages[i + 1][0].drop_inputs_of(stage, units)
+        stage.keep_units(units)
+        out[gate] = out[gate][units]
+    for stage, position, _ in stages:
+        out[position], out[position + 1] = stage.W, stage.b
+    return out
+
+
 # Quantization and the file's arrays.
 
 def _narrowest_int(values):

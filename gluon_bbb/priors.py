@@ -1,6 +1,6 @@
 """The priors P(w) over every weight: the documented base ``Prior``, a user's own prior's
-parent, the built-in Gaussian, the paper's scale mixture of two and sparse variational
-dropout's log-uniform prior, and ``GatedPrior``, which puts a network's gates under a prior of
+parent, the built-in Gaussian, the paper's scale mixture of two, sparse variational dropout's
+log-uniform prior and ``NoPrior`` (a KL term of 0, for weights under gates), and ``GatedPrior``, which puts a network's gates under a prior of
 their own (group sparsity).
 
 A prior is an object. Its one required member is ``log_density(x, F)``, the elementwise log
@@ -296,6 +296,19 @@ class LogUniformPrior(Prior):
                 + 0.5 * softplus(-log_alpha, F))
 
 
+class NoPrior(Prior):
+    """No prior on these weights: their KL term is 0, so the ELBO's complexity term is the
+    rest of the network's (a gated network's gates, under ``Config.gate_prior``) and each
+    weight's mean and noise are trained by the data term alone, which shrinks the noise: the
+    weights are all but deterministic, as structured Bayesian pruning (Neklyudov et al. 2017)
+    trains its weights under noisy gates. Not a density (no ``log_density``, so no Monte Carlo
+    KL), and no rule that switches weights off."""
+    name = "none"
+
+    def kl(self, mu, sigma, F=None):
+        return operators(F).zeros_like(mu)
+
+
 def removed(prior, mu, sigma):
     """1 where a run that removes what its prior switches off (``Config.remove_switched_off``)
     has taken the entry out of the network, 0 elsewhere: the prior's rule switches it off, or
@@ -306,7 +319,8 @@ def removed(prior, mu, sigma):
 
 # the priors whose scales are a Config's flat fields (sigma_p, pi, sigma_p1, sigma_p2), or who
 # have none
-PRIORS = {prior.name: prior for prior in (GaussianPrior, ScaleMixturePrior, LogUniformPrior)}
+PRIORS = {prior.name: prior for prior in (GaussianPrior, ScaleMixturePrior, LogUniformPrior,
+                                          NoPrior)}
 
 
 def prior_kind(name):

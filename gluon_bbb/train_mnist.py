@@ -86,6 +86,10 @@ CHOICE_FLAGS = {
 
 # Config fields that are on or off: --field and --no-field
 SWITCH_FLAGS = {
+    "init_best_units": "with --init-from a run of the same gated network with more units: "
+                       "start from each gated layer's units whose gates have the highest "
+                       "signal-to-noise ratio there (the lowest log alpha), as many as "
+                       "--network has",
     "remove_switched_off": "take the weights the prior's rule switches off (log alpha > 3 for "
                            "the log-uniform prior) out of the network as it trains: their "
                            "means set to 0, no noise, no gradient (sparse variational "

@@ -17,7 +17,7 @@ from mxnet import nd
 
 from . import modes
 from .checkpoint import first_non_finite
-from .compression import units_left
+from .compression import best_gated_units, keep_gated_units, units_left
 from .config import Config
 from .context import context_name
 from .elementwise import total
@@ -153,6 +153,8 @@ def initial_means(config, ctx=None):
     if not os.path.exists(config.init_from):
         raise CheckpointError("{init_from} %s does not exist (a run directory or a parameter "
                               "file of one)", config.init_from)
+    if config.init_best_units:
+        return _best_units_of_start(config, ctx)
     mus = load_checkpoint(config.init_from, ctx)["mus"]
     found, needed = [tuple(m.shape) for m in mus], [tuple(s) for s in config.layer_shapes()]
     network = config.build_network()
@@ -168,6 +170,34 @@ def initial_means(config, ctx=None):
                               "needs %s%s", config.init_from, found, needed,
                               " (or %s, without its gates)" % (ungated,) if gates else "")
     return mus
+
+
+def _best_units_of_start(config, ctx=None):
+    """``initial_means`` with ``config.init_best_units``: of the gated run ``init_from``, the
+    means of the units whose gates have the highest |mu| / sigma, as many in each gated layer as
+    the config's network has (``compression.best_gated_units``, ``keep_gated_units``)."""
+    from .rundir import CONFIG_FILE, load_checkpoint, resolve_checkpoint
+    run, _ = resolve_checkpoint(config.init_from)
+    if not os.path.isfile(run.file(CONFIG_FILE)):
+        raise CheckpointError("{init_best_units} reads the network of {init_from} from its "
+                              "run's %s, which is not beside %s", CONFIG_FILE, config.init_from)
+    start = run.read_config()
+    wide, network = start.build_network(), config.build_network()
+    state = load_checkpoint(config.init_from)
+    counts = [network.param_shapes()[position][0] for position in network.gate_positions()]
+    try:
+        if len(wide.gate_positions()) != len(counts):
+            raise ValueError("not gated as this run's network is")
+        mus = [m.asnumpy() for m in state["mus"]]
+        sigmas = [s.asnumpy() for s in state["parametrization"].sigmas(state["rhos"])]
+        narrow = keep_gated_units(wide, mus, best_gated_units(wide, mus, sigmas, counts))
+        if [m.shape for m in narrow] != [tuple(s) for s in config.layer_shapes()]:
+            raise ValueError("shapes")
+    except ValueError:
+        raise CheckpointError("{init_best_units}: {init_from} %s is a run of %s, not of this "
+                              "run's network %s with as many units or more in its gated "
+                              "layers", config.init_from, start.network, config.network) from None
+    return [nd.array(mu, ctx=ctx) for mu in narrow]
 
 
 def split_data(config, data):

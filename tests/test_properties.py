@@ -286,3 +286,48 @@ def test_a_compressed_file_predicts_what_the_pruned_mean_network_does(descriptio
     assert multiply_adds == read.network.multiply_adds() == report["multiply_adds_after"]
     for p, c in zip(pruned, copies):
         np.testing.assert_array_equal(p, c)
+
+
+@given(networks(), SEEDS)
+def test_a_gated_networks_best_units_compute_what_it_does_with_the_rest_switched_off(
+        description, seed):
+    """``init_best_units``'s start: each gated layer cut to the units whose gates have the
+    highest |mu| / sigma computes what the wide network does with the other gates at 0."""
+    from hypothesis import assume
+    from gluon_bbb.compression import best_gated_units, keep_gated_units
+    description, features, classes = description
+    network = parse_network(description, features, classes).without_dropout()
+    gates = network.gate_positions()
+    assume(gates)
+    rng = np.random.default_rng(seed)
+    shapes = network.param_shapes()
+    mus = [(rng.normal(size=s) / np.sqrt(np.prod(s[1:]) if len(s) > 1 else 1))
+           .astype(np.float32) for s in shapes]
+    sigmas = [np.exp(rng.normal(-1, 1, size=s)).astype(np.float32) for s in shapes]
+    counts = [int(rng.integers(1, shapes[i][0] + 1)) for i in gates]
+    kept = best_gated_units(network, mus, sigmas, counts)
+    wide = [m.copy() for m in mus]
+    for position, count, units in zip(gates, counts, kept):
+        snr = np.abs(mus[position]) / sigmas[position]
+        threshold = np.sort(snr)[::-1][count - 1]
+        assert len(units) == count and (np.diff(units) > 0).all()
+        assert (snr[units] >= threshold).all() and (np.delete(snr, units) <= threshold).all()
+        off = np.ones(snr.size, dtype=bool)
+        off[units] = False
+        wide[position][off] = 0.0
+    # the narrower network's description: each gated layer's units the count kept
+    tokens, left = description.split(","), iter(counts)
+    for i, token in enumerate(tokens[:-1]):
+        if tokens[i + 1] == "gate":
+            kind, _, rest = token.partition(":")
+            tokens[i] = ":".join([kind, str(next(left))] + rest.split(":")[1:])
+    narrow_network = parse_network(",".join(tokens), features, classes).without_dropout()
+    before = [m.copy() for m in mus]
+    narrow = keep_gated_units(network, mus, kept)
+    assert [m.shape for m in narrow] == [tuple(s) for s in narrow_network.param_shapes()]
+    X = rng.uniform(size=(3, features)).astype(np.float32)
+    expected = network(X, wide, F=compressed.NumPyOperators)
+    np.testing.assert_allclose(narrow_network(X, narrow, F=compressed.NumPyOperators), expected,
+                               rtol=1e-4, atol=1e-5 * (np.abs(expected).max() + 1))
+    for mu, copy in zip(mus, before):
+        np.testing.assert_array_equal(mu, copy)  # the means given are left as they were
