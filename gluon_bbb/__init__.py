@@ -83,7 +83,7 @@ for _module, _names in {
         "model": "combined_loss evaluate_accuracy init_variational_params layer_param_shapes "
                  "log_gaussian log_softmax_likelihood lrt_net net sample_epsilons softplus "
                  "transform_gaussian_samples transform_rhos",
-        "priors": "GatedPrior GaussianPrior LogUniformPrior Prior ScaleMixturePrior "
+        "priors": "GatedPrior GaussianPrior LogUniformPrior NoPrior Prior ScaleMixturePrior "
                   "gaussian_prior prior_for scale_mixture_prior",
         "modes": "Estimator",
         "parametrizations": "LogVariance Parametrization Softplus",

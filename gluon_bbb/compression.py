@@ -22,6 +22,10 @@ The steps, on the mean network of a run (``compress_parameters``):
    own uncertainty); ``precision=0`` keeps float32.
 4. **Indices**: the kept entries' positions as LEB128 varints of the gaps between them.
 5. **Sigmas** (``sigma_bits`` > 0): log sigma of each kept entry in ``sigma_bits`` bits.
+
+The same structure serves a narrower run's start (``Config.init_best_units``): a gated
+network's units ranked by their gates' |mu| / sigma (``best_gated_units``) and the network cut
+to the best of them, its gates kept (``keep_gated_units``).
 """
 import math
 
