@@ -49,9 +49,11 @@ UNSURE_SHARE = 0.05
 class _Stage:
     """A layer with weights and the layers without weights after it (up to the next one)."""
 
-    def __init__(self, layer, W, b, sW, sb):
+    def __init__(self, layer, W, b, sW, sb, position):
         self.layer, self.after = layer, []
         self.W, self.b, self.sW, self.sb = W, b, sW, sb
+        # where W and its gate's factors (None: no gate follows) lie among the parameters
+        self.position, self.gate = position, None
 
     @property
     def units(self):
@@ -101,18 +103,21 @@ class _Stage:
             self.sW = np.take(self.sW, cols, axis=1)
 
 
-def _stages(network, mus, sigmas):
+def _stages(network, mus, sigmas, fold_gates=True):
     """The network's layers with weights as ``_Stage``s, each gate folded into the layer before
-    it (``fold_gate``); ValueError for a layer compression cannot take."""
+    it (``fold_gate``) unless ``fold_gates`` is False; ValueError for a layer compression cannot
+    take."""
     stages, index = [], 0
     for layer in network.without_dropout().layers:
         if isinstance(layer, (Dense, Conv2D)):
             W, b = mus[index], mus[index + 1]
             sW, sb = (sigmas[index], sigmas[index + 1]) if sigmas is not None else (None, None)
-            stages.append(_Stage(layer, W, b, sW, sb))
+            stages.append(_Stage(layer, W, b, sW, sb, index))
             index += 2
         elif isinstance(layer, Gate) and stages and not stages[-1].after:
-            fold_gate(stages[-1], mus[index], None if sigmas is None else sigmas[index])
+            if fold_gates:
+                fold_gate(stages[-1], mus[index], None if sigmas is None else sigmas[index])
+            stages[-1].gate = index
             index += 1
         elif isinstance(layer, (ReLU, MaxPool2D, Flatten)) and stages:
             stages[-1].after.append(layer)
@@ -208,24 +213,6 @@ def units_left(network, pruned_mus):
     return [stage.units for stage in stages], narrower.multiply_adds()
 
 
-def _gated_stages(network, mus):
-    """The network's layers with weights as ``_Stage``s of copies of ``mus``, each with the
-    position of its gate's array among the parameters (None where no gate follows it), the
-    gates left as they are (not folded)."""
-    stages, index = [], 0
-    for layer in network.layers:
-        if isinstance(layer, (Dense, Conv2D)):
-            stages.append([_Stage(layer, np.array(mus[index]), np.array(mus[index + 1]),
-                                  None, None), index, None])
-            index += 2
-        elif isinstance(layer, Gate):
-            if not stages or stages[-1][2] is not None:
-                raise ValueError("a gate follows a layer with weights here, not %s" % layer)
-            stages[-1][2] = index
-            index += 1
-    return stages
-
-
 def best_gated_units(network, mus, sigmas, counts):
     """For each gate of ``network`` in order, the indices (ascending) of the ``counts`` units
     whose gates have the highest signal-to-noise ratio |mu| / sigma (the lowest log alpha),
@@ -247,20 +234,20 @@ def keep_gated_units(network, mus, kept):
     bias), its gate's factors and the next layer's inputs that read them, as a narrower network
     of the same description holds them; the gates stay gates. ValueError for a gate on the last
     layer (its units are the network's outputs)."""
-    stages = _gated_stages(network, mus)
+    stages = _stages(network, mus, None, fold_gates=False)
     out = [np.array(mu) for mu in mus]
     chosen = iter(kept)
-    for i, (stage, _, gate) in enumerate(stages):
-        if gate is None:
+    for stage, following in zip(stages, stages[1:] + [None]):
+        if stage.gate is None:
             continue
-        if i + 1 == len(stages):
+        if following is None:
             raise ValueError("the last layer's gate cannot remove outputs")
         units = next(chosen)
-        stages[i + 1][0].drop_inputs_of(stage, units)
+        following.drop_inputs_of(stage, units)
         stage.keep_units(units)
-        out[gate] = out[gate][units]
-    for stage, position, _ in stages:
-        out[position], out[position + 1] = stage.W, stage.b
+        out[stage.gate] = out[stage.gate][units]
+    for stage in stages:
+        out[stage.position], out[stage.position + 1] = np.array(stage.W), np.array(stage.b)
     return out
 
 

@@ -1,7 +1,7 @@
 """The priors P(w) over every weight: the documented base ``Prior``, a user's own prior's
 parent, the built-in Gaussian, the paper's scale mixture of two, sparse variational dropout's
-log-uniform prior and ``NoPrior`` (a KL term of 0, for weights under gates), and ``GatedPrior``, which puts a network's gates under a prior of
-their own (group sparsity).
+log-uniform prior and ``NoPrior`` (a KL term of 0, for weights under gates), and
+``GatedPrior``, which puts a network's gates under a prior of their own (group sparsity).
 
 A prior is an object. Its one required member is ``log_density(x, F)``, the elementwise log
 density written with the operators of ``F`` (MXNet's ``nd`` or ``sym``); called on an array it
