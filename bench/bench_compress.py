@@ -8,7 +8,9 @@
                mean network against the unpruned mean network's; what each step contributes
                (pruning alone, the units removed, the quantized means, the varint indices)
   latency:     one image and a batch of 1,000 through the NumPy predictor and through the dense
-               MXNet mean network (``net``), median over repeats, taking turns; with
+               MXNet mean network (``net``), median over repeats, taking turns; the batch
+               also with each convolution and max pooling computed apart (the predictor
+               computes a convolution and the pooling after it in one product); with
                ``--narrower``, the NumPy predictor of networks of other widths too (random
                weights: a file that removed units down to them predicts with such a network),
                each against the same dense MXNet network, to see what structure a speed-up needs
@@ -95,6 +97,8 @@ def latency(model, network, mus, images, repeats=30):
     cases = {
         ("numpy", 1): lambda: model.predict(one),
         ("numpy", 1000): lambda: model.predict(batch),
+        ("numpy apart", 1000): lambda: model.predict(
+            batch, operators=compressed.SeparateOperators),
         ("mxnet", 1): lambda: nd.softmax(net(nd.array(one), nd_mus, network=network)).asnumpy(),
         ("mxnet", 1000): lambda: nd.softmax(net(nd.array(batch), nd_mus,
                                                 network=network)).asnumpy(),
@@ -219,6 +223,9 @@ def main():
               1e3 * times["mxnet", 1], times["mxnet", 1] / times["numpy", 1],
               1e3 * times["numpy", 1000], 1e3 * times["mxnet", 1000],
               times["mxnet", 1000] / times["numpy", 1000]))
+    print("  NumPy, each convolution and max pooling computed apart (compressed."
+          "SeparateOperators): 1,000 images %.1f ms (apart/one product = %.2f)" % (
+              1e3 * times["numpy apart", 1000], times["numpy apart", 1000] / times["numpy", 1000]))
     rng = np.random.default_rng(0)
     for description in args.narrower:
         narrower = parse_network(description, config.num_inputs, config.num_outputs)

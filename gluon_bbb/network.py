@@ -312,29 +312,47 @@ class Network:
                    for layer in self.layers)
 
     def __call__(self, X, params, F=None):
+        """The logits for X with ``params``. Where F has ``ConvolutionMaxPool`` (NumPy's
+        operators, ``compressed.NumPyOperators``), a convolution right before a max pooling is
+        computed with it, in one step."""
         if F is None:
             from mxnet import nd as F
+        pooled = None
+        if getattr(F, "ConvolutionMaxPool", None) is not None:
+            def pooled(conv, pool, h, index):
+                W, b = params[index:index + conv.num_params]
+                return F.ConvolutionMaxPool(h, W, b, num_filter=conv.channels,
+                                            kernel=(conv.kernel, conv.kernel), pool=pool.size)
         return self.run(X, lambda layer, h, k, index, shape: layer(
             F, h, params[index:index + layer.num_params], shape), F,
             weightless=lambda layer, h, index, count, shape: layer(
-                F, h, params[index:index + count], shape))
+                F, h, params[index:index + count], shape), pooled=pooled)
 
-    def run(self, X, weighted, F=None, weightless=None):
+    def run(self, X, weighted, F=None, weightless=None, pooled=None):
         """The network's output for X, each dense, convolution or gate layer computed by
         ``weighted(layer, h, k, index, input_shape)`` (``k``: the k-th such layer; ``index``: its
         first parameter's position in the parameter list: W and b, or a gate's one vector);
         other layers as they are, or by ``weightless(layer, h, index, count, input_shape)``
-        where given."""
+        where given; a convolution that the computing order puts right before a max pooling,
+        with the pooling, by ``pooled(conv, pool, h, index)`` where given."""
         if F is None:
             from mxnet import nd as F
         h = X
         if len(self.input_shape) > 1:
             h = F.reshape(h, shape=(-1,) + self.input_shape)
-        k = 0
-        for position in self._order:
+        k, skip = 0, None
+        for step, position in enumerate(self._order):
+            if position == skip:
+                continue
             layer, index = self.layers[position], self._param_offsets[position]
             shape = self.input_shapes[position]
-            if isinstance(layer, NOISY_LAYERS):
+            following = (self.layers[self._order[step + 1]]
+                         if step + 1 < len(self._order) else None)
+            if (pooled is not None and isinstance(layer, Conv2D)
+                    and isinstance(following, MaxPool2D)):
+                h, skip = pooled(layer, following, h, index), self._order[step + 1]
+                k += 1
+            elif isinstance(layer, NOISY_LAYERS):
                 h = weighted(layer, h, k, index, shape)
                 k += 1
             elif weightless is not None:

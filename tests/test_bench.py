@@ -60,6 +60,9 @@ def test_bench_compress_prints_sizes_latency_and_narrower_networks(tmp_path):
     assert proc.returncode == 0, proc.stderr
     rows = [line for line in proc.stdout.splitlines() if re.match(r"\| (50|90)% \| ", line)]
     assert len(rows) == 4
+    assert re.search(r"NumPy, each convolution and max pooling computed apart \(compressed\."
+                     r"SeparateOperators\): 1,000 images \d+\.\d ms \(apart/one product = "
+                     r"\d+\.\d\d\)", proc.stdout)
     # 784x10 + 10x10 multiply-adds against 784x20 + 20x20 + 20x10
     narrower = re.search(r"NumPy, dense:10,relu,dense:10 \((\d+\.\d)% of the dense "
                          r"multiply-adds\): one image \d+\.\d+ ms \(MXNet/NumPy = \d+\.\d\d\); "

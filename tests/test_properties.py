@@ -1,8 +1,9 @@
 """Property-based checks of the fast paths against their plain references over randomized
 shapes and settings (Hypothesis): the convolution (a one-channel input as a dense product over
 its patches; MXNet's oneDNN operator otherwise) and max pooling against NumPy, values and
-gradients, in every way the package runs them; the NumPy predictor against MXNet's network for
-randomly drawn networks. A hand-picked shape is an example; these are the checks.
+gradients, in every way the package runs them; the NumPy predictor's convolution and pooling in
+one product against NumPy's; the NumPy predictor against MXNet's network for randomly drawn
+networks. A hand-picked shape is an example; these are the checks.
 
 MXNet 1.9.1's oneDNN picks blocked memory layouts by shape and ISA (8 channels a block on AVX2,
 16 on AVX-512), so the channel counts are drawn from 1-70 with the multiples of 8 and 16 drawn
@@ -154,6 +155,37 @@ def test_max_pooling_and_its_gradient_match_numpy(ctx, case, seed):
     np.testing.assert_array_equal(out.asnumpy(), expected)
     np.testing.assert_allclose(x.grad.asnumpy(), gradient(head), rtol=1e-6, atol=1e-6)
     np.testing.assert_array_equal(pool(compressed.NumPyOperators, h, [], h.shape[1:]), expected)
+
+
+@st.composite
+def pooled_convolutions(draw):
+    """(x, W, b, pool) of a convolution (stride 1, no padding) that a max pooling of pool x pool
+    windows follows, its output's sides at least pool and drawn to leave a remainder often."""
+    kernel, pool = draw(st.integers(1, 6)), draw(st.integers(1, 4))
+    height, width = (draw(st.integers(kernel + pool - 1, kernel + pool + 10)) for _ in "hw")
+    rng = np.random.default_rng(draw(SEEDS))
+    x = rng.normal(size=(draw(st.integers(1, 4)), draw(st.integers(1, 6)), height, width))
+    W = rng.normal(size=(draw(CHANNELS), x.shape[1], kernel, kernel))
+    return (x.astype(np.float32), W.astype(np.float32), rng.normal(size=W.shape[0])
+            .astype(np.float32), pool)
+
+
+@given(pooled_convolutions(), st.booleans())
+def test_the_numpy_convolution_pooled_in_one_product_matches_numpy(case, always_one_product):
+    # compressed.NumPyOperators.ConvolutionMaxPool: the shifted kernels' one product over the
+    # windows' patches (forced for every kernel and window when always_one_product), or the
+    # convolution then the pooling where the product's zeros would cost more
+    x, W, b, pool = case
+    expected = np_max_pooling(np_convolution(x.astype(np.float64), W, b)[0], pool)[0]
+    limit = compressed.FUSED_MULTIPLY_ADDS
+    compressed.FUSED_MULTIPLY_ADDS = np.inf if always_one_product else limit
+    try:
+        ours = compressed.NumPyOperators.ConvolutionMaxPool(
+            x, W, b, num_filter=W.shape[0], kernel=W.shape[2:], pool=pool)
+    finally:
+        compressed.FUSED_MULTIPLY_ADDS = limit
+    assert ours.shape == expected.shape and ours.dtype == np.float32
+    np.testing.assert_allclose(ours, expected, rtol=1e-4, atol=1e-5 * (np.abs(expected).max() + 1))
 
 
 @st.composite
