@@ -130,15 +130,10 @@ class NumPyOperators:
     def Convolution(h, W, b, num_filter, kernel, stride=(1, 1), pad=(0, 0), dilate=(1, 1)):
         if any(p for p in pad):
             h = np.pad(h, ((0, 0), (0, 0), (pad[0], pad[0]), (pad[1], pad[1])))
-        n, c, height, width = h.shape
         (kh, kw), (sh, sw), (dh, dw) = kernel, stride, dilate
-        out_h = (height - dh * (kh - 1) - 1) // sh + 1
-        out_w = (width - dw * (kw - 1) - 1) // sw + 1
-        # patches (n, c, kh, kw, out_h, out_w) as a view, then one product with W
-        s = h.strides
-        patches = np.lib.stride_tricks.as_strided(
-            h, (n, c, kh, kw, out_h, out_w),
-            (s[0], s[1], s[2] * dh, s[3] * dw, s[2] * sh, s[3] * sw), writeable=False)
+        out_h = (h.shape[2] - dh * (kh - 1) - 1) // sh + 1
+        out_w = (h.shape[3] - dw * (kw - 1) - 1) // sw + 1
+        patches = _patches(h, kernel, (out_h, out_w), stride, dilate)
         out = np.tensordot(W, patches, axes=([1, 2, 3], [1, 2, 3]))  # (filters, n, oh, ow)
         out += b[:, None, None, None]  # in place: the product is a new array
         return out.transpose(1, 0, 2, 3)
@@ -171,10 +166,7 @@ class NumPyOperators:
         for i in range(pool):
             for j in range(pool):
                 shifted[i, j, :, :, i:i + kh, j:j + kw] = W
-        s = h.strides
-        patches = np.lib.stride_tricks.as_strided(
-            h, (n, channels) + extent + (rows, cols),
-            (s[0], s[1], s[2], s[3], s[2] * pool, s[3] * pool), writeable=False)
+        patches = _patches(h, extent, (rows, cols), (pool, pool))
         # (pool * pool, filters, n, rows, cols): each offset's convolution outputs
         outputs = np.tensordot(shifted.reshape((-1, channels) + extent), patches,
                                axes=([1, 2, 3], [1, 2, 3])).reshape(
@@ -202,6 +194,17 @@ class NumPyOperators:
         for j in range(1, k1):
             out = np.maximum(out, rows[:, :, :, j::k1])
         return out
+
+
+def _patches(h, extent, sides, stride, dilate=(1, 1)):
+    """The patches of NCHW ``h`` as a view (n, channels, extent rows, extent columns, sides):
+    the values under each of sides[0] x sides[1] positions, ``stride`` apart, of a window of
+    ``extent`` values ``dilate`` apart."""
+    s = h.strides
+    return np.lib.stride_tricks.as_strided(
+        h, h.shape[:2] + tuple(extent) + tuple(sides),
+        (s[0], s[1], s[2] * dilate[0], s[3] * dilate[1], s[2] * stride[0], s[3] * stride[1]),
+        writeable=False)
 
 
 class SeparateOperators(NumPyOperators):
