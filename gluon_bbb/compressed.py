@@ -100,6 +100,7 @@ def gaps_from_positions(positions):
 # channels took up to 1.4 times more.
 FUSED_MULTIPLY_ADDS = 3.0
 
+
 class NumPyOperators:
     """The few MXNet operators that ``network.Network`` calls, written in NumPy (float32, NCHW),
     so that the same network description runs without MXNet."""
