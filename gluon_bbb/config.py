@@ -28,8 +28,9 @@ class Config:
     """Hyper-parameters of a run; defaults are the tutorial's Bayes-by-Backprop MLP.
 
     Sizes are counts; ``learning_rate`` is per summed mini-batch loss (the tutorial's
-    plain SGD); it is multiplied by ``lr_decay_factor`` every ``lr_decay_every`` epochs
-    (0: constant); ``sigma_*`` are standard deviations of the prior in weight units;
+    plain SGD); under ``lr_schedule`` ``step`` it is multiplied by ``lr_decay_factor`` every
+    ``lr_decay_every`` epochs (0: constant), under ``linear`` it falls linearly to 0 at the
+    run's end (``modes.LR_SCHEDULES``); ``sigma_*`` are standard deviations of the prior in weight units;
     ``pi`` is the weight of the first (wide, ``sigma_p1``) component of the scale mixture.
     ``validation``: how many of the last training images are held out and scored every epoch
     (the paper holds out 10,000); ``train_size`` then counts from the images left.
@@ -93,6 +94,7 @@ class Config:
     learning_rate: float = 0.001
     lr_decay_every: int = 0
     lr_decay_factor: float = 0.1
+    lr_schedule: str = "step"
     optimizer: str = "sgd"
     num_samples: int = 1
     prior: Union[str, Prior] = "gaussian"
@@ -158,6 +160,7 @@ class Config:
             raise ConfigError("rho_offset", self.rho_offset, "a finite number")
         _require_choice("optimizer", self.optimizer, OPTIMIZERS)
         modes.kl_weighting(self.kl_weighting)  # ConfigError where it names none
+        self.lr_schedule = self.lr_schedule_kind.name
         network = self.build_network()  # ConfigError where the description is not one
         if self.gate_prior is not None:
             self.gate_prior = prior_kind(self.gate_prior).name
@@ -246,6 +249,7 @@ class Config:
     estimator_kind = property(lambda self: modes.estimator(self.estimator))
     kl_kind = property(lambda self: modes.kl_estimate(self.kl, self.kl_direction))
     kl_weighting_kind = property(lambda self: modes.kl_weighting(self.kl_weighting))
+    lr_schedule_kind = property(lambda self: modes.lr_schedule(self.lr_schedule))
     parametrization_kind = property(
         lambda self: parametrizations.parametrization(self.parametrization))
 
@@ -293,10 +297,8 @@ class Config:
         return [nd.where(mu == 0, nd.zeros_like(sigma), sigma) for mu, sigma in zip(mus, sigmas)]
 
     def learning_rate_at(self, epoch):
-        """The learning rate of epoch ``epoch`` (0-based) under the step decay schedule."""
-        if not self.lr_decay_every:
-            return self.learning_rate
-        return self.learning_rate * self.lr_decay_factor ** (epoch // self.lr_decay_every)
+        """The learning rate of epoch ``epoch`` (0-based) under the run's ``lr_schedule``."""
+        return self.lr_schedule_kind.rate(self, epoch)
 
     def kl_factor_at(self, epoch):
         """What the KL term's weight is multiplied by in epoch ``epoch`` (0-based): epoch /

@@ -1,8 +1,8 @@
 """The choices a run makes besides its sizes, as small objects: the model kind, the weight
-estimator, the KL estimate and the KL weighting of the mini-batches (the prior is the fifth, in
-``priors.py``, the parametrization of sigma the sixth, in ``parametrizations.py``). Each owns
-its name in config.json, its validation, its code in the C kernels' table (``kernels.py``) and
-how it predicts; the rest of the package asks the object instead of comparing strings, so a new
+estimator, the KL estimate, the KL weighting of the mini-batches and the learning-rate schedule
+(the prior is the sixth, in ``priors.py``, the parametrization of sigma the seventh, in
+``parametrizations.py``). Each owns its name in config.json, its validation, its code in the C
+kernels' table (``kernels.py``) and how it predicts or what it computes; the rest of the package asks the object instead of comparing strings, so a new
 choice is one class (a user's estimator in their own script: docs/EXTENDING.md), and, where the
 C kernels are to serve it, their function and a row of ``kernels.SERVED``.
 
@@ -463,6 +463,43 @@ KL_WEIGHTINGS = (UniformWeighting(), BlundellWeighting())
 
 def kl_weighting(name):
     return _named(KLWeighting, KL_WEIGHTINGS, name, "kl_weighting")
+
+
+# The learning-rate schedule over the epochs of a run.
+
+class LearningRateSchedule(Choice):
+    def rate(self, config, epoch):
+        """The learning rate of epoch ``epoch`` (0-based) of a run of ``config``."""
+        raise NotImplementedError
+
+
+class StepDecay(LearningRateSchedule):
+    """``learning_rate`` multiplied by ``lr_decay_factor`` every ``lr_decay_every`` epochs
+    (0: constant)."""
+    name = "step"
+
+    def rate(self, config, epoch):
+        if not config.lr_decay_every:
+            return config.learning_rate
+        return config.learning_rate * config.lr_decay_factor ** (epoch // config.lr_decay_every)
+
+
+class LinearToZero(LearningRateSchedule):
+    """``learning_rate`` falling linearly to 0 at the end of the run: learning_rate *
+    (epochs - epoch) / epochs, as sparse variational dropout's code trains (Molchanov et al.
+    2017). The run's length sets every epoch's rate, so a resumed run trains on only with the
+    same ``epochs``."""
+    name = "linear"
+
+    def rate(self, config, epoch):
+        return config.learning_rate * max(0.0, (config.epochs - epoch) / config.epochs)
+
+
+LR_SCHEDULES = (StepDecay(), LinearToZero())
+
+
+def lr_schedule(name):
+    return _named(LearningRateSchedule, LR_SCHEDULES, name, "lr_schedule")
 
 
 def names(choices):

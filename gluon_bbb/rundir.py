@@ -48,7 +48,7 @@ RUN_RECORD = ("ctx", "data_dir", "data_fingerprint", "problem", "scaling")
 # Fields that may differ between a run and its resumption (training longer is allowed).
 RESUMABLE_CHANGES = ("epochs",)
 # may change on resume if the epochs already trained keep their learning rates
-SCHEDULE_FIELDS = ("lr_decay_every", "lr_decay_factor")
+SCHEDULE_FIELDS = ("lr_schedule", "lr_decay_every", "lr_decay_factor")
 # fields a resume may leave unset (None), meaning the run's own: the seed, where the means began
 UNSET_MEANS_THE_RUNS = ("seed", "init_from")
 
@@ -300,9 +300,11 @@ class RunDirectory:
         changed = [e + 1 for e in range(state["epoch"])
                    if config.learning_rate_at(e) != saved.learning_rate_at(e)]
         if changed:
-            raise CheckpointError("cannot resume %s: the new learning-rate schedule ({%s}, {%s}) "
-                                  "changes the rate of epochs already trained (epoch %%d)"
-                                  % ("%s", *SCHEDULE_FIELDS), self.path, changed[0])
+            raise CheckpointError("cannot resume %s: the new learning-rate schedule (%s, "
+                                  "{epochs}) changes the rate of epochs already trained (epoch "
+                                  "%%d)" % ("%s", ", ".join("{%s}" % name
+                                                             for name in SCHEDULE_FIELDS)),
+                                  self.path, changed[0])
         if config.epochs < state["epoch"]:
             raise CheckpointError("%s has trained %d epochs already; {epochs} must be at least "
                                   "%d (more trains on; as many trains nothing and draws the "

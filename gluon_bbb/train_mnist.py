@@ -18,7 +18,8 @@ from typing import Optional
 from .cli import ArgumentParser, flag_for, load_mxnet, run_command
 from .config import MAX_SAMPLES, MAX_TEST_SAMPLES, PRESETS, Config
 from .errors import CheckpointError, ConfigError
-from .modes import ESTIMATORS, KL_DIRECTIONS, KL_ESTIMATES, KL_WEIGHTINGS, MODEL_KINDS, names
+from .modes import (ESTIMATORS, KL_DIRECTIONS, KL_ESTIMATES, KL_WEIGHTINGS, LR_SCHEDULES,
+                    MODEL_KINDS, names)
 from .network import SPEC_HELP
 from .parametrizations import names as parametrization_names
 from .priors import PRIORS
@@ -61,6 +62,9 @@ DEFAULT_WORDS = {"seed": "a fresh one, recorded in config.json", "train_size": "
 CHOICE_DEFAULT_WORDS = {"gate_prior": "--prior's"}
 CHOICE_FLAGS = {
     "optimizer": (("sgd", "adam"), "update rule"),
+    "lr_schedule": (names(LR_SCHEDULES), "the rate's schedule: step decay (--lr-decay-every, "
+                    "--lr-decay-factor), or falling linearly to 0 at the last epoch (sparse "
+                    "variational dropout's)"),
     "prior": (tuple(name.replace("_", "-") for name in PRIORS), "prior over every weight"),
     "gate_prior": (tuple(name.replace("_", "-") for name in PRIORS), "prior over the factors "
                    "of the network's gate layers; log-uniform gates with --prior gaussian "

@@ -160,6 +160,32 @@ def test_resume_may_add_a_decay_after_the_trained_epochs(tmp_path, mnist, ctx):
         assert json.load(f)["lr_decay_every"] == 2
 
 
+def test_resume_keeps_a_linear_schedules_length(tmp_path, mnist, ctx):
+    # under the linear schedule the run's length sets every epoch's rate: training longer on
+    # resume changes the rates of the epochs trained after the first, so it is refused; the
+    # same length resumes to the run trained in one go
+    quiet = lambda line: None
+    linear = Config(train_size=300, epochs=2, seed=4, optimizer="adam", num_hidden_units=20,
+                    lr_schedule="linear")
+    whole = train(linear, mnist, ctx, out_dir=str(tmp_path / "whole"), log=quiet)
+    assert [r["learning_rate"] for r in whole.history] == pytest.approx([1e-3, 5e-4])
+    class Stopped(Exception):
+        pass
+
+    def stop_after_the_first_epoch(line):
+        if line.startswith("epoch 1/"):  # its checkpoint is on disk by now
+            raise Stopped
+    with pytest.raises(Stopped):
+        train(linear, mnist, ctx, out_dir=str(tmp_path / "split"), log=stop_after_the_first_epoch)
+    with pytest.raises(CheckpointError, match="changes the rate of epochs already trained "
+                                              r"\(epoch 2\)"):  # 5e-4 would become 6.7e-4
+        train(Config(**dict(linear.to_dict(), epochs=3)), mnist, ctx,
+              out_dir=str(tmp_path / "whole"), resume=True, log=quiet)
+    resumed = train(linear, mnist, ctx, out_dir=str(tmp_path / "split"), resume=True, log=quiet)
+    for a, b in zip(whole.mus + whole.rhos, resumed.mus + resumed.rhos):
+        np.testing.assert_array_equal(a.asnumpy(), b.asnumpy())
+
+
 @pytest.mark.slow
 def test_non_finite_loss_stops_and_keeps_the_last_checkpoint(tmp_path, mnist, ctx):
     config = Config(train_size=1000, epochs=1, seed=1, num_hidden_units=50)
