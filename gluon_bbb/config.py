@@ -30,8 +30,9 @@ class Config:
     Sizes are counts; ``learning_rate`` is per summed mini-batch loss (the tutorial's
     plain SGD); under ``lr_schedule`` ``step`` it is multiplied by ``lr_decay_factor`` every
     ``lr_decay_every`` epochs (0: constant), under ``linear`` it falls linearly to 0 at the
-    run's end (``modes.LR_SCHEDULES``); ``sigma_*`` are standard deviations of the prior in weight units;
-    ``pi`` is the weight of the first (wide, ``sigma_p1``) component of the scale mixture.
+    run's end (``modes.LR_SCHEDULES``); ``sigma_*`` are standard deviations of the prior in
+    weight units; ``pi`` is the weight of the first (wide, ``sigma_p1``) component of the
+    scale mixture.
     ``validation``: how many of the last training images are held out and scored every epoch
     (the paper holds out 10,000); ``train_size`` then counts from the images left.
     ``model``: ``bbb`` (Bayes by Backprop); ``mcdropout``, Monte Carlo dropout (Gal and

@@ -2,9 +2,10 @@
 estimator, the KL estimate, the KL weighting of the mini-batches and the learning-rate schedule
 (the prior is the sixth, in ``priors.py``, the parametrization of sigma the seventh, in
 ``parametrizations.py``). Each owns its name in config.json, its validation, its code in the C
-kernels' table (``kernels.py``) and how it predicts or what it computes; the rest of the package asks the object instead of comparing strings, so a new
-choice is one class (a user's estimator in their own script: docs/EXTENDING.md), and, where the
-C kernels are to serve it, their function and a row of ``kernels.SERVED``.
+kernels' table (``kernels.py``) and how it predicts or what it computes; the rest of the
+package asks the object instead of comparing strings, so a new choice is one class (a user's
+estimator in their own script: docs/EXTENDING.md), and, where the C kernels are to serve it,
+their function and a row of ``kernels.SERVED``.
 
 ``config.json`` keeps the names (``model: "bbb"``). ``model_kind("mlp")``, the name a
 deterministic run had before ``deterministic``, still reads.

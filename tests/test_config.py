@@ -74,7 +74,8 @@ def test_linear_schedule_falls_to_zero_at_the_runs_end():
     assert rates[0] == 1e-3 and rates[-1] == pytest.approx(5e-6)
     assert c.learning_rate_at(200) == 0.0 and c.learning_rate_at(250) == 0.0
     # the step fields do not enter it; its name is the one config.json keeps
-    assert Config(**dict(c.to_dict(), lr_decay_every=3)).learning_rate_at(7) == c.learning_rate_at(7)
+    with_step_fields = Config(**dict(c.to_dict(), lr_decay_every=3))
+    assert with_step_fields.learning_rate_at(7) == c.learning_rate_at(7)
     assert c.to_dict()["lr_schedule"] == "linear" and Config().lr_schedule == "step"
     assert Config.from_dict({k: v for k, v in c.to_dict().items() if k != "lr_schedule"}
                             ).lr_schedule == "step"  # a run from before the field
