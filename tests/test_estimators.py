@@ -330,9 +330,17 @@ def test_flipout_with_every_sign_positive_is_weight_sampling(ctx, network):
 @given(ESTIMATORS, networks(), st.sampled_from(["mc", "analytic"]), priors(),
        st.floats(0.01, 2.0), st.integers(1, 5), st.integers(0, 2 ** 32 - 1))
 @example("flipout", NETWORKS["conv"], "mc", ("mixture", PRIORS["mixture"]), 0.3, 4, 3)
+# float32 moves a gate's gradient by 3e-3 of itself here (MXNet's operators as much as the
+# kernels): a draw that sits on a kink
+@example("flipout", ("conv:10:3,relu,conv:10:2,gate,relu,pool:2,flatten,dense:7,gate,relu,dense:3",
+                     49), "analytic", ("gaussian", GaussianPrior(2.0)), 0.125, 1, 750)
 def test_the_native_backend_equals_autograd_of_the_plain_loss(ctx, native_kernels, estimator,
                                                               network, kl, prior, kl_weight,
                                                               batch, seed):
+    """The kernels (float32) against the plain loss's autograd in float64, within float32's
+    rounding: rtol 5e-4, or, where a draw makes the loss that sensitive (a pre-activation or a
+    pooling tie within rounding of its kink), no further from it than twice MXNet's own
+    operators in float32 (the ndarray backend) on the same draw."""
     name, prior = prior
     assume(kl == "mc" or name == "gaussian")
     config, layout, mu, rho, X, y = problem(ctx, network, "float32", seed, batch)
@@ -345,8 +353,20 @@ def test_the_native_backend_equals_autograd_of_the_plain_loss(ctx, native_kernel
     size = draw_size(graph, chosen, kl_kind, prior, X.shape[0])
     eps = nd.array(philox_normals_reference(size, noise.key, 0), ctx=ctx, dtype="float64")
     f64 = lambda a: a.astype("float64")  # noqa: E731
-    assert_matches(got, reference(estimator, kl, "reverse", prior, network, layout, f64(mu),
-                                  f64(rho), f64(X), f64(y), eps, kl_weight), layout, rtol=5e-4)
+    expected = reference(estimator, kl, "reverse", prior, network, layout, f64(mu), f64(rho),
+                         f64(X), f64(y), eps, kl_weight)
+    operators32 = combined_loss_gradients(X, y, mu, rho, [eps.astype("float32")], prior,
+                                          kl_weight, graph, chosen, kl_kind)
+    rtol = 5e-4
+    np.testing.assert_allclose(got[0].asscalar(), expected[0].asscalar(), rtol=rtol)
+    for ours, theirs, mxnet32 in ((got[1], layout.flatten(expected[1]), operators32[1]),
+                                  (got[2], layout.flatten(expected[2]), operators32[2])):
+        ours, theirs, mxnet32 = ours.asnumpy(), theirs.asnumpy(), mxnet32.asnumpy()
+        allowed = (rtol * (np.abs(theirs).max() + np.abs(theirs))
+                   + 2 * np.abs(mxnet32.astype("float64") - theirs))
+        worst = np.argmax(np.abs(ours - theirs) - allowed)
+        assert abs(ours[worst] - theirs[worst]) <= allowed[worst], (
+            worst, ours[worst], theirs[worst], mxnet32[worst])
 
 
 def test_the_forward_kl_runs_on_the_ndarray_backend_and_refuses_what_has_no_closed_form():
