@@ -169,12 +169,14 @@ def test_resume_keeps_a_linear_schedules_length(tmp_path, mnist, ctx):
                     lr_schedule="linear")
     whole = train(linear, mnist, ctx, out_dir=str(tmp_path / "whole"), log=quiet)
     assert [r["learning_rate"] for r in whole.history] == pytest.approx([1e-3, 5e-4])
+
     class Stopped(Exception):
         pass
 
     def stop_after_the_first_epoch(line):
         if line.startswith("epoch 1/"):  # its checkpoint is on disk by now
             raise Stopped
+
     with pytest.raises(Stopped):
         train(linear, mnist, ctx, out_dir=str(tmp_path / "split"), log=stop_after_the_first_epoch)
     with pytest.raises(CheckpointError, match="changes the rate of epochs already trained "
