@@ -3,19 +3,16 @@
 Importing the package loads no MXNet: a name is imported from its module when it is first used
 (``from gluon_bbb import train``), and MXNet with the first module that needs it. The sweep's
 own process and its Dask workers (``gluon_bbb.sweep``, ``gluon_bbb.trials``) run on
-``errors``, ``files``, ``cli``, ``config``, ``modes``, ``priors``, ``network``, ``likelihood``,
+``errors``, ``outputs``, ``cli``, ``config``, ``modes``, ``priors``, ``network``, ``likelihood``,
 ``rundir`` and the commands' parsers, which need none.
 
-MXNet 1.9.1 reads ``numpy.bool`` once, while it is imported; NumPy 1.24 removed that name (an
-alias of Python's ``bool``). The package lends NumPy the name for the length of MXNet's first
-import, wherever in the process it happens after this package is imported, and takes it back
-after (``_NumPyBoolForMXNet``): nothing of the user's ``numpy`` module changes for good.
+MXNet 1.9.1 reads names NumPy 1.24 removed (``numpy.bool``) when it is imported: the package
+requires a NumPy before 1.24 (setup.cfg), as MXNet's users pin it, so MXNet imports in any
+order. ``require_mxnet`` imports it with the deprecation warnings of its own import silenced
+(under ``PYTHONWARNINGS=error`` they would stop it).
 """
 import importlib as _importlib
-import importlib.abc as _importlib_abc
-import importlib.util as _importlib_util
 import os as _os
-import sys as _sys
 
 # MXNet reads these once, when it is first imported. Its operator tuning runs most elementwise
 # kernels on one thread; switching it off and using every core made a training step 25%
@@ -24,48 +21,6 @@ _os.environ.setdefault("MXNET_USE_OPERATOR_TUNING", "0")
 _os.environ.setdefault("OMP_NUM_THREADS", str(len(_os.sched_getaffinity(0))
                                               if hasattr(_os, "sched_getaffinity")
                                               else _os.cpu_count() or 1))
-
-
-class _NumPyBoolForMXNet(_importlib_abc.MetaPathFinder):
-    """Finds ``mxnet`` with the other finders and runs its first import with ``numpy.bool``
-    defined where NumPy no longer has it; then steps aside."""
-
-    def find_spec(self, name, path=None, target=None):
-        if name != "mxnet":
-            return None
-        _sys.meta_path.remove(self)  # once: the next import of mxnet is the cached module
-        spec = _importlib_util.find_spec(name)
-        if spec is not None and spec.loader is not None:
-            spec.loader = _LoaderWithNumPyBool(spec.loader)
-        return spec
-
-
-class _LoaderWithNumPyBool(_importlib_abc.Loader):
-    def __init__(self, loader):
-        self.loader = loader
-
-    def create_module(self, spec):
-        return self.loader.create_module(spec)
-
-    def exec_module(self, module):
-        import numpy
-        import warnings
-        # NumPy 1.20-1.23 warn that the alias is deprecated, 1.24-1.26 that it will return
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", DeprecationWarning)
-            warnings.simplefilter("ignore", FutureWarning)
-            lent = not hasattr(numpy, "bool")
-        if lent:
-            numpy.bool = bool
-        try:
-            self.loader.exec_module(module)
-        finally:
-            if lent:
-                del numpy.bool
-
-
-if "mxnet" not in _sys.modules:
-    _sys.meta_path.insert(0, _NumPyBoolForMXNet())
 
 from .errors import (CheckpointError, ConfigError, ContextError, DataError,  # noqa: E402
                      DataNotFound, GluonBBBError, Interrupted, OutputError, ResourceError,
@@ -104,8 +59,14 @@ for _module, _names in {
 def require_mxnet():
     """Import MXNet; ImportError on one line where its library cannot be loaded (a CUDA build
     without the CUDA libraries), instead of the loader's OSError."""
+    import warnings
     try:
-        import mxnet
+        with warnings.catch_warnings():
+            # MXNet's import reads NumPy names deprecated since 1.20 (numpy.bool): its own
+            # warnings, not the user's to act on
+            warnings.simplefilter("ignore", DeprecationWarning)
+            warnings.simplefilter("ignore", FutureWarning)
+            import mxnet
     except OSError as exc:  # libmxnet.so found, a library it links against not
         raise ImportError(
             "MXNet's library cannot be loaded: %s. A CUDA build of MXNet (mxnet-cu117) needs "

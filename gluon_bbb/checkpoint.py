@@ -19,7 +19,7 @@ import numpy as np
 from mxnet import nd
 
 from .errors import CheckpointError, ConfigError
-from .files import write_atomically
+from .outputs import PARAMETERS, path_problem, write_atomically
 from .parametrizations import SOFTPLUS, parametrization
 
 LAYOUT_OUTPUTS_INPUTS = 1
@@ -41,7 +41,7 @@ def save_checkpoint(path, mus, rhos, optimizer_states, num_update, epoch,
     for i, state in enumerate(optimizer_states):
         for j, array in enumerate(state):
             arrays["opt:%d:%d" % (i, j)] = array
-    write_atomically(path, lambda tmp: nd.save(tmp, arrays))
+    write_atomically(path, lambda tmp: nd.save(tmp, arrays), PARAMETERS)
 
 
 def read_checkpoint(path, ctx=None):
@@ -51,8 +51,9 @@ def read_checkpoint(path, ctx=None):
     (default cpu). Raises CheckpointError if the file is missing or unreadable.
     """
     ctx = ctx or mx.cpu()
-    if os.path.isdir(path):
-        raise CheckpointError("%s is a directory, not a checkpoint file", path)
+    problem = path_problem(path)
+    if problem:
+        raise CheckpointError("%s is %s, not a checkpoint file", path, problem)
     if not os.path.isfile(path):
         raise CheckpointError("checkpoint %s does not exist", path)
     try:

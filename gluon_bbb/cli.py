@@ -21,11 +21,13 @@ seconds where the main thread is inside a native call that does not return
 import argparse
 import contextlib
 import os
+import re
 import signal
 import sys
 import threading
 import time
 import traceback
+import warnings
 
 from .errors import GluonBBBError, Interrupted
 
@@ -41,6 +43,10 @@ class ArgumentParser(argparse.ArgumentParser):
     def __init__(self, *args, raise_errors=False, **kwargs):
         super().__init__(*args, **kwargs)
         self.raise_errors = raise_errors
+        # a flag's value may be any negative number, -1e-3 and -inf included (argparse alone
+        # takes only -1 and -0.5 for values, and -1e-3 for an unknown option)
+        self._negative_number_matcher = re.compile(
+            r"^-(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?$|^-(inf|infinity|nan)$", re.IGNORECASE)
 
     def error(self, message):
         if self.raise_errors:
@@ -62,6 +68,105 @@ def flag_for(field):
 
 class MXNetUnavailable(GluonBBBError):
     """MXNet cannot be loaded (a CUDA build without its libraries)."""
+
+
+# Environment variables that MXNet, its OpenMP runtime and matplotlib read as they load, and
+# that stop the process from inside them where their value is not of its type (a C++ abort,
+# a segmentation fault from 100,000 threads, an exception from matplotlib's import): checked
+# before either is loaded (``check_environment``). MXNet's ``MXNET_*`` integer and boolean
+# settings as its documentation lists them; OpenMP's thread count.
+MAX_THREADS = 1024
+_INTEGER_VARIABLES = (
+    "MXNET_CPU_WORKER_NTHREADS", "MXNET_CPU_PRIORITY_NTHREADS", "MXNET_CPU_NNPACK_NTHREADS",
+    "MXNET_GPU_WORKER_NTHREADS", "MXNET_GPU_COPY_NTHREADS", "MXNET_MP_WORKER_NTHREADS",
+    "MXNET_MP_OPENCV_NUM_THREADS", "MXNET_CUSTOM_OP_NUM_THREADS", "MXNET_EXEC_NUM_TEMP",
+    "MXNET_EXEC_BULK_EXEC_MAX_NODE_TRAIN", "MXNET_EXEC_BULK_EXEC_MAX_NODE_TRAIN_FWD",
+    "MXNET_EXEC_BULK_EXEC_MAX_NODE_TRAIN_BWD", "MXNET_GPU_MEM_POOL_RESERVE",
+    "MXNET_GPU_MEM_POOL_PAGE_SIZE", "MXNET_GPU_MEM_LARGE_ALLOC_ROUND_SIZE",
+    "MXNET_MKLDNN_CACHE_NUM", "MXNET_CUDNN_AUTOTUNE_DEFAULT", "MXNET_PROFILER_AUTOSTART",
+    "MXNET_OPTIMIZER_AGGREGATION_SIZE", "MXNET_KVSTORE_REDUCTION_NTHREADS",
+    "MXNET_KVSTORE_BIGARRAY_BOUND")
+_BOOLEAN_VARIABLES = (
+    "MXNET_EXEC_ENABLE_INPLACE", "MXNET_EXEC_BULK_EXEC_INFERENCE", "MXNET_EXEC_BULK_EXEC_TRAIN",
+    "MXNET_MKLDNN_ENABLED", "MXNET_ENFORCE_DETERMINISM", "MXNET_SAFE_ACCUMULATION",
+    "MXNET_USE_SIGNAL_HANDLER", "MXNET_STORAGE_FALLBACK_LOG_VERBOSE", "MXNET_ENABLE_GPU_P2P",
+    "MXNET_MKLDNN_DEBUG", "MXNET_UPDATE_ON_KVSTORE")
+_ENGINES = ("NaiveEngine", "ThreadedEngine", "ThreadedEnginePerDevice")
+
+
+class EnvironmentProblem(GluonBBBError):
+    """An environment variable that MXNet or matplotlib would stop the process on."""
+
+
+def check_environment(environ=os.environ):
+    """``EnvironmentProblem`` on one line for the first variable of ``environ`` that MXNet,
+    OpenMP or matplotlib would stop the process on as they load."""
+    def refuse(name, requirement):
+        raise EnvironmentProblem("the environment variable %s=%r must be %s (unset it or "
+                                 "correct it)", name, environ[name], requirement)
+    threads = environ.get("OMP_NUM_THREADS")
+    if threads is not None and not (threads.strip().isdigit()
+                                    and 1 <= int(threads) <= MAX_THREADS):
+        refuse("OMP_NUM_THREADS", "a whole number of threads from 1 to %d" % MAX_THREADS)
+    for name in _INTEGER_VARIABLES:
+        value = environ.get(name)
+        if value is not None and not value.strip().lstrip("+-").isdigit():
+            refuse(name, "an integer")
+    for name in _BOOLEAN_VARIABLES:
+        value = environ.get(name)
+        if value is not None and value.strip().lower() not in ("0", "1", "true", "false"):
+            refuse(name, "0, 1, true or false")
+    engine = environ.get("MXNET_ENGINE_TYPE")
+    if engine is not None and engine not in _ENGINES:
+        refuse("MXNET_ENGINE_TYPE", "one of %s" % ", ".join(_ENGINES))
+    backend = environ.get("MPLBACKEND")
+    if backend is not None and not _matplotlib_takes(backend):
+        refuse("MPLBACKEND", "a matplotlib backend such as agg (the commands draw their PNGs "
+               "without one)")
+
+
+def _matplotlib_takes(backend):
+    """Whether matplotlib's import accepts ``backend`` in MPLBACKEND: asked of matplotlib
+    itself, imported without the variable (which it reads only then)."""
+    if backend.lower() in ("agg", "pdf", "ps", "svg", "cairo", "template") or backend.startswith(
+            "module://"):
+        return True
+    saved = os.environ.pop("MPLBACKEND")
+    try:
+        from matplotlib import rcsetup
+        rcsetup.validate_backend(backend)
+    except (ValueError, ImportError):
+        return False
+    finally:
+        os.environ["MPLBACKEND"] = saved
+    return True
+
+
+def standard_streams_open():
+    """Give standard input, output and error /dev/null where a command was started with them
+    closed (``>&-``, as some daemons and cron do): the command then runs as with its output
+    thrown away, and no file it opens takes descriptor 1 or 2, where MXNet's and the
+    interpreter's own writes would land in it."""
+    for fd in (0, 1, 2):
+        try:
+            os.fstat(fd)
+        except OSError:
+            opened = os.open(os.devnull, os.O_RDWR)
+            if opened != fd:
+                os.dup2(opened, fd)
+                os.close(opened)
+    for name, mode in (("stdin", "r"), ("stdout", "w"), ("stderr", "w")):
+        if getattr(sys, name) is None:
+            setattr(sys, name, open(os.devnull, mode))
+
+
+def _libraries_deprecations_ignored():
+    """Ignore the deprecation warnings of the libraries a command loads (MXNet's NumPy names,
+    matplotlib's pyparsing calls): a user's ``PYTHONWARNINGS=error`` would otherwise stop the
+    command inside their imports, over nothing the user can change. Other warnings keep the
+    user's filters."""
+    for category in (DeprecationWarning, PendingDeprecationWarning, FutureWarning):
+        warnings.filterwarnings("ignore", category=category)
 
 
 def load_mxnet():
@@ -249,7 +354,10 @@ def run_main(main, argv=None, prog=None):
     """Run ``main(argv)`` and flush its output; turn input errors, files that cannot be
     written or read, and SIGINT or SIGTERM into one line on stderr and a non-zero status."""
     prog = prog or os.path.basename(sys.argv[0])
+    standard_streams_open()
+    _libraries_deprecations_ignored()
     try:
+        check_environment()
         # the handlers are put back last, as the command's very last act
         with _interrupts_raised(), _ended_even_inside_native_code(prog):
             status = main(argv)
@@ -265,6 +373,9 @@ def run_main(main, argv=None, prog=None):
         return 128 + signal.SIGPIPE
     except OSError as exc:  # a file that vanishes mid-run, a device error
         message = "%s%s" % (exc.strerror or exc, ": %s" % exc.filename if exc.filename else "")
+    except Warning as exc:  # a warning the user's PYTHONWARNINGS=error made an exception
+        message = "%s: %s (raised as an error by the Python warnings filter, PYTHONWARNINGS)" % (
+            type(exc).__name__, str(exc).strip().splitlines()[0] if str(exc).strip() else "")
     except KeyboardInterrupt as exc:
         name = getattr(exc, "signal_name", "SIGINT")
         saved = getattr(exc, "saved", None)

@@ -61,16 +61,11 @@ def build_parser(prog=PROG):
 
 def main(argv=None, prog=PROG):
     args = build_parser(prog).parse_args(argv)
-    import numpy as np
-    from .compression import (SEARCH_PROPORTIONS, calibrate_unsure, check_precision,
-                              compress_parameters, error_rate, run_parameters, write_model)
-    from .compressed import UNSURE_PROBABILITY, NumPyOperators, softmax
+    from . import outputs
+    from .compression import check_precision
     from .config import check_proportion
-    from .data import idx_paths
     from .errors import ConfigError
-    from .files import check_not_an_input
-    from .pruning import prior_rule_proportion
-    from .rundir import check_output_dir, resolve_checkpoint
+    from .rundir import resolve_checkpoint
     check_precision(args.precision, args.sigma_bits)
     if args.proportion is not None:
         check_proportion(args.proportion, "proportion")
@@ -82,11 +77,23 @@ def main(argv=None, prog=PROG):
                           "a number of percentage points from 0 to 100")
     if not 1 <= args.samples <= 1000:
         raise ConfigError("samples", args.samples, "an integer in [1, 1000]")
-    check_output_dir(os.path.dirname(os.path.abspath(args.out)), "out")
-    if os.path.isdir(args.out):
-        raise ConfigError("out", args.out, "a file's path, not a directory")
     run, checkpoint_path = resolve_checkpoint(args.run)
-    check_not_an_input(args.out, run.files() + [checkpoint_path])
+    # the file is claimed before any work: checked as outputs.py rules and locked
+    with outputs.claim_file(args.out, outputs.COMPRESSED, "out", run.files() + [checkpoint_path],
+                            own_runs=[run.path]):
+        return compress_run(args, run, checkpoint_path)
+
+
+def compress_run(args, run, checkpoint_path):
+    """Compress the run as ``args`` say into ``args.out`` (claimed by the caller)."""
+    import numpy as np
+    from .compression import (SEARCH_PROPORTIONS, calibrate_unsure, compress_parameters,
+                              error_rate, run_parameters, write_model)
+    from .compressed import UNSURE_PROBABILITY, NumPyOperators, softmax
+    from .data import idx_paths
+    from .errors import ConfigError
+    from .outputs import check_not_an_input
+    from .pruning import prior_rule_proportion
     load_mxnet()
     config, network, mus, sigmas, ranking, state = run_parameters(run, checkpoint_path)
     if args.sigma_bits and sigmas is None:

@@ -372,6 +372,10 @@ def unpack(data, source="the file"):
 
 def read(path):
     """The ``CompressedModel`` in the file ``path``."""
+    from .outputs import path_problem
+    problem = path_problem(path)
+    if problem:
+        raise ModelFileError("%s is %s, not a compressed model's file", path, problem)
     try:
         with open(path, "rb") as f:
             data = f.read()

@@ -348,13 +348,13 @@ def error_rate(model, X, labels, num_samples=0, seed=0):
 
 def write_model(path, header, blobs):
     """Write the file atomically; returns its size in bytes."""
-    from .files import write_atomically
+    from .outputs import COMPRESSED, write_atomically
     data = compressed.pack(header, blobs)
 
     def write(tmp):
         with open(tmp, "wb") as f:
             f.write(data)
-    write_atomically(path, write)
+    write_atomically(path, write, COMPRESSED)
     return len(data)
 
 
@@ -390,8 +390,15 @@ def load_compressed(path, ctx=None):
             model.header)
 
 
+# the coarsest quantization step, in median sigmas: a step a thousand times the posterior's
+# own uncertainty rounds all but outlying means to 0
+MAX_PRECISION = 1000.0
+
+
 def check_precision(precision, sigma_bits):
-    if not (isinstance(precision, (int, float)) and math.isfinite(precision) and precision >= 0):
-        raise ConfigError("precision", precision, "a number >= 0 (0: float32 means)")
+    if not (isinstance(precision, (int, float)) and not isinstance(precision, bool)
+            and 0 <= precision <= MAX_PRECISION):
+        raise ConfigError("precision", precision, "a number from 0 (float32 means) to %g "
+                          "(median sigmas a quantization step)" % MAX_PRECISION)
     if sigma_bits not in range(0, 9):
         raise ConfigError("sigma_bits", sigma_bits, "an integer in [0, 8] (0: no sigmas)")

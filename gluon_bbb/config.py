@@ -8,7 +8,7 @@ from typing import Optional, Union
 from . import modes, parametrizations
 from .errors import ConfigError
 from .likelihood import parse_likelihood
-from .network import Network, mlp, parse_network
+from .network import Dropout, Network, mlp, parse_network
 from .priors import PRIORS, Prior, describe_prior, prior_for, prior_kind
 
 OPTIMIZERS = ("sgd", "adam")
@@ -21,6 +21,10 @@ SIZED_BY_FIELDS = {"mlp": lambda config, outputs: mlp(
 MAX_SAMPLES = 1000
 # as many draws as a Monte Carlo predictive may average: each is a pass over the test set
 MAX_TEST_SAMPLES = 1000
+# Parameters and their updates are float32: a positive setting below float32's smallest normal
+# number or above its largest is 0 or infinity there (numpy.finfo(numpy.float32))
+FLOAT32_TINY = 1.1754943508222875e-38
+FLOAT32_MAX = 3.4028234663852886e38
 
 
 @dataclass
@@ -153,15 +157,18 @@ class Config:
         for name in ("learning_rate", "sigma_p", "sigma_p1", "sigma_p2", "mu_scale",
                      "kl_scale"):
             _require_positive(name, getattr(self, name))
-        if not (_is_real(self.dropout) and 0.0 < self.dropout < 1.0):
-            raise ConfigError("dropout", self.dropout, "in (0, 1)")
+        if not (_is_real(self.dropout) and Dropout.RATES[0] <= self.dropout <= Dropout.RATES[1]):
+            raise ConfigError("dropout", self.dropout, "in (0, 1) (from %.3g to 1 - 2^-24, "
+                              "as MXNet takes it)" % Dropout.RATES[0])
         if not (_is_real(self.pi) and 0.0 <= self.pi <= 1.0):
             raise ConfigError("pi", self.pi, "in [0, 1]")
-        if not (_is_real(self.rho_offset) and math.isfinite(self.rho_offset)):
-            raise ConfigError("rho_offset", self.rho_offset, "a finite number")
+        if not (_is_real(self.rho_offset) and abs(self.rho_offset) <= FLOAT32_MAX):
+            raise ConfigError("rho_offset", self.rho_offset, "a finite number (within "
+                              "float32's range, %.3g)" % FLOAT32_MAX)
         _require_choice("optimizer", self.optimizer, OPTIMIZERS)
         modes.kl_weighting(self.kl_weighting)  # ConfigError where it names none
         self.lr_schedule = self.lr_schedule_kind.name
+        self._check_last_rate()
         network = self.build_network()  # ConfigError where the description is not one
         if self.gate_prior is not None:
             self.gate_prior = prior_kind(self.gate_prior).name
@@ -180,6 +187,21 @@ class Config:
         self.estimator_kind.check(network)
         self._check_remove_switched_off()
         self._check_init_best_units(network)
+
+    def _check_last_rate(self):
+        """ConfigError where the schedule takes the learning rate below float32's smallest
+        normal number by the last epoch (its rates never rise): that epoch would train nothing,
+        or on rates that have lost their precision."""
+        if not self.epochs:
+            return
+        last = self.learning_rate_at(self.epochs - 1)
+        if last < FLOAT32_TINY:
+            field = "lr_decay_factor" if self.lr_schedule == "step" else "learning_rate"
+            raise ConfigError(field, getattr(self, field), "such that every epoch's learning "
+                              "rate is at least float32's smallest normal number, %.3g: under "
+                              "the %s schedule epoch %d's would be %.3g (a larger "
+                              "{lr_decay_factor}, a longer {lr_decay_every} or fewer {epochs})"
+                              % (FLOAT32_TINY, self.lr_schedule, self.epochs, last))
 
     def _check_init_best_units(self, network):
         if not isinstance(self.init_best_units, bool):
@@ -380,8 +402,9 @@ def _require_int(name, value, minimum, maximum=None):
 
 
 def _require_positive(name, value):
-    if not (_is_real(value) and math.isfinite(value) and value > 0):
-        raise ConfigError(name, value, "a finite number > 0")
+    if not (_is_real(value) and FLOAT32_TINY <= value <= FLOAT32_MAX):
+        raise ConfigError(name, value, "a finite number > 0 (from %.3g to %.3g: float32's "
+                          "normal numbers)" % (FLOAT32_TINY, FLOAT32_MAX))
 
 
 def _require_choice(name, value, choices):

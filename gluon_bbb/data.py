@@ -14,6 +14,7 @@ from collections import namedtuple
 import numpy as np
 
 from .errors import DataError, DataNotFound
+from .outputs import path_problem
 
 PIXEL_SCALE = 126.0
 IMAGE_SHAPE = (28, 28)
@@ -39,6 +40,9 @@ def read_idx(path, ndim):
     Returns a uint8 array of the shape its header declares. Raises DataError naming
     the file if the magic number, dimension count or data size is wrong.
     """
+    problem = path_problem(path)
+    if problem:
+        raise DataError("%s is %s, not an IDX file", path, problem)
     try:
         with open(path, "rb") as f:
             raw = f.read()
@@ -64,9 +68,13 @@ def read_idx(path, ndim):
 
 
 def find_idx_file(directory, stem):
-    """Path of ``stem`` or ``stem.gz`` in ``directory``, or None."""
+    """Path of ``stem`` or ``stem.gz`` in ``directory``, or None; DataError where the name is
+    taken by something that is not a file (a FIFO would never be read to its end)."""
     for candidate in (stem, stem + ".gz"):
         path = os.path.join(directory, candidate)
+        problem = path_problem(path)
+        if problem:
+            raise DataError("%s is %s, not an IDX file", path, problem)
         if os.path.isfile(path):
             return path
     return None

@@ -62,6 +62,10 @@ class OutputError(GluonBBBError):
     """An output location is not a directory or cannot be written (a full disk included)."""
 
 
+class NonFiniteResult(GluonBBBError):
+    """A figure a command would print or write came out NaN or infinite: nothing is written."""
+
+
 class RunDirectoryBusy(GluonBBBError):
     """Another process holds the run directory's lock."""
 

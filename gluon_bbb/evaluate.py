@@ -42,17 +42,19 @@ def main(argv=None, prog=PROG):
     args = build_parser(prog).parse_args(argv)
     load_mxnet()
     from .context import parse_context
-    from .evaluation import evaluate_run, load_ood_images
+    from .evaluation import evaluate_run, load_ood_images, report_files
     from .rundir import RunDirectory, resolve_checkpoint
-    run, _ = resolve_checkpoint(args.checkpoint)
+    run, checkpoint_path = resolve_checkpoint(args.checkpoint)
     kind = run.read_classifier_config().model_kind
     if args.test_samples is None:
         args.test_samples = kind.default_test_samples
     kind.check_test_samples(args.test_samples, MAX_TEST_SAMPLES)
+    # the report's files are claimed before any work (outputs.py)
+    out = RunDirectory(args.out or run.path).create("out", report_files(checkpoint_path),
+                                                    own_runs=[run.path])
     ctx = parse_context(args.ctx)
     ood = load_ood_images(args.ood_data_dir) if args.ood_data_dir else None
     data = run.load_data(args.data_dir)
-    out = RunDirectory(args.out).create() if args.out else run
     with out.locked():
         report, paths = evaluate_run(args.checkpoint, data, ctx, args.test_samples, ood, out,
                                      args.ood_data_dir and os.path.abspath(args.ood_data_dir))

@@ -10,7 +10,7 @@ import numpy as np
 from .config import MAX_TEST_SAMPLES
 from .data import IMAGE_SHAPE, PIXEL_SCALE, find_idx_file, read_idx
 from .errors import DataError
-from .files import write_json
+from . import outputs
 from .metrics import auroc, predictive_entropy, scores
 from .model import evaluate_accuracy
 from .plots import plot_uncertainty
@@ -18,6 +18,13 @@ from .rundir import RunDirectory, report_prefix, resolve_checkpoint
 from .uncertainty import noise_images, predict
 
 OOD_IMAGES = "t10k-images-idx3-ubyte"
+
+
+def report_files(checkpoint_path):
+    """``{name: outputs.FileKind}`` of the report on ``checkpoint_path``, its names prefixed
+    as ``report_prefix`` says."""
+    prefix = report_prefix(checkpoint_path)
+    return {prefix + "uncertainty.json": outputs.REPORT, prefix + "uncertainty.png": outputs.PNG}
 
 
 def load_ood_images(directory):
@@ -76,13 +83,13 @@ def evaluate_run(checkpoint, data, ctx, num_samples=10, ood_images=None, out=Non
         network=config.build_network())
     report.update(model=config.model, checkpoint=os.path.abspath(checkpoint_path),
                   epoch=state["epoch"], data_dir=data.directory, ood_data_dir=ood_data_dir)
+    files = report_files(checkpoint_path)
     if out is None:
         out = run
     elif not isinstance(out, RunDirectory):
-        out = RunDirectory(out).create()
-    prefix = report_prefix(checkpoint_path)
-    paths = [out.file(prefix + name) for name in ("uncertainty.json", "uncertainty.png")]
+        out = RunDirectory(out).create("out", files, own_runs=[run.path])
+    paths = [out.file(name) for name in files]
     with out.locked():
-        write_json(paths[0], report)
+        outputs.write_json(paths[0], report, outputs.REPORT)
         plot_uncertainty(entropies, probs, data.test_labels, paths[1])
     return report, paths

@@ -29,12 +29,52 @@ from .priors import (GaussianPrior, ScaleMixturePrior, gaussian_prior, prior_for
                      scale_mixture_prior)
 
 
+# The tutorial's functions take what a notebook gives them: each checks its arguments and says
+# which one is wrong in a one-line ValueError, where the arithmetic would quietly return
+# something else (zip stops at the shorter list; a negative sigma gives NaN).
+
+def _check_count(name, value, minimum):
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < minimum:
+        raise ValueError("%s must be an integer >= %d, got %r" % (name, minimum, value))
+
+
+def _check_lengths(**lists):
+    """ValueError unless the lists (one array per parameter) have one length."""
+    lengths = {name: len(value) for name, value in lists.items()}
+    if len(set(lengths.values())) > 1:
+        raise ValueError("%s must hold one array per parameter each, got %s" % (
+            ", ".join(lengths), ", ".join("%d %s" % (n, name) for name, n in lengths.items())))
+
+
+def _check_sigmas(sigmas, name="sigmas"):
+    """ValueError unless every NDArray of ``sigmas`` holds finite values > 0 (one read of their
+    smallest and largest values; symbols, in a hybridized block, are not read)."""
+    arrays = [sigma for sigma in sigmas if isinstance(sigma, nd.NDArray)]
+    if not arrays:
+        return
+    from mxnet import autograd
+    with autograd.pause():
+        bounds = nd.concat(*[nd.concat(nd.min(a), nd.max(a), dim=0) for a in arrays],
+                           dim=0).asnumpy()
+    for i in range(len(arrays)):
+        low, high = bounds[2 * i:2 * i + 2]
+        if not (low > 0 and np.isfinite(high)):
+            raise ValueError("%s must be finite standard deviations > 0 (sigma = "
+                             "transform_rhos(rho)); %s[%d] holds %s" % (
+                                 name, name, i, "NaN" if np.isnan(low) or np.isnan(high)
+                                 else "%g" % (low if not low > 0 else high)))
+
+
 def layer_param_shapes(num_inputs=784, num_hidden=400, num_layers=2, num_outputs=10):
     """Shapes ``[W1 (hidden, in), b1 (hidden,), ..., W_out (out, hidden), b_out (out,)]``.
 
     ``num_layers`` is the number of hidden layers (0 gives a linear softmax model): the shapes
     of ``network.mlp``.
     """
+    _check_count("num_inputs", num_inputs, 1)
+    _check_count("num_hidden", num_hidden, 1)
+    _check_count("num_layers", num_layers, 0)
+    _check_count("num_outputs", num_outputs, 1)
     return mlp(num_inputs, num_hidden, num_layers, num_outputs).param_shapes()
 
 
@@ -44,6 +84,10 @@ def init_variational_params(shapes, ctx, mu_scale=0.1, rho_offset=-3.0, seed=Non
     Drawn with NumPy so that a given ``seed`` gives the same start on every device.
     Gradients are attached, ready for ``autograd.record()``.
     """
+    if not (isinstance(mu_scale, (int, float)) and 0 < mu_scale < float("inf")):
+        raise ValueError("mu_scale must be a finite number > 0, got %r" % (mu_scale,))
+    if not (isinstance(rho_offset, (int, float)) and np.isfinite(rho_offset)):
+        raise ValueError("rho_offset must be a finite number, got %r" % (rho_offset,))
     rng = np.random.default_rng(seed)
     mus = [nd.array(rng.normal(0.0, mu_scale, size=shape), ctx=ctx, dtype="float32")
            for shape in shapes]
@@ -68,6 +112,8 @@ def transform_rhos(rhos, F=nd):
 
 def transform_gaussian_samples(mus, sigmas, epsilons):
     """Reparametrized weights ``w = mu + sigma * eps``, one array per parameter."""
+    _check_lengths(mus=mus, sigmas=sigmas, epsilons=epsilons)
+    _check_sigmas(sigmas)
     return [mu + sigma * eps for mu, sigma, eps in zip(mus, sigmas, epsilons)]
 
 
@@ -133,6 +179,12 @@ def combined_loss(output, label_one_hot, params, mus, sigmas, log_prior, log_lik
     maps (logits, one-hot labels) to per-example log-likelihoods. ``num_batches`` is M;
     ``kl_weight``, if given, replaces 1/M (the paper's section 3.4 weighting). Shape (1,).
     """
+    _check_lengths(params=params, mus=mus, sigmas=sigmas)
+    _check_count("num_batches", num_batches, 1)
+    if kl_weight is not None and not (isinstance(kl_weight, (int, float))
+                                      and 0 <= kl_weight < float("inf")):
+        raise ValueError("kl_weight must be a finite number >= 0, got %r" % (kl_weight,))
+    _check_sigmas(sigmas)
     weight = 1.0 / num_batches if kl_weight is None else kl_weight
     log_likelihood_sum = nd.sum(log_likelihood(output, label_one_hot))
     log_prior_sum = nd.add_n(*[log_prior(w) for w in params])

@@ -140,7 +140,11 @@ class MaxPool2D:
         self.size = _whole_number(size, "SIZE", "pool:%s" % (size,))
 
     def param_shapes(self, input_shape):
-        if len(input_shape) != 3 or min(input_shape[1:]) < self.size:
+        if len(input_shape) != 3:
+            raise ValueError("pool:%d pools images (channels, height, width), a conv layer's "
+                             "output; its input here is flat, %s: put a conv layer before it"
+                             % (self.size, input_shape))
+        if min(input_shape[1:]) < self.size:
             raise ValueError("pool:%d takes images of at least %dx%d, not %s"
                              % (self.size, self.size, self.size, input_shape))
         return [], (input_shape[0],) + tuple(side // self.size for side in input_shape[1:])
@@ -182,12 +186,17 @@ class Flatten:
 class Dropout:
     """Inverted dropout at ``rate``, on in training and in Monte Carlo prediction alike (each
     call draws a new mask from MXNet's generator); ``Network.without_dropout`` drops it for
-    the deterministic prediction with all units."""
+    the deterministic prediction with all units. MXNet takes the rate as a float32 and scales
+    the units kept by 1 / (1 - rate): ``RATES`` are the rates for which both are finite and
+    not 0 (float32's smallest normal number to 1 - 2^-24)."""
     has_weights = False
+    RATES = (1.1754943508222875e-38, 1.0 - 2.0 ** -24)
 
     def __init__(self, rate):
-        if isinstance(rate, bool) or not isinstance(rate, (int, float)) or not 0.0 < rate < 1.0:
-            raise ValueError("dropout:%s: RATE must be in (0, 1)" % (rate,))
+        if isinstance(rate, bool) or not isinstance(rate, (int, float)) or not (
+                self.RATES[0] <= rate <= self.RATES[1]):
+            raise ValueError("dropout:%s: RATE must be in (0, 1) (from %.3g to 1 - 2^-24)"
+                             % (rate, self.RATES[0]))
         self.rate = rate
 
     def param_shapes(self, input_shape):

@@ -25,6 +25,7 @@ import warnings
 
 from .cli import ArgumentParser, load_mxnet, run_command
 from .errors import GluonBBBError
+from .outputs import path_problem
 
 PROG = "python -m gluon_bbb.predict"
 SIDE = 28  # the images' height and width
@@ -63,6 +64,9 @@ def read_inputs(paths, invert=False, resize=False):
         if os.path.isdir(path):
             raise InputError("%s: a directory; give the image files in it (%s/*.png)", path,
                              path.rstrip(os.sep))
+        problem = path_problem(path)
+        if problem:
+            raise InputError("%s: %s, not an image file", path, problem)
         if not os.path.isfile(path):
             raise InputError("%s: no such file", path)
         lower = path.lower()
@@ -231,6 +235,10 @@ def main(argv=None, prog=PROG):
     from .errors import ConfigError
     if args.samples is not None and not 0 <= args.samples <= 1000:
         raise ConfigError("samples", args.samples, "an integer in [0, 1000]")
+    problem = path_problem(args.model, "file" if not os.path.isdir(args.model) else "directory")
+    if problem:
+        raise InputError("%s: %s, not a model (a file written by gluon_bbb.compress, or a run "
+                         "directory)", args.model, problem)
     if os.path.isdir(args.model):
         predictor = RunPredictor(args.model, args.samples)
     elif os.path.isfile(args.model):

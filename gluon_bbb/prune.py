@@ -58,19 +58,34 @@ def main(argv=None, prog=PROG):
     from .rundir import RunDirectory, resolve_checkpoint
     run, checkpoint_path = resolve_checkpoint(args.checkpoint)
     config = run.read_classifier_config()
+    # the report's files are claimed before any work (outputs.py)
+    out = RunDirectory(args.out or run.path).create(
+        "out", report_files(checkpoint_path, args.save_pruned), own_runs=[run.path])
     ctx = parse_context(args.ctx)
     state = run.load_parameters(config, ctx, checkpoint_path)
     data = run.load_data(args.data_dir)
-    out = RunDirectory(args.out).create() if args.out else run
     with out.locked():
         return prune_and_report(args, config, state, data, out, checkpoint_path)
+
+
+def report_files(checkpoint_path, save_pruned=None):
+    """``{name: outputs.FileKind}`` of the pruning report on ``checkpoint_path`` (prefixed as
+    ``rundir.report_prefix`` says), with the pruned parameters at ``save_pruned``."""
+    from . import outputs
+    from .rundir import report_prefix
+    prefix = report_prefix(checkpoint_path)
+    files = {prefix + "pruning.json": outputs.REPORT, prefix + "pruning.png": outputs.PNG,
+             prefix + "snr.png": outputs.PNG}
+    if save_pruned is not None:
+        files[prefix + "pruned-%g.params" % save_pruned] = outputs.PARAMETERS
+    return files
 
 
 def prune_and_report(args, config, state, data, out, checkpoint_path):
     """Write the pruning table's files into ``out`` (a locked ``RunDirectory``), their names
     starting with the checkpoint's ``report_prefix``, then print the table. The files come
     first: a reader that stops early (``| head``) loses none of them."""
-    from .files import write_json
+    from . import outputs
     from .plots import plot_pruning, plot_snr
     from .pruning import (dense_size, prior_rule_proportion, prune_weights, pruning_table,
                           save_pruned, snr_ranks, snr_thresholds_db)
@@ -89,10 +104,10 @@ def prune_and_report(args, config, state, data, out, checkpoint_path):
     seconds = time.time() - started
     prefix = report_prefix(checkpoint_path)
     names = [prefix + name for name in ("pruning.json", "pruning.png", "snr.png")]
-    write_json(out.file(names[0]), {
+    outputs.write_json(out.file(names[0]), {
         "checkpoint": os.path.abspath(checkpoint_path), "epoch": state["epoch"],
         "model": config.model, "criterion": criterion, "data_dir": data.directory,
-        "prior_rule_proportion": rule, "rows": rows})
+        "prior_rule_proportion": rule, "rows": rows}, outputs.REPORT)
     plot_pruning(rows, out.file(names[1]), criterion_words)
     snr_db, cuts = snr_thresholds_db(mus, sigmas, proportions)
     plot_snr(snr_db, cuts, out.file(names[2]), criterion_words)

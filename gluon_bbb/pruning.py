@@ -11,7 +11,7 @@ import numpy as np
 from mxnet import nd
 
 from .config import check_proportion
-from .files import write_atomically
+from .outputs import PARAMETERS, write_atomically
 from .model import evaluate_accuracy
 
 
@@ -131,7 +131,7 @@ def save_pruned(path, pruned_mus):
         arrays["indices:%d" % i] = nd.array(nonzero, dtype="int32")
         arrays["values:%d" % i] = nd.array(flat[nonzero], dtype="float32")
         arrays["shape:%d" % i] = nd.array(mu.shape, dtype="int64")
-    write_atomically(path, lambda tmp: nd.save(tmp, arrays))
+    write_atomically(path, lambda tmp: nd.save(tmp, arrays), PARAMETERS)
     return os.path.getsize(path)
 
 

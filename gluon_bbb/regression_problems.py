@@ -29,12 +29,12 @@ import time
 
 import numpy as np
 
-from .config import MAX_TEST_SAMPLES, Config
-from .errors import CheckpointError, ConfigError
-from .files import write_json
+from .config import FLOAT32_MAX, FLOAT32_TINY, MAX_TEST_SAMPLES, Config
+from . import outputs
+from .errors import CheckpointError, ConfigError, NonFiniteResult
 from .likelihood import NAMED_NOISES
 from .modes import model_kind
-from .rundir import REGRESSION_METRICS_FILE, RunDirectory
+from .rundir import CHECKPOINT_FILE, CONFIG_FILE, REGRESSION_METRICS_FILE, RunDirectory
 
 CHECK_EVERY = 100  # steps between reads of the loss (a read waits for MXNet's queue)
 LOG_EVERY = 500    # steps between progress lines (a multiple of CHECK_EVERY)
@@ -123,9 +123,13 @@ def regression_config(problem, model="bbb", seed=0, scaling=None, **fields):
     if noise in NAMED_NOISES:
         likelihood = "gaussian:%s" % noise
     else:
-        if not (isinstance(noise, (int, float)) and math.isfinite(noise) and noise > 0):
-            raise ConfigError("noise", noise, "a standard deviation > 0, learned or "
-                              "heteroscedastic")
+        # its variance, in the standardized units the network works in, is a float32
+        low, high = (math.sqrt(bound) * scaling.y_sd for bound in (FLOAT32_TINY, FLOAT32_MAX))
+        if not (isinstance(noise, (int, float)) and not isinstance(noise, bool)
+                and low <= noise <= high):
+            raise ConfigError("noise", noise, "a standard deviation from %.3g to %.3g in the "
+                              "data's units (its variance a float32's), learned or "
+                              "heteroscedastic" % (low, high))
         likelihood = "gaussian:%r" % (float(noise) / scaling.y_sd)
     model = model_kind(model).name
     values = dict(problem.settings, **MODEL_SETTINGS.get(model, {}))
@@ -317,19 +321,39 @@ def run_regression(problem, model, out, seed=0, ctx=None, test_samples=None, log
     if log is not None:
         log("training %s on %s (%d points, %d steps), writing to %s" % (
             config.model, problem.name, len(problem.inputs), config.epochs, run.path))
-    with run.create().locked():
+    files = {CONFIG_FILE: outputs.JSON, CHECKPOINT_FILE: outputs.PARAMETERS,
+             METRICS_FILE: outputs.JSON, PLOT_FILE: outputs.PNG}
+    with run.create(files=files).locked():
         if run.holds_run():
             raise CheckpointError("%s already holds a run; choose another {out_dir}", run.path)
         result = fit_regression(problem, model, seed, ctx, log, **fields)
+        metrics = dict(problem=problem.name, model=model, seed=seed,
+                       test_samples=test_samples, **figures(result, test_samples, seed))
+        not_finite = sorted(name for name, value in _numbers(metrics) if not math.isfinite(value))
+        if not_finite:
+            # nothing is written: a run's figures are numbers a reader can take
+            raise NonFiniteResult("the fitted model's %s came out NaN or infinite (a setting "
+                                  "overflows float32); nothing is written to %s",
+                                  ", ".join(not_finite), run.path)
         run.write_config(result.config, ctx=context_name(ctx), problem=problem.name,
                          scaling=dataclasses.asdict(result.scaling))
         run.save_parameters(result.step, result.config.epochs)
-        metrics = dict(problem=problem.name, model=model, seed=seed,
-                       test_samples=test_samples, **figures(result, test_samples, seed))
         paths = [run.file(METRICS_FILE), run.file(PLOT_FILE)]
-        write_json(paths[0], metrics)
+        outputs.write_json(paths[0], metrics)
         draw_regression(result, paths[1], test_samples, seed)
     return result, metrics, paths
+
+
+def _numbers(value, name=""):
+    """``(name, number)`` for every number in ``value`` (nested dicts and lists)."""
+    if isinstance(value, dict):
+        for key, item in value.items():
+            yield from _numbers(item, "%s.%s" % (name, key) if name else key)
+    elif isinstance(value, (list, tuple)):
+        for i, item in enumerate(value):
+            yield from _numbers(item, "%s[%d]" % (name, i))
+    elif isinstance(value, (int, float)) and not isinstance(value, bool):
+        yield name, value
 
 
 def describe_figures(metrics):

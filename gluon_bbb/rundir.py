@@ -6,7 +6,8 @@ A run directory holds ``config.json`` (the ``Config`` and how the run was made: 
 data directory and the fingerprint of the MNIST files it read there), ``history.json`` (one
 record per epoch), ``checkpoint.params`` (the last epoch) and, with a validation set,
 ``best.params`` (the best validation epoch: ``best_validation_epoch``), beside the reports
-written about them. Every file is written atomically and durably (``files.py``).
+written about them. Every file is written as ``outputs.py`` rules: atomically and durably, never
+through a link or over a file of another kind, never inside another run's directory.
 
 While a process works in a directory it holds an exclusive ``flock`` on the directory's
 ``.lock`` file, taken once by the ``RunDirectory`` object that process works through; a second
@@ -29,11 +30,10 @@ import errno
 import fcntl
 import json
 import os
-import tempfile
 
 from .config import Config
+from . import outputs
 from .errors import CheckpointError, ConfigError, DataError, OutputError, RunDirectoryBusy
-from .files import write_json
 
 CONFIG_FILE = "config.json"
 HISTORY_FILE = "history.json"
@@ -43,6 +43,9 @@ LOCK_FILE = ".lock"
 REGRESSION_METRICS_FILE = "metrics.json"
 RUN_FILES = (CONFIG_FILE, HISTORY_FILE, CHECKPOINT_FILE, BEST_CHECKPOINT_FILE, LOCK_FILE,
              REGRESSION_METRICS_FILE)
+# what a training run's own files hold, claimed before it writes them (``outputs.py``)
+TRAINING_FILES = {CONFIG_FILE: outputs.JSON, HISTORY_FILE: outputs.JSON,
+                  CHECKPOINT_FILE: outputs.PARAMETERS, BEST_CHECKPOINT_FILE: outputs.PARAMETERS}
 # config.json's entries beside the Config's fields: how the run was made, not what it learns
 RUN_RECORD = ("ctx", "data_dir", "data_fingerprint", "problem", "scaling")
 # Fields that may differ between a run and its resumption (training longer is allowed).
@@ -51,24 +54,6 @@ RESUMABLE_CHANGES = ("epochs",)
 SCHEDULE_FIELDS = ("lr_schedule", "lr_decay_every", "lr_decay_factor")
 # fields a resume may leave unset (None), meaning the run's own: the seed, where the means began
 UNSET_MEANS_THE_RUNS = ("seed", "init_from")
-
-
-def check_output_dir(path, field="out_dir"):
-    """Make ``path`` (and its parents) if needed and check that files can be written in it;
-    OutputError on one line otherwise. Returns ``path``."""
-    if not isinstance(path, str) or not path.strip():
-        raise ConfigError(field, path, "a directory path")
-    if os.path.exists(path) and not os.path.isdir(path):
-        raise OutputError("{%s} %%s is not a directory" % field, path)
-    try:
-        os.makedirs(path, exist_ok=True)
-        # write permission bits say nothing for root or on read-only mounts: try it
-        with tempfile.TemporaryFile(dir=path):
-            pass
-    except OSError as exc:
-        raise OutputError("{%s} %%s cannot be written: %%s" % field, path,
-                          exc.strerror or exc) from None
-    return path
 
 
 def best_validation_epoch(history):
@@ -92,37 +77,54 @@ class RunDirectory:
             raise ConfigError("out_dir", path, "a directory path")
         self.path = path
         self._lock_file = None
+        self._made = []
 
     def file(self, name):
         return os.path.join(self.path, name)
 
-    def create(self, field="out_dir"):
-        """Make the directory if needed and check that it can be written; returns self."""
-        check_output_dir(self.path, field)
+    def create(self, field="out_dir", files=None, own_runs=None, sources=None):
+        """Claim the directory for ``files`` (``{name: outputs.FileKind}``, default a training
+        run's own) as ``outputs.claim_directory`` rules: never inside another run's directory
+        than ``own_runs`` (default this run's own), never over a link, a special file or a file
+        of another kind, reports only over reports on ``sources`` (default ``own_runs``); then
+        make it if needed and check that it can be written. Returns self."""
+        own_runs = (self.path,) if own_runs is None else tuple(own_runs)
+        if sources is None:
+            sources = frozenset(os.path.realpath(run) for run in own_runs)
+        outputs.claim_directory(self.path, TRAINING_FILES if files is None else files, field,
+                                own_runs, sources)
+        self._made = outputs.make_directory(self.path, field)
         return self
 
     @contextlib.contextmanager
     def locked(self):
         """Hold the directory's lock for the ``with`` block; inside a block of the same object
-        it is held already and is not taken again."""
+        it is held already and is not taken again. Where the lock cannot be written (a full
+        disk), the directories ``create`` made are removed again."""
         if self._lock_file is not None:
             yield self
             return
-        lock_file = open(self.file(LOCK_FILE), "a+")
+        path = self.file(LOCK_FILE)
+        try:
+            lock_file = outputs.open_lock_file(path)
+        except OutputError:
+            self._remove_made()
+            raise
         try:
             fcntl.flock(lock_file, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError as exc:
             if exc.errno not in (errno.EAGAIN, errno.EACCES):
                 raise
-            lock_file.seek(0)
-            holder = lock_file.read().strip() or "unknown"
+            holder = outputs.lock_holder(lock_file)
             lock_file.close()
             raise RunDirectoryBusy("%s is in use by another process (pid %s); wait for it to "
                                    "end or choose another directory", self.path, holder) from None
-        lock_file.seek(0)
-        lock_file.truncate()
-        lock_file.write("%d\n" % os.getpid())
-        lock_file.flush()
+        try:
+            outputs.write_holder(lock_file, path)
+        except OutputError:
+            lock_file.close()
+            self._remove_made()
+            raise
         self._lock_file = lock_file
         try:
             yield self
@@ -130,10 +132,28 @@ class RunDirectory:
             self._lock_file = None
             lock_file.close()  # releases the lock
 
+    def discard_unsaved(self):
+        """Remove what a new run wrote before its first epoch was saved (config.json, the
+        history), and the directories ``create`` made where nothing else is in them: a run that
+        failed or was stopped before it saved anything leaves nothing behind."""
+        if self.holds_run():
+            return
+        for name in (CONFIG_FILE, HISTORY_FILE):
+            with contextlib.suppress(OSError):
+                os.remove(self.file(name))
+        self._remove_made()
+
+    def _remove_made(self):
+        """Remove what ``create`` made, where nothing but the lock file is in it."""
+        if self._made and os.listdir(self.path) in ([], [LOCK_FILE]):
+            with contextlib.suppress(OSError):
+                os.remove(self.file(LOCK_FILE))
+            outputs.remove_made(self._made)
+
     def files(self):
         """The paths of the files that make up the run (its config, history, parameters, lock
         and metrics): what no command may write over while reading the run
-        (``files.check_not_an_input``)."""
+        (``outputs.check_not_an_input``)."""
         return [self.file(name) for name in RUN_FILES]
 
     def holds_run(self):
@@ -212,7 +232,7 @@ class RunDirectory:
                             data.directory, self.path, found[:12], recorded[:12])
 
     def write_config(self, config, **record):
-        write_json(self.file(CONFIG_FILE), dict(config.to_dict(), **record))
+        outputs.write_json(self.file(CONFIG_FILE), dict(config.to_dict(), **record))
 
     # history.json
 
@@ -238,7 +258,7 @@ class RunDirectory:
         return history[:epochs]
 
     def write_history(self, history):
-        write_json(self.file(HISTORY_FILE), history)
+        outputs.write_json(self.file(HISTORY_FILE), history)
 
     # parameters
 
@@ -339,6 +359,9 @@ def check_shapes(arrays, shapes, source):
 def resolve_checkpoint(path):
     """``(RunDirectory, parameter file)`` named by ``path``: a run directory, read at its
     checkpoint.params, or a parameter file in one (checkpoint.params, best.params)."""
+    problem = outputs.path_problem(path)
+    if problem and problem != "a directory":
+        raise CheckpointError("%s is %s, not a run directory or a parameter file", path, problem)
     if os.path.isdir(path):
         run = RunDirectory(path)
         params = path if path.rstrip(os.sep).endswith(".params") else run.file(CHECKPOINT_FILE)

@@ -82,13 +82,27 @@ def main(argv=None, prog=PROG):
     from .data import idx_paths, load_mnist
     from .dataset_shift import Ensemble, TemperatureScaled, fit_temperature, shift_report
     from .errors import CheckpointError
-    from .files import check_not_an_input, write_json
+    from . import outputs
     from .plots import plot_shift
     from .rundir import RunDirectory
     from .training import split_data
     loaded = [load_model(path, args.test_samples) for path in args.models]
     models = [model for model, _ in loaded]
     runs = [found for _, found in loaded if found is not None]
+    shifts = args.shift or sorted(SHIFTS)
+    # the report's files are claimed before any work (outputs.py): never inside a run other
+    # than those scored, never over a report on other models
+    files = {}
+    for name in shifts:
+        files.update({"shift-%s.json" % name: outputs.REPORT,
+                      "shift-%s.png" % name: outputs.PNG})
+    # what this command reads is never written over, however it is named
+    inputs = list(args.models) + [path for run, _ in runs for path in run.files()]
+    for name in files:
+        outputs.check_not_an_input(os.path.join(args.out, name), inputs)
+    out = RunDirectory(args.out).create(
+        "out", files, own_runs=[run.path for run, _ in runs],
+        sources=outputs.report_sources({"models": [os.path.abspath(p) for p in args.models]}))
     model = models[0] if len(models) == 1 else Ensemble(models)
     # the first run's data, checked against every run's record
     data = runs[0][0].load_data(args.data_dir) if runs else load_mnist(args.data_dir)
@@ -116,19 +130,16 @@ def main(argv=None, prog=PROG):
         from .evaluation import load_ood_images
         record["ood"] = dict(ood_report(model, images, load_ood_images(args.ood_data_dir)),
                              data_dir=os.path.abspath(args.ood_data_dir))
-    out = RunDirectory(args.out).create()
-    # what this command reads is never written over, however it is named
-    inputs = (list(args.models) + [path for run, _ in runs for path in run.files()]
-              + (idx_paths(data.directory) if data.directory else []))
-    shifts = args.shift or sorted(SHIFTS)
-    outputs = {name: [check_not_an_input(out.file("shift-%s.%s" % (name, ending)), inputs)
-                      for ending in ("json", "png")] for name in shifts}
+    inputs += idx_paths(data.directory) if data.directory else []
+    paths_of = {name: [outputs.check_not_an_input(out.file("shift-%s.%s" % (name, ending)),
+                                                  inputs)
+                       for ending in ("json", "png")] for name in shifts}
     written = []
     with out.locked():
         for name in shifts:
-            paths = outputs[name]
+            paths = paths_of[name]
             report = dict(shift_report(model, images, labels, SHIFTS[name]), **record)
-            write_json(paths[0], report)
+            outputs.write_json(paths[0], report, outputs.REPORT)
             plot_shift(report, paths[1])
             written += paths
             print(json.dumps(report))

@@ -15,6 +15,7 @@ import contextlib
 import os
 import signal
 import sys
+import warnings
 
 from .cli import ArgumentParser, run_command
 from .errors import ConfigError
@@ -43,17 +44,22 @@ def build_parser(prog=PROG):
 
 def main(argv=None, prog=PROG):
     args = build_parser(prog).parse_args(argv)
-    from .rundir import check_output_dir
-    from .trials import SpecError, check_against_out, failed as trial_failed, load_spec
-    from .trials import run_sweep, trials
-    spec = load_spec(args.spec)
+    from . import outputs
+    from .trials import (SWEEP_FILES, SpecError, check_against_out, failed as trial_failed,
+                         load_spec, plan, run_sweep, trial_count)
     for name in ("threads_per_trial", "workers"):
         if getattr(args, name) is not None and getattr(args, name) < 1:
             raise ConfigError(name, getattr(args, name), "an integer >= 1")
+    spec = load_spec(args.spec)
+    print("sweep: %d trials in %s; checking each trial's flags" % (trial_count(spec), args.spec),
+          flush=True)
+    planned = plan(spec, args.spec)
+    # the sweep's directory is claimed before any work (outputs.py): never inside a run
+    outputs.claim_directory(args.out, SWEEP_FILES, "out")
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     workers = args.workers or max(1, cores // args.threads_per_trial)
     if os.path.isdir(args.out):
-        check_against_out(spec, args.out)
+        check_against_out(planned, args.out)
     import logging
     from distributed import Client, LocalCluster
     with contextlib.ExitStack() as stack:
@@ -69,12 +75,12 @@ def main(argv=None, prog=PROG):
             cluster = stack.enter_context(_local_cluster(LocalCluster, workers, logging.ERROR))
             client = stack.enter_context(Client(cluster))
             where = "a local cluster of %d workers" % workers
-        check_output_dir(args.out)
+        outputs.make_directory(args.out, "out")
         print("sweep: %d trials on %s, %d thread%s each, into %s" % (
-            len(trials(spec)), where, args.threads_per_trial,
+            len(planned[0]), where, args.threads_per_trial,
             "" if args.threads_per_trial == 1 else "s", args.out), flush=True)
         records = run_sweep(spec, args.out, client, args.threads_per_trial,
-                            log=lambda line: print(line, flush=True))
+                            log=lambda line: print(line, flush=True), all_trials=planned[0])
     failed = [r for r in records if trial_failed(r)]
     print("wrote sweep.json, sweep.md%s to %s" % (", sweep.png" if len(failed) < len(records)
                                                   else "", args.out))
@@ -87,6 +93,9 @@ def _local_cluster(LocalCluster, workers, log_level):
     which closes the cluster (its workers end their trials with SIGTERM), is the one to say
     so. Each worker would otherwise print its own KeyboardInterrupt traceback."""
     previous = signal.signal(signal.SIGINT, signal.SIG_IGN)  # inherited by the workers
+    # the scheduler serves its health checks on port 8787, or another where that one is taken
+    # (another sweep's), and says so: the sweep uses neither
+    warnings.filterwarnings("ignore", message="Port .* is already in use", category=UserWarning)
     try:
         return LocalCluster(n_workers=workers, threads_per_worker=1, processes=True,
                             dashboard_address=None, silence_logs=log_level)

@@ -163,7 +163,7 @@ def _config_and_defaults(args, run):
     given.update({field: getattr(args, field)
                   for field in list(CONFIG_FLAGS) + list(CHOICE_FLAGS) + list(SWITCH_FLAGS)
                   if getattr(args, field) is not None})
-    base = run.read_config() if args.resume else Config()
+    base = run.read_classifier_config() if args.resume else Config()
     config = Config(**dict(dataclasses.asdict(base), **given))
     taken = {}
     if not args.resume and not args.preset and config.build_network().has_convolution:
@@ -206,8 +206,25 @@ def main(argv=None, prog=PROG):
               "SGD does not train them; flags override)" % ", ".join(
                   "%s %s" % (flag_for(field), value) for field, value in taken.items()),
               flush=True)
-    with run.create().locked():
+    # a resumed run's own files are its to read first (the resume rules); they are checked as
+    # they are written
+    with run.create(files=training_files(own=not args.resume)).locked():
         return train_and_report(args, config, ctx, run, data, ood_images)
+
+
+# the plots a training run draws beside its own files and its uncertainty report
+PLOTS = ("accuracy.png", "weights.png")
+
+
+def training_files(own=True):
+    """``{name: outputs.FileKind}`` of the files the command writes into its run directory,
+    claimed before it trains: the plots, the uncertainty report and, with ``own``, the run's
+    own files."""
+    from . import outputs
+    from .evaluation import report_files
+    from .rundir import CHECKPOINT_FILE, TRAINING_FILES
+    return dict(TRAINING_FILES if own else {}, **dict.fromkeys(PLOTS, outputs.PNG),
+                **report_files(CHECKPOINT_FILE))
 
 
 def train_and_report(args, config, ctx, run, data, ood_images):
@@ -221,8 +238,8 @@ def train_and_report(args, config, ctx, run, data, ood_images):
     result = train(config, data, ctx, out_dir=run, resume=args.resume,
                    eval_train=args.eval_train, log=lambda line: print(line, flush=True),
                    backend=args.backend)
-    plot_accuracy(result.history, run.file("accuracy.png"))
-    plot_weights(result.mus, result.sigmas, run.file("weights.png"))
+    plot_accuracy(result.history, run.file(PLOTS[0]))
+    plot_weights(result.mus, result.sigmas, run.file(PLOTS[1]))
     kind = config.model_kind
     if args.test_samples > 0:
         draws = args.test_samples if kind.prediction_draws else 0

@@ -22,7 +22,7 @@ from .config import Config
 from .context import context_name
 from .elementwise import total
 from .errors import CheckpointError, ConfigError, Interrupted, TrainingDiverged
-from .files import signals_deferred
+from .outputs import signals_deferred
 from .model import evaluate_accuracy, evaluate_nll
 from .rundir import RunDirectory, best_validation_epoch
 from .step import TrainingStep, check_memory, choose_backend
@@ -90,8 +90,13 @@ def train(config, data, ctx, out_dir=None, resume=False, eval_train=False,
     saved = _Saved()
     with run.locked() if run is not None else contextlib.nullcontext():
         try:
-            return _train(config, data, ctx, run, resume, eval_train, log, progress,
-                          check_every, backend, saved)
+            try:
+                return _train(config, data, ctx, run, resume, eval_train, log, progress,
+                              check_every, backend, saved)
+            except BaseException:
+                if run is not None and not resume and saved.epochs == 0:
+                    run.discard_unsaved()
+                raise
         except KeyboardInterrupt as exc:
             raise Interrupted(getattr(exc, "signal_name", "SIGINT"), _kept(run, saved.epochs),
                               resumable=run is not None and saved.epochs > 0) from None

@@ -46,7 +46,8 @@ import time
 
 from .cli import FlagError, flag_for
 from .errors import CheckpointError, ConfigError, GluonBBBError
-from .files import write_json, write_text
+from . import outputs
+from .outputs import write_json, write_text
 from .plots import plot_sweep
 from .rundir import (CHECKPOINT_FILE, CONFIG_FILE, HISTORY_FILE, LOCK_FILE, RunDirectory,
                      best_validation_epoch)
@@ -55,6 +56,8 @@ TRAIN_MODULE, PRUNE_MODULE = "gluon_bbb.train_mnist", "gluon_bbb.prune"
 TRIAL_FILE = "trial.json"          # a finished trial's flags, proportions and figures
 TRIAL_LOCK = ".trial.lock"         # held by the process running the trial
 TRIAL_LOG = "trial.log"            # one line per command a trial ran
+# what the sweep writes into its directory, beside the trials' run directories
+SWEEP_FILES = {"sweep.json": outputs.JSON, "sweep.md": outputs.TEXT, "sweep.png": outputs.PNG}
 DEFAULT_PROPORTIONS = (0.0, 0.5, 0.75, 0.95, 0.98)
 RESERVED_FLAGS = ("out", "resume")
 # A dead worker's trial process may still be ending (SIGTERM) when its rerun starts: wait this
@@ -62,6 +65,9 @@ RESERVED_FLAGS = ("out", "resume")
 LOCK_WAIT_SECONDS = 120.0
 # a failed command's cause, at most this long
 CAUSE_LENGTH = 400
+# the most trials one sweep plans: each is a process, a directory and a Dask task (planning
+# checks about 5,000 trials a second)
+MAX_TRIALS = 10000
 
 
 class SpecError(GluonBBBError):
@@ -71,6 +77,9 @@ class SpecError(GluonBBBError):
 def load_spec(path):
     """The spec in the JSON file ``path``, checked: ``{"base": {...}, "grid": {...},
     "proportions": [...]}``, flags without their dashes."""
+    problem = outputs.path_problem(path)
+    if problem:
+        raise SpecError("cannot read sweep spec %s: it is %s, not a file", path, problem)
     try:
         with open(path) as f:
             spec = json.load(f)
@@ -106,7 +115,10 @@ def load_spec(path):
     if len({"%g" % p for p in proportions}) < len(proportions):
         raise SpecError("%s: proportions must differ from each other", path)
     checked = {"base": base, "grid": grid, "proportions": proportions}
-    trials(checked, path)  # every trial's flags are the training command's, no two alike
+    count = trial_count(checked)
+    if count > MAX_TRIALS:
+        raise SpecError("%s: the grid gives %d trials, more than the %d a sweep runs: split it "
+                        "into several sweeps", path, count, MAX_TRIALS)
     return checked
 
 
@@ -126,13 +138,27 @@ def _flag_args(values):
     return args
 
 
+def trial_count(spec):
+    """How many trials the grid of ``spec`` gives (the product of its lists' lengths)."""
+    return math.prod(len(values) for values in spec["grid"].values())
+
+
 def trials(spec, where="the spec"):
     """One dict per combination of the grid: ``name`` (its directory), ``setting`` (the grid's
     values but the seed: trials that differ only in their seed share it), ``seed`` and
     ``train_args``. SpecError where a trial's flags are not the training command's or two
     trials would train the same network."""
+    return plan(spec, where)[0]
+
+
+def plan(spec, where="the spec"):
+    """``(trials, configs)``: ``trials(spec)`` and the ``Config`` each trains, by name. Linear
+    in the trials: one parser reads every trial's flags, and trials are told apart by their
+    configs' JSON."""
+    from .train_mnist import build_parser
+    parser = build_parser(raise_errors=True)
     names = list(spec["grid"])
-    found, configs = [], {}
+    found, configs, by_config, by_name = [], {}, {}, {}
     for values in itertools.product(*(spec["grid"][name] for name in names)):
         chosen = dict(zip(names, values))
         seed = next((v for k, v in chosen.items() if _flag_name(k) == "seed"), None)
@@ -141,17 +167,17 @@ def trials(spec, where="the spec"):
         name = "_".join("%s-%s" % (_flag_name(k), v) for k, v in chosen.items())
         trial = {"name": re.sub(r"[^A-Za-z0-9._=-]+", "-", name), "setting": setting,
                  "seed": seed, "train_args": _flag_args(dict(spec["base"], **chosen))}
-        config = trial_config(trial["train_args"], where, trial["name"])
-        for other in found:
-            if configs[other["name"]] == config or other["name"] == trial["name"]:
-                raise SpecError("%s: the grid gives one trial twice: %s and %s %s", where,
-                                _described(other), _described(trial),
-                                "train the same network (their values are equal)"
-                                if configs[other["name"]] == config
-                                else "share the directory %s" % trial["name"])
-        configs[trial["name"]] = config
+        config = trial_config(trial["train_args"], where, trial["name"], parser)
+        key = json.dumps(config.to_dict(), sort_keys=True)
+        other = by_config.get(key) or by_name.get(trial["name"])
+        if other:
+            raise SpecError("%s: the grid gives one trial twice: %s and %s %s", where,
+                            _described(other), _described(trial),
+                            "train the same network (their values are equal)"
+                            if key in by_config else "share the directory %s" % trial["name"])
+        configs[trial["name"]], by_config[key], by_name[trial["name"]] = config, trial, trial
         found.append(trial)
-    return found
+    return found, configs
 
 
 def _described(trial):
@@ -160,21 +186,23 @@ def _described(trial):
                      "%sseed=%r" % (", " if trial["setting"] != "all" else "", trial["seed"]))
 
 
-def trial_config(train_args, where="the spec", name="a trial"):
+def trial_config(train_args, where="the spec", name="a trial", parser=None):
     """The ``Config`` the training command trains from ``train_args`` (read by its own parser,
-    without MXNet); SpecError saying what it refuses."""
+    ``parser`` where one is at hand, without MXNet); SpecError saying what it refuses."""
     from .train_mnist import build_parser, config_from_args
     try:
-        return config_from_args(build_parser(raise_errors=True).parse_args(list(train_args)))
+        parser = parser or build_parser(raise_errors=True)
+        return config_from_args(parser.parse_args(list(train_args)))
     except (FlagError, ConfigError) as exc:
         raise SpecError("%s: trial %s: %s", where, name, exc.describe(flag_for)) from None
 
 
-def check_against_out(spec, out_dir):
+def check_against_out(planned, out_dir):
     """SpecError where a trial's directory in ``out_dir`` holds a run trained with other
     training flags than the spec gives that trial (a changed spec rerun into the same --out),
-    naming the flags and both values."""
-    for trial in trials(spec):
+    naming the flags and both values. ``planned``: ``plan(spec)``."""
+    found, configs = planned
+    for trial in found:
         run = RunDirectory(os.path.join(out_dir, trial["name"]))
         if not os.path.exists(run.file(CONFIG_FILE)):
             continue
@@ -182,7 +210,7 @@ def check_against_out(spec, out_dir):
             saved = run.read_config()
         except CheckpointError as exc:
             raise SpecError("%s", exc.describe(flag_for)) from None
-        wanted = trial_config(trial["train_args"])
+        wanted = configs[trial["name"]]
         differing = [(field.name, getattr(saved, field.name), getattr(wanted, field.name))
                      for field in dataclasses.fields(wanted)
                      if getattr(saved, field.name) != getattr(wanted, field.name)
@@ -214,7 +242,7 @@ def failed(record):
 def run_trial(trial_dir, train_args, proportions, threads, python=sys.executable):
     """Train, resume or skip the trial in ``trial_dir``, prune it, and return its record:
     ``status`` (``done``, ``skipped`` or ``failed``), ``error`` (one line) and ``figures``."""
-    os.makedirs(trial_dir, exist_ok=True)
+    outputs.make_directory(trial_dir, "out")
     env = dict(os.environ, OMP_NUM_THREADS=str(threads))
     proportions = ["%g" % p for p in proportions]
     with _trial_lock(trial_dir):
@@ -262,8 +290,8 @@ _DIE_WITH_PARENT = ("import ctypes, os, sys; ctypes.CDLL(None).prctl(1, 15); "
 def _run(python, module_args, env, trial_dir, what):
     """Run ``python -m MODULE ARGS`` (ending with this process); None, or its failure's cause
     in one line."""
-    with open(os.path.join(trial_dir, TRIAL_LOG), "a") as log:
-        log.write("%s %s\n" % (time.strftime("%Y-%m-%dT%H:%M:%S"), what))
+    outputs.append_line(os.path.join(trial_dir, TRIAL_LOG),
+                        "%s %s" % (time.strftime("%Y-%m-%dT%H:%M:%S"), what))
     wrapper = [python, "-c", _DIE_WITH_PARENT, str(os.getpid())] if sys.platform.startswith(
         "linux") else [python]
     proc = subprocess.run(wrapper + ["-m"] + module_args, env=env, stdout=subprocess.DEVNULL,
@@ -299,7 +327,7 @@ def failure_cause(stderr, what, status):
 @contextlib.contextmanager
 def _trial_lock(trial_dir):
     """Hold the trial's lock, waiting for another process that holds it."""
-    with open(os.path.join(trial_dir, TRIAL_LOCK), "a") as lock_file:
+    with outputs.open_lock_file(os.path.join(trial_dir, TRIAL_LOCK)) as lock_file:
         fcntl.flock(lock_file, fcntl.LOCK_EX)
         yield
 
@@ -386,11 +414,12 @@ def markdown_table(table, proportions):
     return "\n".join(lines)
 
 
-def run_sweep(spec, out_dir, client, threads, log=print):
-    """Run every trial of ``spec`` under ``out_dir`` on the Dask ``client``; write sweep.json,
-    sweep.md and sweep.png there; return the records."""
+def run_sweep(spec, out_dir, client, threads, log=print, all_trials=None):
+    """Run every trial of ``spec`` (``all_trials``: ``trials(spec)`` where already planned)
+    under ``out_dir`` on the Dask ``client``; write sweep.json, sweep.md and sweep.png there;
+    return the records."""
     from distributed import as_completed
-    all_trials = trials(spec)
+    all_trials = trials(spec) if all_trials is None else all_trials
     futures = {}
     for trial in all_trials:
         future = client.submit(run_trial, os.path.join(os.path.abspath(out_dir), trial["name"]),
@@ -414,7 +443,8 @@ def run_sweep(spec, out_dir, client, threads, log=print):
         log("%s %s: %s  [done %d, running %d, waiting %d]" % (
             result["status"], trial["name"], _describe(result), done, running,
             len(futures) - done - running))
-    records.sort(key=lambda r: [t["name"] for t in all_trials].index(r["name"]))
+    order = {trial["name"]: i for i, trial in enumerate(all_trials)}
+    records.sort(key=lambda r: order[r["name"]])
     table = summarize(records, spec["proportions"])
     write_json(os.path.join(out_dir, "sweep.json"), {"spec": spec, "trials": records,
                                                      "summary": table})

@@ -331,7 +331,8 @@ def test_compress_refuses_what_it_cannot_do(tmp_path):
     for args, expected in (
             (["--proportion", "1.5"], "--proportion must be in [0, 1], got 1.5"),
             (["--proportion", "1"], "--proportion must be below 1"),
-            (["--precision", "-1"], "--precision must be a number >= 0"),
+            (["--precision", "-1"], "--precision must be a number from 0 (float32 means) to 1000"),
+                (["--precision", "1e308"], "--precision must be a number from 0"),
             (["--sigma-bits", "9"], "--sigma-bits must be an integer in [0, 8]"),
             (["--proportion", "0.5", "--max-error-increase", "0.2"], "not allowed with")):
         assert_one_line_error(run(COMPRESS, small_run, *args, "--out", tmp_path / "m.gbbb"),

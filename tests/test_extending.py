@@ -246,3 +246,17 @@ def test_a_users_class_cannot_take_a_built_in_name():
         with pytest.raises(ValueError, match="name %r is gluon_bbb's own" % name):
             type("Mine", (base,), {"name": name})
     assert Config(prior="gaussian").build_prior() == GaussianPrior(1.0)
+
+
+@pytest.mark.slow
+def test_the_pages_examples_run_as_a_script_in_a_fresh_process(tmp_path):
+    # in the order written: the page's first block imports MXNet before gluon_bbb, as a user's
+    # script may
+    from commands import PYTHON, run
+    with open(DOC) as f:
+        blocks = re.findall(r"```python\n(.*?)```", f.read(), re.S)
+    script = tmp_path / "extending.py"
+    script.write_text("\n".join(blocks))
+    proc = run([PYTHON, str(script)], cwd=str(tmp_path), timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.startswith("backend: ndarray (MXNet operators, cpu(0); native not used")

@@ -81,7 +81,7 @@ def test_an_output_that_cannot_be_written_is_refused_before_any_work(tmp_path, t
     else:
         proc = run(PRUNE if cmd == "prune" else EVALUATE, "--checkpoint", str(trained_run),
                    "--out", str(out))
-    message = ("--out %s is not a directory" % out if where == "file"
+    message = ("--out %s is a file, not a directory" % out if where == "file"
                else "--out %s cannot be written" % out)
     assert_one_line_error(proc, message)
     assert proc.stdout == "" or "|" not in proc.stdout  # no table printed first

@@ -232,9 +232,11 @@ def test_regression_command_writes_its_run_and_refuses_bad_input(tmp_path):
     assert (out / "checkpoint.params").stat().st_size > 0
     for args, message in (
             ([], "%s already holds a run; choose another --out" % out),
-            (["--noise", "-2"], "--noise must be a standard deviation > 0, learned or "
+            (["--noise", "-2"], "--noise must be a standard deviation from "),
+            (["--noise", "-2"], "in the data's units (its variance a float32's), learned or "
                                 "heteroscedastic, got -2.0"),
-            (["--dropout", "1.5"], "--dropout must be in (0, 1), got 1.5"),
+            (["--dropout", "1.5"], "--dropout must be in (0, 1) (from 1.18e-38 to 1 - 2^-24, as "
+                                   "MXNet takes it), got 1.5"),
             (["--epochs", "-5"], "--epochs must be an integer >= 1 (the training steps; 0 "
                                  "trains nothing), got -5"),
             (["--epochs", "0"], "--epochs must be an integer >= 1 (the training steps; 0 "

@@ -89,7 +89,8 @@ def test_the_spec_gives_one_trial_per_combination(tmp_path):
     ('{"base": {"learning-rate": 0.1, "learning_rate": 0.2}, "grid": {"seed": [0]}}',
      "base names --learning-rate twice (learning-rate and learning_rate)"),
     ('{"base": {"sigma-p": -1}, "grid": {"seed": [0]}}',
-     "trial seed-0: --sigma-p must be a finite number > 0, got -1.0"),
+     "trial seed-0: --sigma-p must be a finite number > 0 (from 1.18e-38 to 3.4e+38: "
+     "float32's normal numbers), got -1.0"),
     ('{"base": {"network": "dense:0,dense:10"}, "grid": {"seed": [0]}}',
      "trial seed-0: --network must be mlp, lenet, or layers"),
     ('{"base": {"colour": "blue"}, "grid": {"seed": [0]}}',
@@ -143,7 +144,9 @@ def test_a_local_sweep_equals_its_trials_run_one_by_one(local_sweep, tmp_path):
     spec, out, proc = local_sweep
     assert proc.returncode == 0, proc.stderr
     lines = proc.stdout.splitlines()
-    assert lines[0] == "sweep: 4 trials on a local cluster of 2 workers, 1 thread each, into %s" % out
+    # how many trials, before they are planned, then where they run
+    assert lines[0] == "sweep: 4 trials in %s; checking each trial's flags" % spec
+    assert lines[1] == "sweep: 4 trials on a local cluster of 2 workers, 1 thread each, into %s" % out
     progress = [line for line in lines if line.startswith("done ")]
     assert len(progress) == 4 and progress[-1].endswith("[done 4, running 0, waiting 0]")
     assert sweep_figures(out) == one_by_one(tmp_path, spec)
@@ -386,7 +389,8 @@ def test_a_sweep_on_a_running_scheduler_with_two_workers(tmp_path):
             out = tmp_path / "sweep"
             proc = run(SWEEP, spec, "--out", out, "--scheduler", address)
             assert proc.returncode == 0, proc.stderr
-            assert proc.stdout.startswith("sweep: 2 trials on the cluster at %s" % address)
+            assert proc.stdout.splitlines()[1].startswith("sweep: 2 trials on the cluster at %s"
+                                                          % address)
             # the workers ran the trials without importing MXNet themselves
             assert set(client.run(lambda: "mxnet" in sys.modules).values()) == {False}
         assert sweep_figures(out) == one_by_one(tmp_path, spec)

@@ -235,10 +235,13 @@ def test_command_line_run_writes_every_output(tmp_path):
     (["--ctx", "gpu"], "--ctx gpu asked for GPU 0"),
     (["--ctx", "tpu"], "--ctx 'tpu' not understood"),
     (["--epochs", "-1"], "--epochs must be an integer >= 0, got -1"),
-    (["--sigma-p", "0"], "--sigma-p must be a finite number > 0, got 0.0"),
-    (["--sigma-p2", "-1"], "--sigma-p2 must be a finite number > 0, got -1.0"),
+    (["--sigma-p", "0"], "--sigma-p must be a finite number > 0 (from 1.18e-38 to 3.4e+38: "
+                         "float32's normal numbers), got 0.0"),
+    (["--sigma-p2", "-1"], "--sigma-p2 must be a finite number > 0 (from 1.18e-38 to "
+                           "3.4e+38: float32's normal numbers), got -1.0"),
     (["--pi", "1.5"], "--pi must be in [0, 1], got 1.5"),
-    (["--kl-scale", "0"], "--kl-scale must be a finite number > 0, got 0.0"),
+    (["--kl-scale", "0"], "--kl-scale must be a finite number > 0 (from 1.18e-38 to 3.4e+38: "
+                          "float32's normal numbers), got 0.0"),
     (["--batch-size", "0"], "--batch-size must be an integer >= 1, got 0"),
     (["--prior", "laplace"], "argument --prior: invalid choice: 'laplace'"),
     (["--epochs", "ten"], "argument --epochs: invalid int value: 'ten'"),
