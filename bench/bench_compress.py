@@ -31,7 +31,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-import gluon_bbb  # noqa: E402,F401  (before MXNet: its settings and NumPy's bool)
+import gluon_bbb  # noqa: E402,F401  (before MXNet: its thread settings)
 import mxnet as mx  # noqa: E402
 import numpy as np  # noqa: E402
 from mxnet import nd  # noqa: E402

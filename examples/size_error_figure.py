@@ -16,7 +16,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-import gluon_bbb  # noqa: E402,F401  (before MXNet: NumPy's bool)
+import gluon_bbb  # noqa: E402,F401
 import numpy as np  # noqa: E402
 
 from gluon_bbb import compressed, load_mnist  # noqa: E402

@@ -61,6 +61,34 @@ class FlagError(GluonBBBError):
         super().__init__("%s", message)
 
 
+def add_json_flag(parser):
+    """``--json``: print the command's JSON (what it writes to its files) instead of its
+    summary, for a pipeline."""
+    parser.add_argument("--json", action="store_true", help="print the JSON the command "
+                        "writes to its files instead of the summary a person reads")
+
+
+def say_for(json_wanted):
+    """Where a command's lines go: stdout, or stderr where ``--json`` keeps stdout for the
+    JSON alone."""
+    stream = sys.stderr if json_wanted else sys.stdout
+    return lambda line: (stream.write(line + "\n"), stream.flush())
+
+
+def print_json(value):
+    import json
+    print(json.dumps(value, indent=2, allow_nan=False))
+
+
+def table(header, rows, align=None):
+    """A Markdown table of ``rows`` (lists of cells, shown with ``str``) under ``header``, its
+    columns right-aligned but for those ``align`` marks ``"<"`` (default: the first)."""
+    align = align or ["<"] + [">"] * (len(header) - 1)
+    lines = ["| " + " | ".join(str(cell) for cell in row) + " |" for row in [header] + rows]
+    lines.insert(1, "|" + "".join("---|" if a == "<" else "---:|" for a in align))
+    return "\n".join(lines)
+
+
 def flag_for(field):
     """The command-line flag that sets config field ``field``."""
     return _FLAGS.get(field, "--" + field.replace("_", "-"))

@@ -16,7 +16,7 @@ than that is written with a warning that names the figure.
 import os
 import sys
 
-from .cli import ArgumentParser, load_mxnet, run_command
+from .cli import ArgumentParser, add_json_flag, load_mxnet, print_json, run_command, say_for
 
 PROG = "python -m gluon_bbb.compress"
 # The error a compress without --proportion may add to the unpruned mean network's, in
@@ -56,6 +56,7 @@ def build_parser(prog=PROG):
     parser.add_argument("--data-dir", help="directory with the MNIST IDX files (default: the "
                         "one the run was trained on)")
     parser.add_argument("--out", required=True, help="the file to write")
+    add_json_flag(parser)
     return parser
 
 
@@ -86,6 +87,7 @@ def main(argv=None, prog=PROG):
 
 def compress_run(args, run, checkpoint_path):
     """Compress the run as ``args`` say into ``args.out`` (claimed by the caller)."""
+    say = say_for(args.json)
     import numpy as np
     from .compression import (SEARCH_PROPORTIONS, calibrate_unsure, compress_parameters,
                               error_rate, run_parameters, write_model)
@@ -114,20 +116,20 @@ def compress_run(args, run, checkpoint_path):
     if args.proportion is not None:
         model, header, blobs, report = compress(args.proportion)
     else:
-        print("choosing the proportion on %s: the largest whose error is within %g percentage "
-              "points of the unpruned mean network's (%.2f%%)" % (where, limit,
-                                                                  100 * dense_error), flush=True)
+        say("choosing the proportion on %s:" % where)
+        say("  the largest whose error is within %g percentage points of the unpruned mean "
+            "network's %.2f%%" % (limit, 100 * dense_error))
         model, header, blobs, report = compress(0.0)
         # a prior that prunes as it trains gives a proportion of its own, tried with the others
         rule = prior_rule_proportion(config, state)
         if rule is not None:
-            print("the %s prior has switched off %.4g of the parameters while training" % (
-                config.prior.replace("_", "-"), rule), flush=True)
+            say("the %s prior has switched off %.4g of the parameters while training" % (
+                config.prior.replace("_", "-"), rule))
         for proportion in sorted(set(SEARCH_PROPORTIONS) | ({rule} if rule is not None
                                                              else set())):
             candidate = compress(proportion)
             error = error_rate(candidate[0], X_sel, y_sel)
-            print("proportion %g: error %.2f%%" % (proportion, 100 * error), flush=True)
+            say("proportion %g: error %.2f%%" % (proportion, 100 * error))
             if error <= dense_error + limit / 100.0:
                 model, header, blobs, report = candidate
         report["search"] = {"max_error_increase": limit, "unpruned_error": dense_error,
@@ -143,24 +145,31 @@ def compress_run(args, run, checkpoint_path):
                             model=config.model, unsure_calibrated_on=where)
     size = write_model(args.out, header, blobs)
     dense_bytes = 4 * report["parameters"]
-    print("pruned %g of %d parameters, %d kept; network %s, %d multiply-adds an image "
-          "(%.1f%% of the unpruned network's %d)" % (
-              report["proportion"], report["parameters"], report["kept_after_structure"],
-              report["network"], report["multiply_adds_after"],
-              100.0 * report["multiply_adds_after"] / report["multiply_adds_before"],
-              report["multiply_adds_before"]))
-    print("%s: %d bytes, %.1f times smaller than the float32 means (%d bytes); error %.2f%% on "
-          "%s (unpruned %.2f%%); unsure above %.3f bits or below probability %g" % (
-              args.out, size, dense_bytes / size, dense_bytes, 100 * error, where,
-              100 * dense_error, header["unsure_entropy_bits"], UNSURE_PROBABILITY))
+    if args.json:
+        print_json(dict(header["source"], file=os.path.abspath(args.out), bytes=size,
+                        float32_bytes=dense_bytes,
+                        unsure_entropy_bits=header["unsure_entropy_bits"],
+                        unsure_probability=UNSURE_PROBABILITY))
+    say("pruned %g of %d parameters by %s, %d kept" % (
+        report["proportion"], report["parameters"], config.model_kind.pruning_criterion[1],
+        report["kept_after_structure"]))
+    say("network %s: %d multiply-adds an image (%.1f%% of the unpruned network's %d)" % (
+        report["network"], report["multiply_adds_after"],
+        100.0 * report["multiply_adds_after"] / report["multiply_adds_before"],
+        report["multiply_adds_before"]))
+    say("wrote %s: %d bytes, %.1f times smaller than the float32 means (%d bytes)" % (
+        args.out, size, dense_bytes / size, dense_bytes))
+    say("error %.2f%% on %s (unpruned %.2f%%)" % (100 * error, where, 100 * dense_error))
+    say("unsure above %.3f bits of predictive entropy or below probability %g" % (
+        header["unsure_entropy_bits"], UNSURE_PROBABILITY))
     if error > dense_error + limit / 100.0:
         what = ("--proportion %g" % args.proportion if args.proportion is not None else
                 "no proportion is within it: with nothing pruned, --precision %g" % args.precision)
-        print("warning: %s costs %.2f percentage points on %s, more than the %g a compress "
-              "without --proportion allows%s" % (
-                  what, 100 * (error - dense_error), where, limit,
-                  "" if args.proportion is not None else
-                  " (a smaller --precision costs less; 0 keeps float32 means)"), flush=True)
+        say("warning: %s costs %.2f percentage points on %s," % (
+            what, 100 * (error - dense_error), where))
+        say("  more than the %g a compress without --proportion allows%s" % (
+            limit, "" if args.proportion is not None else
+            " (a smaller --precision costs less; 0 keeps float32 means)"))
     return 0
 
 
@@ -174,7 +183,7 @@ def selection_images(config, data):
         return val_images, val_labels, "the run's %d validation images" % len(val_labels)
     count = min(SELECTION_TRAINING_IMAGES, len(train_labels))
     return (train_images[-count:], train_labels[-count:],
-            "%d of the images the run trained on (it holds out no validation images)" % count)
+            "%d of its training images (it holds out no validation images)" % count)
 
 
 def run(argv=None, prog=PROG):

@@ -4,14 +4,13 @@ the uncertainty report of a trained run (``evaluation.py``).
 Writes ``uncertainty.json`` and ``uncertainty.png`` into the run directory (or ``--out``);
 ``--checkpoint RUN_DIR/best.params`` reports on the best validation epoch instead, into
 ``best-uncertainty.json`` and ``best-uncertainty.png``. MNIST is read from ``--data-dir``, else
-from the directory the run was trained on, else as ``load_mnist`` finds it. The report's JSON
-goes to stdout, the names of the files written to stderr.
+from the directory the run was trained on, else as ``load_mnist`` finds it. It prints the
+report as a table (``summary``), or with ``--json`` the report's JSON.
 """
-import json
 import os
 import sys
 
-from .cli import ArgumentParser, load_mxnet, run_command
+from .cli import ArgumentParser, add_json_flag, load_mxnet, print_json, run_command, table
 from .config import MAX_TEST_SAMPLES
 
 PROG = "python -m gluon_bbb.evaluate"
@@ -35,7 +34,27 @@ def build_parser(prog=PROG):
     parser.add_argument("--out", help="output directory (default: the run directory)")
     parser.add_argument("--ctx", default="cpu", help="device to evaluate on: cpu, gpu or "
                         "gpu:N (default: cpu)")
+    add_json_flag(parser)
     return parser
+
+
+def summary(report, name=None):
+    """The report's figures as a person reads them: a table of the predictive on MNIST's test
+    images, on noise and on the other dataset's images; ``name``: the checkpoint as the user
+    named it (default: the report's path)."""
+    draws = report["test_samples"]
+    ours = report["in_distribution"]
+    rows = [["MNIST test", "%.2f%%" % (100 * ours["accuracy"]), "%.4f" % ours["nll"],
+             "%.4f" % ours["ece"], "%.3f" % ours["mean_entropy"], ""]]
+    for key, name in (("noise", "uniform noise"), ("ood", "other dataset")):
+        if report.get(key):
+            rows.append([name, "", "", "", "%.3f" % report[key]["mean_entropy"],
+                         "%.4f" % report[key]["auroc"]])
+    return "%s, epoch %d, %s:\n%s\nthe mean weights' test accuracy: %.2f%%" % (
+        name or report["checkpoint"], report["epoch"],
+        "%d draws of the predictive" % draws if draws else "its weights",
+        table(["images", "accuracy", "NLL", "ECE", "entropy (bits)", "AUROC against MNIST"],
+              rows), 100 * ours["mean_weights_accuracy"])
 
 
 def main(argv=None, prog=PROG):
@@ -58,9 +77,12 @@ def main(argv=None, prog=PROG):
     with out.locked():
         report, paths = evaluate_run(args.checkpoint, data, ctx, args.test_samples, ood, out,
                                      args.ood_data_dir and os.path.abspath(args.ood_data_dir))
-    print(json.dumps(report, indent=2))
-    # stdout stays the report's JSON, for a reader such as jq
-    sys.stderr.write("wrote %s\n" % ", ".join(paths))
+    if args.json:
+        print_json(report)  # stdout stays the report's JSON, for a reader such as jq
+        sys.stderr.write("wrote %s\n" % ", ".join(paths))
+    else:
+        print(summary(report, args.checkpoint))
+        print("wrote %s" % ", ".join(paths))
     return 0
 
 

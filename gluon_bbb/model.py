@@ -46,9 +46,10 @@ def _check_lengths(**lists):
             ", ".join(lengths), ", ".join("%d %s" % (n, name) for name, n in lengths.items())))
 
 
-def _check_sigmas(sigmas, name="sigmas"):
-    """ValueError unless every NDArray of ``sigmas`` holds finite values > 0 (one read of their
-    smallest and largest values; symbols, in a hybridized block, are not read)."""
+def _check_sigmas(sigmas, zero_allowed=False, name="sigmas"):
+    """ValueError unless every NDArray of ``sigmas`` holds finite values > 0 (>= 0 where
+    ``zero_allowed``: a weight taken out of the network draws no noise), with one read of
+    their smallest and largest values; symbols, in a hybridized block, are not read."""
     arrays = [sigma for sigma in sigmas if isinstance(sigma, nd.NDArray)]
     if not arrays:
         return
@@ -58,11 +59,12 @@ def _check_sigmas(sigmas, name="sigmas"):
                            dim=0).asnumpy()
     for i in range(len(arrays)):
         low, high = bounds[2 * i:2 * i + 2]
-        if not (low > 0 and np.isfinite(high)):
-            raise ValueError("%s must be finite standard deviations > 0 (sigma = "
+        if not ((low >= 0 if zero_allowed else low > 0) and np.isfinite(high)):
+            raise ValueError("%s must be finite standard deviations %s (sigma = "
                              "transform_rhos(rho)); %s[%d] holds %s" % (
-                                 name, name, i, "NaN" if np.isnan(low) or np.isnan(high)
-                                 else "%g" % (low if not low > 0 else high)))
+                                 name, ">= 0" if zero_allowed else "> 0", name, i,
+                                 "NaN" if np.isnan(low) or np.isnan(high)
+                                 else "%g" % (high if np.isinf(high) else low)))
 
 
 def layer_param_shapes(num_inputs=784, num_hidden=400, num_layers=2, num_outputs=10):
@@ -113,7 +115,7 @@ def transform_rhos(rhos, F=nd):
 def transform_gaussian_samples(mus, sigmas, epsilons):
     """Reparametrized weights ``w = mu + sigma * eps``, one array per parameter."""
     _check_lengths(mus=mus, sigmas=sigmas, epsilons=epsilons)
-    _check_sigmas(sigmas)
+    _check_sigmas(sigmas, zero_allowed=True)
     return [mu + sigma * eps for mu, sigma, eps in zip(mus, sigmas, epsilons)]
 
 

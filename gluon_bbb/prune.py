@@ -9,7 +9,7 @@ import os
 import sys
 import time
 
-from .cli import ArgumentParser, load_mxnet, run_command
+from .cli import ArgumentParser, add_json_flag, load_mxnet, print_json, run_command, say_for
 
 PROG = "python -m gluon_bbb.prune"
 DEFAULT_PROPORTIONS = (0.0, 0.1, 0.25, 0.5, 0.75, 0.95, 0.98, 0.99, 1.0)
@@ -33,6 +33,7 @@ def build_parser(prog=PROG):
                         "gpu:N (default: cpu)")
     parser.add_argument("--save-pruned", type=float, metavar="P",
                         help="also write the mean weights pruned at proportion P, sparse")
+    add_json_flag(parser)
     return parser
 
 
@@ -104,10 +105,10 @@ def prune_and_report(args, config, state, data, out, checkpoint_path):
     seconds = time.time() - started
     prefix = report_prefix(checkpoint_path)
     names = [prefix + name for name in ("pruning.json", "pruning.png", "snr.png")]
-    outputs.write_json(out.file(names[0]), {
-        "checkpoint": os.path.abspath(checkpoint_path), "epoch": state["epoch"],
-        "model": config.model, "criterion": criterion, "data_dir": data.directory,
-        "prior_rule_proportion": rule, "rows": rows}, outputs.REPORT)
+    report = {"checkpoint": os.path.abspath(checkpoint_path), "epoch": state["epoch"],
+              "model": config.model, "criterion": criterion, "data_dir": data.directory,
+              "prior_rule_proportion": rule, "rows": rows}
+    outputs.write_json(out.file(names[0]), report, outputs.REPORT)
     plot_pruning(rows, out.file(names[1]), criterion_words)
     snr_db, cuts = snr_thresholds_db(mus, sigmas, proportions)
     plot_snr(snr_db, cuts, out.file(names[2]), criterion_words)
@@ -117,18 +118,22 @@ def prune_and_report(args, config, state, data, out, checkpoint_path):
         sparse_bytes = save_pruned(sparse_path, pruned)
         names.append(os.path.basename(sparse_path))
 
-    print(markdown_table(rows, criterion))
+    say = say_for(args.json)
+    if args.json:
+        print_json(report)
+    else:
+        say(markdown_table(rows, criterion))
     if rule is not None:
-        print("\nthe %s prior has switched off %.4g of the parameters while training (its row "
-              "above)" % (config.prior.replace("_", "-"), rule))
-    print("\n%s at epoch %d: %d parameters, %d proportions, %.1f s" % (
+        say("\nthe %s prior has switched off %.4g of the parameters while training (its row "
+            "above)" % (config.prior.replace("_", "-"), rule))
+    say("\n%s at epoch %d: %d parameters, %d proportions, %.1f s" % (
         checkpoint_path, state["epoch"], sum(m.size for m in mus), len(rows), seconds))
     if args.save_pruned is not None:
         dense_bytes = dense_size(mus)
-        print("pruned at %g: %s is %d bytes, the dense mean weights in nd.save format %d bytes "
-              "(%.1f%%)" % (args.save_pruned, sparse_path, sparse_bytes, dense_bytes,
-                            100.0 * sparse_bytes / dense_bytes))
-    print("wrote %s to %s" % (", ".join(names), out.path))
+        say("pruned at %g: %s is %d bytes, %.1f%% of the dense mean weights' %d (nd.save)" % (
+            args.save_pruned, sparse_path, sparse_bytes, 100.0 * sparse_bytes / dense_bytes,
+            dense_bytes))
+    say("wrote %s to %s" % (", ".join(names), out.path))
     return 0
 
 

@@ -4,7 +4,7 @@ aleatoric and epistemic uncertainty, written and plotted (``regression_problems.
 """
 import sys
 
-from .cli import ArgumentParser, load_mxnet, run_command
+from .cli import ArgumentParser, add_json_flag, load_mxnet, print_json, run_command, say_for
 from .config import MAX_TEST_SAMPLES
 from .likelihood import NAMED_NOISES
 from .modes import MODEL_KINDS, names
@@ -43,6 +43,7 @@ def build_parser(prog=PROG):
                         help="draws of the predictive, 1 to %d (default %d; 0 for a "
                         "deterministic model)" % (MAX_TEST_SAMPLES, TEST_SAMPLES))
     parser.add_argument("--ctx", default="cpu", help="device: cpu, gpu or gpu:N (default: cpu)")
+    add_json_flag(parser)
     return parser
 
 
@@ -59,10 +60,14 @@ def main(argv=None, prog=PROG):
     ctx = parse_context(args.ctx)
     _, metrics, paths = run_regression(args.data, args.model, args.out, args.seed, ctx,
                                        args.test_samples,
-                                       log=lambda line: print(line, flush=True), **fields)
-    for line in describe_figures(metrics):
-        print(line)
-    print("wrote %s" % ", ".join(paths))
+                                       log=say_for(args.json), **fields)
+    say = say_for(args.json)
+    if args.json:
+        print_json(metrics)
+    else:
+        for line in describe_figures(metrics):
+            say(line)
+    say("wrote %s" % ", ".join(paths))
     return 0
 
 

@@ -9,11 +9,10 @@ file ``compress`` wrote; several MODELs are one ensemble, their predictives aver
 them and reports the scaled predictive. MNIST is read from ``--data-dir``, else from the
 directory the first run was trained on, else as ``load_mnist`` finds it.
 """
-import json
 import os
 import sys
 
-from .cli import ArgumentParser, load_mxnet, run_command
+from .cli import ArgumentParser, add_json_flag, load_mxnet, print_json, run_command, table
 from .config import MAX_TEST_SAMPLES
 from .dataset_shift import SHIFTS
 
@@ -44,7 +43,24 @@ def build_parser(prog=PROG):
                         "t10k-images-idx3-ubyte[.gz] (e.g. Fashion-MNIST): the report adds the "
                         "mean entropy on its images and the AUROC of telling them from the "
                         "unshifted test images")
+    add_json_flag(parser)
     return parser
+
+
+def summary(report):
+    """One shift's report as a person reads it: a row a severity."""
+    rows = [["%g %s" % (row["severity"], report["unit"]), "%.2f%%" % (100 * row["accuracy"]),
+             "%.3f" % row["nll"], "%.3f" % row["brier"], "%.3f" % row["ece"],
+             "%.3f" % row["mean_entropy"], "%.3f" % row["auroc"]] for row in report["rows"]]
+    lines = ["%s of %d test images%s:" % (report["shift"], report["images"],
+                                         ", temperature %.3f" % report["temperature"]
+                                         if "temperature" in report else ""),
+             table([report["shift"], "accuracy", "NLL", "Brier", "ECE", "entropy (bits)",
+                    "AUROC against unshifted"], rows)]
+    if "ood" in report:
+        lines.append("other dataset: mean entropy %.3f bits, AUROC against MNIST %.4f" % (
+            report["ood"]["mean_entropy"], report["ood"]["auroc"]))
+    return "\n".join(lines)
 
 
 def load_model(path, samples):
@@ -134,7 +150,7 @@ def main(argv=None, prog=PROG):
     paths_of = {name: [outputs.check_not_an_input(out.file("shift-%s.%s" % (name, ending)),
                                                   inputs)
                        for ending in ("json", "png")] for name in shifts}
-    written = []
+    written, reports = [], {}
     with out.locked():
         for name in shifts:
             paths = paths_of[name]
@@ -142,8 +158,12 @@ def main(argv=None, prog=PROG):
             outputs.write_json(paths[0], report, outputs.REPORT)
             plot_shift(report, paths[1])
             written += paths
-            print(json.dumps(report))
-    sys.stderr.write("wrote %s\n" % ", ".join(written))
+            reports[name] = report
+            if not args.json:
+                print(summary(report), flush=True)
+    if args.json:
+        print_json(reports)
+    (sys.stderr if args.json else sys.stdout).write("wrote %s\n" % ", ".join(written))
     return 0
 
 

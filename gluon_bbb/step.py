@@ -58,8 +58,8 @@ class NdarrayBackend:
         return None
 
     def describe(self, ctx, why_not_native):
-        return "backend: ndarray (MXNet operators, %s; native not used: %s)" % (ctx,
-                                                                               why_not_native)
+        return "backend: ndarray (MXNet operators, %s)\n  native not used: %s" % (
+            ctx, why_not_native)
 
 
 class NativeBackend:
@@ -107,8 +107,8 @@ def choose_backend(config, ctx, backend=None):
                            config.parametrization_kind):
         # kernels.SERVED, which the loaded C code was checked to agree with: a prior, estimator
         # or parametrization it does not know never trains with another one's formulas
-        why_not = ("the native kernels do not implement estimator %s with the %s %s KL, prior "
-                   "%s and parametrization %s (kernels.SERVED)" % (
+        why_not = ("the C kernels serve no estimator %s with the %s %s KL, prior %s and "
+                   "parametrization %s (kernels.SERVED)" % (
                        config.estimator, config.kl_direction, config.kl, config.describe_prior(),
                        config.parametrization))
     if asked is not None and asked.native and why_not:

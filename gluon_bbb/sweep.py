@@ -17,7 +17,7 @@ import signal
 import sys
 import warnings
 
-from .cli import ArgumentParser, run_command
+from .cli import ArgumentParser, add_json_flag, print_json, run_command, say_for
 from .errors import ConfigError
 
 PROG = "python -m gluon_bbb.sweep"
@@ -39,6 +39,7 @@ def build_parser(prog=PROG):
                         "the cores divided by --threads-per-trial)")
     parser.add_argument("--threads-per-trial", type=int, default=1,
                         help="OpenMP threads of each trial's process (default 1)")
+    add_json_flag(parser)
     return parser
 
 
@@ -51,8 +52,8 @@ def main(argv=None, prog=PROG):
         if getattr(args, name) is not None and getattr(args, name) < 1:
             raise ConfigError(name, getattr(args, name), "an integer >= 1")
     spec = load_spec(args.spec)
-    print("sweep: %d trials in %s; checking each trial's flags" % (trial_count(spec), args.spec),
-          flush=True)
+    say = say_for(args.json)
+    say("sweep: %d trials in %s; checking each trial's flags" % (trial_count(spec), args.spec))
     planned = plan(spec, args.spec)
     # the sweep's directory is claimed before any work (outputs.py): never inside a run
     outputs.claim_directory(args.out, SWEEP_FILES, "out")
@@ -76,14 +77,18 @@ def main(argv=None, prog=PROG):
             client = stack.enter_context(Client(cluster))
             where = "a local cluster of %d workers" % workers
         outputs.make_directory(args.out, "out")
-        print("sweep: %d trials on %s, %d thread%s each, into %s" % (
+        say("sweep: %d trials on %s, %d thread%s each, into %s" % (
             len(planned[0]), where, args.threads_per_trial,
-            "" if args.threads_per_trial == 1 else "s", args.out), flush=True)
-        records = run_sweep(spec, args.out, client, args.threads_per_trial,
-                            log=lambda line: print(line, flush=True), all_trials=planned[0])
+            "" if args.threads_per_trial == 1 else "s", args.out))
+        records = run_sweep(spec, args.out, client, args.threads_per_trial, log=say,
+                            all_trials=planned[0])
     failed = [r for r in records if trial_failed(r)]
-    print("wrote sweep.json, sweep.md%s to %s" % (", sweep.png" if len(failed) < len(records)
-                                                  else "", args.out))
+    if args.json:
+        import json
+        with open(os.path.join(args.out, "sweep.json")) as f:
+            print_json(json.load(f))
+    say("wrote sweep.json, sweep.md%s to %s" % (", sweep.png" if len(failed) < len(records)
+                                                else "", args.out))
     return 1 if failed else 0
 
 

@@ -15,7 +15,8 @@ import sys
 import time
 from typing import Optional
 
-from .cli import ArgumentParser, flag_for, load_mxnet, run_command
+from .cli import (ArgumentParser, add_json_flag, flag_for, load_mxnet, print_json, run_command,
+                  say_for)
 from .config import MAX_SAMPLES, MAX_TEST_SAMPLES, PRESETS, Config
 from .errors import CheckpointError, ConfigError
 from .modes import (ESTIMATORS, KL_DIRECTIONS, KL_ESTIMATES, KL_WEIGHTINGS, LR_SCHEDULES,
@@ -131,6 +132,7 @@ def build_parser(prog=PROG, raise_errors=False):
                         "softplus(rho): kernels.SERVED); ndarray: MXNet "
                         "operators (any context, everything); default: native where it serves, "
                         "and the run says why where it does not")
+    add_json_flag(parser)
     types = {field.name: FLAG_TYPES[field.type] for field in dataclasses.fields(Config)
              if field.name in CONFIG_FLAGS}
     for field, text in CONFIG_FLAGS.items():
@@ -202,10 +204,9 @@ def main(argv=None, prog=PROG):
     check_training(config, data, args.resume, ctx, args.backend)
     # every check is passed: only now is the run directory made
     if taken:
-        print("a network with convolutions: %s, the defaults for such networks (the tutorial's "
-              "SGD does not train them; flags override)" % ", ".join(
-                  "%s %s" % (flag_for(field), value) for field, value in taken.items()),
-              flush=True)
+        say_for(args.json)("a network with convolutions takes its defaults: %s (flags "
+                           "override)" % ", ".join("%s %s" % (flag_for(field), value)
+                                                   for field, value in taken.items()))
     # a resumed run's own files are its to read first (the resume rules); they are checked as
     # they are written
     with run.create(files=training_files(own=not args.resume)).locked():
@@ -234,23 +235,22 @@ def train_and_report(args, config, ctx, run, data, ood_images):
     from .plots import plot_accuracy, plot_weights
     from .rundir import BEST_CHECKPOINT_FILE, best_validation_epoch
     from .training import train
-    print("training on %s, writing to %s" % (ctx, run.path), flush=True)
+    say = say_for(args.json)
+    say("training on %s, writing to %s" % (ctx, run.path))
     result = train(config, data, ctx, out_dir=run, resume=args.resume,
-                   eval_train=args.eval_train, log=lambda line: print(line, flush=True),
-                   backend=args.backend)
+                   eval_train=args.eval_train, log=say, backend=args.backend)
     plot_accuracy(result.history, run.file(PLOTS[0]))
     plot_weights(result.mus, result.sigmas, run.file(PLOTS[1]))
-    kind = config.model_kind
+    kind, report = config.model_kind, None
     if args.test_samples > 0:
         draws = args.test_samples if kind.prediction_draws else 0
-        print("uncertainty report: %s over the %d test images, noise%s ..." % (
+        say("uncertainty report: %s over the %d test images, noise%s ..." % (
             "%d %s" % (draws, kind.prediction_draws) if draws else "the weights",
-            data.test_images.shape[0], " and the OOD images" if ood_images is not None else ""),
-            flush=True)
+            data.test_images.shape[0], " and the OOD images" if ood_images is not None else ""))
         report, _ = evaluate_run(run.path, data, ctx, draws, ood_images, run,
                                  args.ood_data_dir and os.path.abspath(args.ood_data_dir))
-        print("uncertainty (%s): test accuracy %.4f, ECE %.4f, mean entropy %.3f bits on MNIST "
-              "and %.3f on noise" % (
+        say("uncertainty (%s): test accuracy %.4f, ECE %.4f, mean entropy %.3f bits on MNIST "
+            "and %.3f on noise" % (
                   "%d %s" % (draws, kind.prediction_draws) if draws else "the weights",
                   report["in_distribution"]["accuracy"], report["in_distribution"]["ece"],
                   report["in_distribution"]["mean_entropy"], report["noise"]["mean_entropy"]))
@@ -259,10 +259,14 @@ def train_and_report(args, config, ctx, run, data, ood_images):
         chosen_by = "accuracy %.4f" % best["validation_accuracy"]
         if "validation_objective" in best:
             chosen_by = "objective %.1f nats (%s)" % (best["validation_objective"], chosen_by)
-        print("best validation %s at epoch %d (test accuracy with the mean weights %.4f), kept "
-              "in %s" % (chosen_by, best["epoch"], best["test_accuracy"], BEST_CHECKPOINT_FILE))
-    print("final test accuracy (mean weights) %.4f; wrote %s" % (
+        say("best validation %s at epoch %d (test accuracy with the mean weights %.4f), kept "
+            "in %s" % (chosen_by, best["epoch"], best["test_accuracy"], BEST_CHECKPOINT_FILE))
+    say("final test accuracy (mean weights) %.4f; wrote %s" % (
         result.history[-1]["test_accuracy"], run.path))
+    if args.json:
+        print_json({"run": os.path.abspath(run.path), "epochs": len(result.history),
+                    "last_epoch": result.history[-1],
+                    "best_validation_epoch": best, "uncertainty": report})
     return 0
 
 

@@ -254,6 +254,7 @@ def _train(config, data, ctx, run, resume, eval_train, log, progress, check_ever
     if start_epoch == config.epochs:
         log("%s has trained all its %d epochs: nothing to train" % (run.path, config.epochs))
 
+    table = EpochTable(config, eval_train, step.prior.has_switched_off_rule, log)
     X_all = nd.array(train_images, ctx=ctx, dtype="float32")
     y_all = nd.array(train_labels, ctx=ctx, dtype="float32")
     X_test = nd.array(data.test_images, ctx=ctx, dtype="float32")
@@ -306,19 +307,50 @@ def _train(config, data, ctx, run, resume, eval_train, log, progress, check_ever
                 saved.epochs = epoch + 1
         if progress:
             sys.stderr.write("\r" + " " * 60 + "\r")
-        log("epoch %d/%d  loss %.1f%s%s%s  test accuracy (mean weights) %.4f%s%s  %.1f s" % (
-            epoch + 1, config.epochs, record["loss"],
-            " (KL term x%.2f, warming up)" % kl_factor if kl_factor < 1.0 else "",
-            "  switched off %.2f%%" % (100 * share_off) if share_off is not None else "",
-            "  units left %s (%.1f%% of the multiply-adds)" % (
-                "-".join(map(str, record["units_left"][:-1])),
-                100 * record["multiply_adds_left"]) if "units_left" in record else "",
-            record["test_accuracy"],
-            "  validation accuracy %.4f" % record["validation_accuracy"]
-            if config.validation else "",
-            "  train accuracy %.4f" % record["train_accuracy"] if eval_train else "",
-            epoch_seconds))
+        log(table.row(record, kl_factor))
     return TrainResult(config=config, mus=step.mus, rhos=step.rhos, history=history)
+
+
+class EpochTable:
+    """The epoch lines a person reads: a header naming the columns the run has (validation,
+    train accuracy, the prior's rule, the KL warm-up), then a row an epoch, each line at most
+    about 140 characters."""
+
+    def __init__(self, config, eval_train, has_rule, log):
+        width = len("epoch %d/%d" % (config.epochs, config.epochs))
+        self.columns = [("epoch", width), ("loss", 10)]
+        if config.kl_warmup_epochs:
+            self.columns.append(("KL weight", 9))
+        self.columns.append(("test accuracy (mean weights)", 28))
+        if config.validation:
+            self.columns.append(("validation", 10))
+        if eval_train:
+            self.columns.append(("train", 6))
+        if has_rule:
+            self.columns += [("switched off", 12), ("units left (multiply-adds)", 26)]
+        self.columns.append(("seconds", 7))
+        self.log, self.epochs, self.header_shown = log, config.epochs, False
+
+    def row(self, record, kl_factor):
+        """The line of epoch ``record`` (after the header, the first time)."""
+        units = record.get("units_left")
+        cells = {"epoch": "epoch %d/%d" % (record["epoch"], self.epochs),
+                 "loss": "%.1f" % record["loss"], "KL weight": "%.2f" % kl_factor,
+                 "test accuracy (mean weights)": "%.4f" % record["test_accuracy"],
+                 "validation": "%.4f" % record.get("validation_accuracy", float("nan")),
+                 "train": "%.4f" % record.get("train_accuracy", float("nan")),
+                 "switched off": "%.2f%%" % (100 * record.get("switched_off", 0.0)),
+                 "units left (multiply-adds)": "%s (%.1f%%)" % (
+                     "-".join(map(str, units[:-1])), 100 * record["multiply_adds_left"])
+                 if units else "", "seconds": "%.1f" % record["epoch_seconds"]}
+        line = "  ".join(("%-*s" if name == "epoch" else "%*s") % (width, cells[name])
+                         for name, width in self.columns)
+        if not self.header_shown:
+            self.header_shown = True
+            header = "  ".join(("%-*s" if name == "epoch" else "%*s") % (width, name)
+                               for name, width in self.columns)
+            return header + "\n" + line
+        return line
 
 
 def _structure_left(step, kept):

@@ -1,5 +1,15 @@
 import os
 
+# The tests read MNIST from $GLUON_BBB_DATA, else from where the training command downloads it
+# (~/.mxnet/datasets/mnist): a user's clone needs no variable once `python train_mnist.py` has
+# run. The directory found is given to every command the tests start.
+_DOWNLOADED = os.path.expanduser(os.path.join("~", ".mxnet", "datasets", "mnist"))
+if not os.environ.get("GLUON_BBB_DATA") and os.path.isdir(_DOWNLOADED):
+    os.environ["GLUON_BBB_DATA"] = _DOWNLOADED
+_NO_MNIST = ("no MNIST for the tests: set GLUON_BBB_DATA to a directory holding the four MNIST "
+             "files, or run `python train_mnist.py` once, which downloads them to %s"
+             % _DOWNLOADED)
+
 # pytest-xdist's workers share the cores: each worker, and every command it starts
 # (commands.user_env keeps this), runs its share of OpenMP threads, since threads beyond the
 # cores spin against each other and slow every process down
@@ -40,7 +50,7 @@ def mnist():
     from gluon_bbb import load_mnist
     directory = mnist_dir()
     if not directory:
-        pytest.fail("set GLUON_BBB_DATA to the directory holding the MNIST IDX files")
+        pytest.fail(_NO_MNIST)
     return load_mnist(directory)
 
 

@@ -348,9 +348,10 @@ def test_max_error_increase_chooses_the_largest_proportion_within_it(small_run, 
     proc = run(COMPRESS, small_run, "--max-error-increase", "2", "--out", path)
     assert proc.returncode == 0, proc.stderr
     lines = proc.stdout.splitlines()
-    assert lines[0].startswith("choosing the proportion on the run's 2000 validation images: "
-                               "the largest whose error is within 2 percentage points")
-    unpruned = float(lines[0].rsplit("(", 1)[1][:-2])
+    assert lines[0] == "choosing the proportion on the run's 2000 validation images:"
+    assert lines[1].startswith("  the largest whose error is within 2 percentage points of the "
+                               "unpruned mean network's ")
+    unpruned = float(lines[1].rsplit(" ", 1)[1][:-1])
     searched = [line for line in lines if line.startswith("proportion ")]
     errors = {float(line.split()[1][:-1]): float(line.split()[3][:-1]) for line in searched}
     header = compressed.read(str(path)).header

@@ -142,7 +142,7 @@ def test_the_tutorials_functions_refuse_what_they_cannot_take(ctx):
              "mus, sigmas, epsilons must hold one array per parameter each, got 4 mus, "
              "1 sigmas, 4 epsilons"),
             (lambda: transform_gaussian_samples(mus, [-s for s in sigmas], eps),
-             "sigmas must be finite standard deviations > 0"),
+             "sigmas must be finite standard deviations >= 0"),
             (lambda: transform_gaussian_samples(mus, [s * np.nan for s in sigmas], eps),
              "sigmas[0] holds NaN"),
             (lambda: combined_loss(output, labels, mus, mus, sigmas, prior,

@@ -8,7 +8,7 @@ import nbformat
 import pytest
 from nbclient import NotebookClient
 
-from conftest import mnist_dir
+from conftest import _NO_MNIST, mnist_dir
 
 NOTEBOOK = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
                         "examples", "bayes_by_backprop.ipynb")
@@ -23,7 +23,7 @@ def test_notebook_is_committed_without_outputs():
 @pytest.mark.slow
 def test_notebook_runs_top_to_bottom(tmp_path, monkeypatch):
     if not mnist_dir():
-        pytest.fail("set GLUON_BBB_DATA to the directory holding the MNIST IDX files")
+        pytest.fail(_NO_MNIST)
     # a kernel spec naming this interpreter, so the kernel is this environment's and not
     # whatever "python3" a Jupyter install elsewhere on the machine points at
     spec_dir = tmp_path / "jupyter" / "kernels" / "gluon-bbb-test"

@@ -1,4 +1,4 @@
-"""README's Python API block runs as written, on real MNIST."""
+"""README's Python blocks run as written, on real MNIST, and print what they did."""
 import os
 import re
 
@@ -32,20 +32,36 @@ def test_readme_python_api_block_runs(mnist, capsys):
         assert np.isfinite(grad).all() and np.abs(grad).max() > 0
 
 
-def test_readme_gluon_block_runs():
+def test_readme_gluon_block_runs(capsys):
     namespace = {}
     exec(compile(python_block("to_bayesian(net)"), "README.md", "exec"), namespace)
+    printed = capsys.readouterr().out
+    assert printed.startswith("['BayesianConv2D', 'MaxPool2D', 'BayesianDense'] loss ")
     assert [type(layer).__name__ for layer in namespace["net"]] == [
         "BayesianConv2D", "MaxPool2D", "BayesianDense"]
     assert namespace["loss"].shape == (1,) and float(namespace["loss"].asscalar()) > 0
 
 
-def test_readme_shipping_block_runs(tmp_path, monkeypatch):
+def test_readme_shipping_block_runs(tmp_path, monkeypatch, capsys, mnist):
+    from gluon_bbb.data import find_idx_file
     from test_compression import synthetic_model
     synthetic_model(tmp_path / "lenet.gbbb", sigma_bits=4)  # a random network's, with sigmas
+    images = find_idx_file(os.environ["GLUON_BBB_DATA"], "t10k-images-idx3-ubyte")
+    if not images.endswith(".gz"):  # the block reads the gzipped file MNIST's site serves
+        import gzip
+        with open(images, "rb") as f, gzip.open(tmp_path / "t10k-images-idx3-ubyte.gz",
+                                                 "wb") as g:
+            g.write(f.read())
+    else:
+        os.symlink(images, tmp_path / "t10k-images-idx3-ubyte.gz")
     monkeypatch.chdir(tmp_path)
-    namespace = {"pixels": np.random.default_rng(0).integers(0, 256, (5, 28, 28))}
+    namespace = {}
     exec(compile(python_block('compressed.read("lenet.gbbb")'), "README.md", "exec"), namespace)
+    np.testing.assert_array_equal(namespace["pixels"], (mnist.test_images[:5] * 126).round()
+                                  .reshape(5, 28, 28))
     assert namespace["probs"].shape == (5, 10)
     np.testing.assert_allclose(namespace["probs"].sum(axis=1), 1, rtol=1e-5)
-    assert namespace["unsure"].dtype == bool and namespace["unsure"].shape == (5,)
+    # the labels, then a flag an image for where the model is unsure
+    labels, flags = capsys.readouterr().out.strip().split("] [")
+    assert len(labels.strip("[").split()) == 5
+    assert set(flags.strip("]").split()) <= {"True", "False"} and len(flags.split()) == 5

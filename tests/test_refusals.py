@@ -202,23 +202,24 @@ def test_compress_without_flags_chooses_on_training_images_and_says_so(quick_run
     proc = run(COMPRESS, quick_run, "--out", path)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.startswith(
-        "choosing the proportion on 2000 of the images the run trained on (it holds out no "
-        "validation images): the largest whose error is within 0.25 percentage points")
+        "choosing the proportion on 2000 of its training images (it holds out no validation "
+        "images):\n  the largest whose error is within 0.25 percentage points")
     source = compressed.read(str(path)).header["source"]
     assert source["error"] <= source["unpruned_error"] + 0.0025
     assert "warning" not in proc.stdout
     # an explicit proportion that costs more is written, with a warning naming the figure
     proc = run(COMPRESS, quick_run, "--proportion", "0.995", "--out", tmp_path / "worse.gbbb")
     assert proc.returncode == 0, proc.stderr
-    warning = proc.stdout.splitlines()[-1]
-    assert warning.startswith("warning: --proportion 0.995 costs ") and warning.endswith(
-        " percentage points on 2000 of the images the run trained on (it holds out no "
-        "validation images), more than the 0.25 a compress without --proportion allows")
+    warning = proc.stdout.splitlines()[-2:]
+    assert warning[0].startswith("warning: --proportion 0.995 costs ") and warning[0].endswith(
+        " percentage points on 2000 of its training images (it holds out no validation "
+        "images),")
+    assert warning[1] == "  more than the 0.25 a compress without --proportion allows"
     # where the quantized means alone cost more than the allowance, no proportion is within it
     proc = run(COMPRESS, quick_run, "--max-error-increase", "0", "--precision", "4", "--out",
                tmp_path / "coarse.gbbb")
     assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.splitlines()[-1].startswith(
+    assert proc.stdout.splitlines()[-2].startswith(
         "warning: no proportion is within it: with nothing pruned, --precision 4 costs ")
     assert compressed.read(str(tmp_path / "coarse.gbbb")).header["source"]["proportion"] == 0
 
@@ -266,7 +267,7 @@ def test_a_backend_that_cannot_serve_the_run_is_refused_before_its_directory_is_
         tmp_path, native_kernels):
     out = tmp_path / "run"
     proc = run(TRAIN, "--parametrization", "log-variance", "--backend", "native", "--out", out)
-    assert_one_line_error(proc, "--backend must be ndarray here: the native kernels do not "
-                                "implement estimator sample with the reverse mc KL, prior "
-                                "gaussian and parametrization log_variance (kernels.SERVED)")
+    assert_one_line_error(proc, "--backend must be ndarray here: the C kernels serve no "
+                                "estimator sample with the reverse mc KL, prior gaussian and "
+                                "parametrization log_variance (kernels.SERVED)")
     assert not out.exists()

@@ -147,6 +147,7 @@ def test_a_local_sweep_equals_its_trials_run_one_by_one(local_sweep, tmp_path):
     # how many trials, before they are planned, then where they run
     assert lines[0] == "sweep: 4 trials in %s; checking each trial's flags" % spec
     assert lines[1] == "sweep: 4 trials on a local cluster of 2 workers, 1 thread each, into %s" % out
+    assert max(len(line) for line in lines) <= 150  # a person reads them in a terminal
     progress = [line for line in lines if line.startswith("done ")]
     assert len(progress) == 4 and progress[-1].endswith("[done 4, running 0, waiting 0]")
     assert sweep_figures(out) == one_by_one(tmp_path, spec)

@@ -173,8 +173,9 @@ def test_resume_keeps_a_linear_schedules_length(tmp_path, mnist, ctx):
     class Stopped(Exception):
         pass
 
-    def stop_after_the_first_epoch(line):
-        if line.startswith("epoch 1/"):  # its checkpoint is on disk by now
+    def stop_after_the_first_epoch(text):
+        # its checkpoint is on disk by now (the first epoch's row comes under the header)
+        if any(line.startswith("epoch 1/") for line in text.splitlines()):
             raise Stopped
 
     with pytest.raises(Stopped):
@@ -414,7 +415,7 @@ def test_lenet_from_the_command_line_through_prune_and_evaluate(tmp_path):
         rows = json.load(f)["rows"]
     assert rows[0]["test_accuracy"] == pytest.approx(history[-1]["test_accuracy"], abs=1e-6)
     assert rows[0]["weights_remaining"] == 431080
-    proc = run(EVALUATE, "--checkpoint", out, "--test-samples", "2")
+    proc = run(EVALUATE, "--checkpoint", out, "--test-samples", "2", "--json")
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout)["in_distribution"]["mean_weights_accuracy"] == pytest.approx(
         history[-1]["test_accuracy"], abs=1e-6)
@@ -426,9 +427,9 @@ def test_a_convolutional_network_learns_on_the_default_command(tmp_path):
     proc = run_script("--out", tmp_path / "lenet", "--network", "lenet", "--epochs", "1",
                       "--train-size", "10000", "--seed", "1", "--test-samples", "0")
     assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.splitlines()[0].startswith(
-        "a network with convolutions: --optimizer adam, --learning-rate 0.002, --rho-offset "
-        "-5.0, the defaults for such networks")
+    assert proc.stdout.splitlines()[0] == (
+        "a network with convolutions takes its defaults: --optimizer adam, --learning-rate "
+        "0.002, --rho-offset -5.0 (flags override)")
     with open(tmp_path / "lenet" / "history.json") as f:
         assert json.load(f)[-1]["test_accuracy"] >= 0.95  # 0.9506 measured, seed 1
     # a flag given is kept; a resume continues the run's own settings

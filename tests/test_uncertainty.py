@@ -107,7 +107,8 @@ def test_mlp_baseline_and_uncertainty_report(tmp_path, mnist):
         "python -m gluon_bbb.evaluate: error: --test-samples must be 0 for a deterministic "
         "network (model deterministic has no weight distribution to sample), got 3\n")
     for run_dir, samples in ((tmp_path / "mlp", []), (bbb, ["--test-samples", "3"])):
-        proc = run(EVALUATE, "--checkpoint", run_dir, "--ood-data-dir", ood_dir, *samples)
+        proc = run(EVALUATE, "--checkpoint", run_dir, "--ood-data-dir", ood_dir, *samples,
+                   "--json")
         assert proc.returncode == 0, proc.stderr
         # stdout is the report's JSON alone; what was written is said on stderr
         assert json.loads(proc.stdout)["model"] == ("deterministic" if not samples else "bbb")
