@@ -186,6 +186,10 @@ def standard_streams_open():
     for name, mode in (("stdin", "r"), ("stdout", "w"), ("stderr", "w")):
         if getattr(sys, name) is None:
             setattr(sys, name, open(os.devnull, mode))
+        elif mode == "w" and hasattr(getattr(sys, name), "reconfigure"):
+            # a path the terminal's encoding cannot show (PYTHONIOENCODING=ascii) is printed
+            # with escapes, never stopped on
+            getattr(sys, name).reconfigure(errors="backslashreplace")
 
 
 def _libraries_deprecations_ignored():

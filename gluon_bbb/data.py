@@ -101,6 +101,10 @@ def resolve_data_dir(data_dir=None, download=True):
     """
     if data_dir is not None:
         searched = [os.path.expanduser(data_dir)]
+        problem = path_problem(searched[0], "directory")
+        if problem:
+            raise DataError("{data_dir} %s is %s, not a directory of MNIST files", data_dir,
+                            problem)
     else:
         env_dir = os.environ.get("GLUON_BBB_DATA")
         searched = ([os.path.expanduser(env_dir)] if env_dir else []) + \

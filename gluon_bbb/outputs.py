@@ -55,7 +55,7 @@ _KIND_READ_LIMIT = 1 << 24
 def _kind_of_node(mode):
     for test, words in ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"),
                         (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"),
-                        (stat.S_ISDIR, "a directory"), (stat.S_ISREG, "a regular file")):
+                        (stat.S_ISDIR, "a directory"), (stat.S_ISREG, "a file")):
         if test(mode):
             return words
     return "a special file"
@@ -263,8 +263,7 @@ def make_directory(path, field="out_dir"):
         raise ConfigError(field, path, "a directory path")
     problem = path_problem(path, "directory")
     if problem:
-        raise OutputError("{%s} %%s is %%s, not a directory" % field,
-                          path, problem if problem != "a regular file" else "a file")
+        raise OutputError("{%s} %%s is %%s, not a directory" % field, path, problem)
     made, here = [], os.path.abspath(path)
     while not os.path.lexists(here):
         made.append(here)
@@ -301,8 +300,7 @@ def claim_directory(path, files, field="out", own_runs=(), sources=None):
     Makes nothing."""
     problem = path_problem(path, "directory")
     if problem:
-        raise OutputError("{%s} %%s is %%s, not a directory" % field,
-                          path, problem if problem != "a regular file" else "a file")
+        raise OutputError("{%s} %%s is %%s, not a directory" % field, path, problem)
     check_outside_other_runs(path, own_runs, field)
     for name, kind in files.items():
         check_replaceable(os.path.join(path, name), kind, None, sources)

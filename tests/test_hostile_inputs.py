@@ -206,3 +206,18 @@ def test_special_files_named_as_inputs_say_what_they_are(tmp_path):
     os.mkfifo(data / "train-images-idx3-ubyte.gz")
     assert_one_line_error(run(TRAIN, "--data-dir", data, "--out", tmp_path / "run", timeout=60),
                           "train-images-idx3-ubyte.gz is a FIFO, not an IDX file")
+
+
+def test_a_data_directory_that_is_a_file_is_named_as_one(tmp_path):
+    (tmp_path / "mnist").write_text("not a directory")
+    proc = run(TRAIN, "--data-dir", tmp_path / "mnist", "--out", tmp_path / "run")
+    assert_one_line_error(proc, "--data-dir %s is a file, not a directory of MNIST files"
+                          % (tmp_path / "mnist"))
+
+
+@pytest.mark.slow
+def test_a_path_the_terminals_encoding_cannot_show_is_printed_with_escapes(tmp_path):
+    proc = run(TRAIN, "--out", tmp_path / "r\u00e9sultat", "--epochs", "1", *SMALL,
+               env={"PYTHONIOENCODING": "ascii"})
+    assert proc.returncode == 0, proc.stderr
+    assert "r\\xe9sultat" in proc.stdout
