@@ -1,4 +1,4 @@
-"""Builds the optional native kernels (gluon_bbb/_fused.c); metadata lives in setup.cfg.
+"""Builds the optional native kernels (gluon_bbb/native/_fused.c); metadata lives in setup.cfg.
 
 The kernels are a plain C library loaded with ctypes (no Python API). Compiled with
 -ffast-math for vectorized math but linked without it (see _fused.c). If no C compiler is
@@ -16,7 +16,7 @@ if sys.version_info >= (3, 12):
              % sys.version_info[:2])
 
 setup(ext_modules=[Extension(
-    "gluon_bbb._fused", ["gluon_bbb/_fused.c"],
+    "gluon_bbb.native._fused", ["gluon_bbb/native/_fused.c"],
     extra_compile_args=["-O3", "-ffast-math", "-fopenmp"],
     extra_link_args=["-fopenmp", "-lm"],
     optional=True)])

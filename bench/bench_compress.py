@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Measure what compression buys for a trained run, side by side in one process:
 
-  size:        the compressed file (``gluon_bbb.compress``) for each proportion removed and
+  size:        the compressed file (``gluon_bbb.commands.compress``) for each proportion removed and
                quantization precision, against the float32 dense means (4 bytes a parameter)
                and against the pruned means as ``prune.py --save-pruned`` writes them (int32
                index and float32 value a kept entry, nd.save); the test error of the file's
@@ -36,14 +36,14 @@ import mxnet as mx  # noqa: E402
 import numpy as np  # noqa: E402
 from mxnet import nd  # noqa: E402
 
-from gluon_bbb import compressed  # noqa: E402
-from gluon_bbb.compression import compress_parameters, error_rate, run_parameters  # noqa: E402
-from gluon_bbb.evaluation import load_ood_images  # noqa: E402
-from gluon_bbb.model import net  # noqa: E402
-from gluon_bbb.network import parse_network  # noqa: E402
-from gluon_bbb.pruning import keep_masks, save_pruned  # noqa: E402
-from gluon_bbb.rundir import resolve_checkpoint  # noqa: E402
-from gluon_bbb.uncertainty import (auroc, expected_calibration_error, noise_images,  # noqa: E402
+from gluon_bbb.shipping import model_file as compressed
+from gluon_bbb.shipping.writer import compress_parameters, error_rate, run_parameters  # noqa: E402
+from gluon_bbb.analysis.report import load_ood_images  # noqa: E402
+from gluon_bbb.tutorial import net  # noqa: E402
+from gluon_bbb.networks.layers import parse_network  # noqa: E402
+from gluon_bbb.analysis.snr import keep_masks, save_pruned  # noqa: E402
+from gluon_bbb.learning.rundir import resolve_checkpoint  # noqa: E402
+from gluon_bbb.analysis.uncertainty import (auroc, expected_calibration_error, noise_images,  # noqa: E402
                                    predict)
 
 

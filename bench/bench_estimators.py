@@ -24,12 +24,13 @@ import mxnet as mx  # noqa: E402
 import numpy as np  # noqa: E402
 from mxnet import nd  # noqa: E402
 
-from gluon_bbb import Config, load_mnist, modes  # noqa: E402
-from gluon_bbb.config import PRESETS  # noqa: E402
-from gluon_bbb.model import init_variational_params  # noqa: E402
-from gluon_bbb.ndarray_backend import NetworkGraph, combined_loss_gradients, draw_size  # noqa
-from gluon_bbb.noise import PhiloxNoise  # noqa: E402
-from gluon_bbb.rundir import RunDirectory  # noqa: E402
+from gluon_bbb import Config, load_mnist
+from gluon_bbb.family import estimators, kl as kl_estimates
+from gluon_bbb.learning.config import PRESETS  # noqa: E402
+from gluon_bbb.tutorial import init_variational_params  # noqa: E402
+from gluon_bbb.learning.ndarray_backend import NetworkGraph, combined_loss_gradients, draw_size  # noqa
+from gluon_bbb.learning.noise import PhiloxNoise  # noqa: E402
+from gluon_bbb.learning.rundir import RunDirectory  # noqa: E402
 
 ESTIMATORS = ("sample", "lrt", "flipout")
 
@@ -50,8 +51,8 @@ def parameters(run_dir, config, ctx):
 def gradient_variance(graph, mu, rho, prior, X, y, estimator, draws, seed):
     """Mean over the first and the last weight's entries of the variance of dNLL/dmu over
     ``draws`` noise draws."""
-    kl = modes.kl_estimate("mc")
-    chosen = modes.estimator(estimator)
+    kl = kl_estimates.kl_estimate("mc")
+    chosen = estimators.estimator(estimator)
     noise = PhiloxNoise(X.context, seed=seed)
     size = draw_size(graph, chosen, kl, prior, X.shape[0])
     gradients = []

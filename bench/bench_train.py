@@ -44,9 +44,9 @@ from mxnet import autograd, gluon, nd  # noqa: E402
 from gluon_bbb import (Config, TrainingStep, combined_loss, gaussian_prior,  # noqa: E402
                        init_variational_params, load_mnist, log_softmax_likelihood, net,
                        sample_epsilons, transform_gaussian_samples, transform_rhos)
-from gluon_bbb import modes  # noqa: E402
-from gluon_bbb.config import PRESETS  # noqa: E402
-from gluon_bbb.ndarray_backend import NetworkGraph  # noqa: E402
+from gluon_bbb.family import estimators, kl as kl_estimates
+from gluon_bbb.learning.config import PRESETS  # noqa: E402
+from gluon_bbb.learning.ndarray_backend import NetworkGraph  # noqa: E402
 
 STEPS_PER_EPOCH = 469  # ceil(60000 / 128)
 
@@ -188,11 +188,11 @@ def bench_pytorch(data, config, steps, estimator="sample"):
 
 
 def torch_forward(network, h, weights):
-    """The logits of ``network`` (a ``gluon_bbb.network.Network``) in PyTorch, weights in the
+    """The logits of ``network`` (a ``gluon_bbb.networks.layers.Network``) in PyTorch, weights in the
     same layouts (dense (outputs, inputs), convolution (channels, inputs, k, k))."""
     import torch
     import torch.nn.functional as F
-    from gluon_bbb.network import Conv2D, Dense, MaxPool2D, ReLU
+    from gluon_bbb.networks.layers import Conv2D, Dense, MaxPool2D, ReLU
     h = h.reshape((-1,) + network.input_shape)
     index = 0
     for layer in network.layers:
@@ -218,7 +218,7 @@ def bench_lrt_graph(data, config, ctx, steps):
     graph = NetworkGraph(config.layer_shapes())
     mus, rhos = init_variational_params(config.layer_shapes(), ctx, seed=0)
     mu, sigma = graph.layout.flatten(mus), graph.layout.flatten(transform_rhos(rhos))
-    b, lrt = config.batch_size, modes.estimator("lrt")
+    b, lrt = config.batch_size, estimators.estimator("lrt")
     noise = nd.random.normal(shape=(lrt.data_noise_size(graph, b),), ctx=ctx)
     X = nd.array(data.train_images[:steps * b], ctx=ctx)
     y = nd.one_hot(nd.array(data.train_labels[:steps * b], ctx=ctx), 10)
@@ -437,8 +437,8 @@ def main():
     if "c0" in not_measured:
         raise SystemExit("bench_train.py: the tutorial child failed: %s" % not_measured["c0"])
     per_epoch = {name: seconds * STEPS_PER_EPOCH for name, seconds in per_step.items()}
-    print("native backend: %s" % ("yes" if gluon_bbb.native.available()
-                                  else "no (%s)" % gluon_bbb.native.unavailable_reason()))
+    print("native backend: %s" % ("yes" if gluon_bbb.native.library.available()
+                                  else "no (%s)" % gluon_bbb.native.library.unavailable_reason()))
     print("    ndarray backend (MXNet operators only):   %6.2f s/epoch" % per_epoch["a-ops"])
     print("    paper prior (scale mixture) and Adam:     %6.2f s/epoch" % per_epoch["paper"])
     print("      the same, ndarray backend:              %6.2f s/epoch" % per_epoch["paper-ops"])

@@ -1,4 +1,4 @@
-"""One figure comparing models under dataset shift, from the reports ``gluon_bbb.shift`` wrote:
+"""One figure comparing models under dataset shift, from the reports ``gluon_bbb.commands.shift`` wrote:
 
     python examples/shift_figure.py rotation docs/results/shift-2x400-rotation.png \
         "Bayes by Backprop=runs/shift/report-bbb-s*" "deterministic=runs/shift/report-det-s*"

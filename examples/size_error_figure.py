@@ -19,12 +19,13 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import gluon_bbb  # noqa: E402,F401
 import numpy as np  # noqa: E402
 
-from gluon_bbb import compressed, load_mnist  # noqa: E402
-from gluon_bbb.compression import (SEARCH_PROPORTIONS, compress_parameters,  # noqa: E402
+from gluon_bbb import load_mnist
+from gluon_bbb.shipping import model_file as compressed
+from gluon_bbb.shipping.writer import (SEARCH_PROPORTIONS, compress_parameters,  # noqa: E402
                                    error_rate, run_parameters)
 from gluon_bbb.plots import plot_size_error  # noqa: E402
-from gluon_bbb.pruning import prior_rule_proportion  # noqa: E402
-from gluon_bbb.rundir import resolve_checkpoint  # noqa: E402
+from gluon_bbb.analysis.snr import prior_rule_proportion  # noqa: E402
+from gluon_bbb.learning.rundir import resolve_checkpoint  # noqa: E402
 
 PRECISION = 1.0  # compress's default --precision
 

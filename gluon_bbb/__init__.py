@@ -2,9 +2,15 @@
 
 Importing the package loads no MXNet: a name is imported from its module when it is first used
 (``from gluon_bbb import train``), and MXNet with the first module that needs it. The sweep's
-own process and its Dask workers (``gluon_bbb.sweep``, ``gluon_bbb.trials``) run on
-``errors``, ``outputs``, ``cli``, ``config``, ``modes``, ``priors``, ``network``, ``likelihood``,
-``rundir`` and the commands' parsers, which need none.
+own process and its Dask workers (``commands.sweep``, ``learning.trials``) run on ``errors``,
+``outputs``, ``commands.cli``, ``learning.config``, the ``family`` modules,
+``networks.layers``, ``learning.rundir`` and the commands' parsers, which need none.
+
+The layout: ``tutorial.py`` (the tutorial's functions), ``family/`` (the variational family),
+``networks/`` (layers and Gluon blocks), ``learning/`` (config, step, loop, run directory),
+``native/`` (the C accelerator), ``analysis/`` (uncertainty, robustness, pruning),
+``shipping/`` (the compressed file), ``commands/`` (the commands); ``data.py``, ``plots.py``,
+``outputs.py`` and ``errors.py`` serve them all.
 
 MXNet 1.9.1 reads names NumPy 1.24 removed (``numpy.bool``) when it is imported: the package
 requires a NumPy before 1.24 (setup.cfg), as MXNet's users pin it, so MXNet imports in any
@@ -31,28 +37,28 @@ __version__ = "0.1.0"
 # the public names that need MXNet, and the module of each
 _EXPORTS = {}
 for _module, _names in {
-        "checkpoint": "read_checkpoint save_checkpoint",
-        "config": "Config",
-        "context": "context_name parse_context",
+        "learning.checkpoint": "read_checkpoint save_checkpoint",
+        "learning.config": "Config",
+        "learning.context": "context_name parse_context",
         "data": "MNIST load_mnist read_idx resolve_data_dir",
-        "model": "combined_loss evaluate_accuracy init_variational_params layer_param_shapes "
-                 "log_gaussian log_softmax_likelihood lrt_net net sample_epsilons softplus "
-                 "transform_gaussian_samples transform_rhos",
-        "priors": "GatedPrior GaussianPrior LogUniformPrior NoPrior Prior ScaleMixturePrior "
-                  "gaussian_prior prior_for scale_mixture_prior",
-        "modes": "Estimator",
-        "parametrizations": "LogVariance Parametrization Softplus",
-        "ndarray_backend": "combined_loss_gradients",
-        "likelihood": "Categorical Gaussian gaussian_log_likelihood parse_likelihood",
-        "noise": "noise_for",
-        "regression_problems": "PROBLEMS fit_regression predict_regression "
-                               "regression_config run_regression split_uncertainty",
-        "pruning": "prune_weights pruning_table signal_to_noise_ratio",
-        "rundir": "RunDirectory load_checkpoint",
-        "step": "TrainingStep",
-        "training": "TrainResult kl_weights train",
-        "uncertainty": "auroc expected_calibration_error negative_log_likelihood predict "
-                       "predictive_entropy"}.items():
+        "tutorial": "combined_loss evaluate_accuracy init_variational_params layer_param_shapes "
+                    "log_gaussian log_softmax_likelihood lrt_net net sample_epsilons softplus "
+                    "transform_gaussian_samples transform_rhos",
+        "family.priors": "GatedPrior GaussianPrior LogUniformPrior NoPrior Prior "
+                         "ScaleMixturePrior gaussian_prior prior_for scale_mixture_prior",
+        "family.estimators": "Estimator",
+        "family.parametrizations": "LogVariance Parametrization Softplus",
+        "learning.ndarray_backend": "combined_loss_gradients",
+        "family.likelihoods": "Categorical Gaussian gaussian_log_likelihood parse_likelihood",
+        "learning.noise": "noise_for",
+        "toy_problems": "PROBLEMS fit_regression predict_regression regression_config "
+                        "run_regression split_uncertainty",
+        "analysis.snr": "prune_weights pruning_table signal_to_noise_ratio",
+        "learning.rundir": "RunDirectory load_checkpoint",
+        "learning.step": "TrainingStep",
+        "learning.loop": "TrainResult kl_weights train",
+        "analysis.uncertainty": "auroc expected_calibration_error negative_log_likelihood "
+                                "predict predictive_entropy"}.items():
     _EXPORTS.update(dict.fromkeys(_names.split(), _module))
 
 

@@ -156,7 +156,7 @@ def plot_snr(snr_db, cuts, path, criterion="signal-to-noise ratio |mu|/sigma"):
 
 def uncertainty_figure(entropies, probs, labels):
     """Predictive entropy histograms (one per dataset) and the reliability diagram."""
-    from .uncertainty import expected_calibration_error, reliability
+    from .analysis.uncertainty import expected_calibration_error, reliability
     fig = new_figure((11, 4))
     ax = fig.add_subplot(1, 2, 1)
     for name, values in entropies.items():

@@ -19,12 +19,12 @@ PYTHON = sys.executable
 # the wrappers at the top of a checkout, as README runs them, and the package's modules
 TRAIN = [PYTHON, os.path.join(ROOT, "train_mnist.py")]
 PRUNE = [PYTHON, os.path.join(ROOT, "prune.py")]
-EVALUATE = [PYTHON, "-m", "gluon_bbb.evaluate"]
-COMPRESS = [PYTHON, "-m", "gluon_bbb.compress"]
-PREDICT = [PYTHON, "-m", "gluon_bbb.predict"]
-SHIFT = [PYTHON, "-m", "gluon_bbb.shift"]
-REGRESSION = [PYTHON, "-m", "gluon_bbb.regression"]
-SWEEP = [PYTHON, "-m", "gluon_bbb.sweep"]
+EVALUATE = [PYTHON, "-m", "gluon_bbb.commands.evaluate"]
+COMPRESS = [PYTHON, "-m", "gluon_bbb.commands.compress"]
+PREDICT = [PYTHON, "-m", "gluon_bbb.commands.predict"]
+SHIFT = [PYTHON, "-m", "gluon_bbb.commands.shift"]
+REGRESSION = [PYTHON, "-m", "gluon_bbb.commands.regression"]
+SWEEP = [PYTHON, "-m", "gluon_bbb.commands.sweep"]
 BENCH = [PYTHON, os.path.join(ROOT, "bench", "bench_train.py")]
 _NOT_IN_A_USERS_SHELL = ("OMP_NUM_THREADS", "MXNET_USE_OPERATOR_TUNING")
 if int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")) > 1:

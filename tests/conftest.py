@@ -58,7 +58,7 @@ def mnist():
 def native_kernels():
     """The native library; tests that need it skip where it is not built, except where
     $GLUON_BBB_REQUIRE_NATIVE is set (.ci/run sets it: CI builds it, so it must be there)."""
-    from gluon_bbb import native
+    from gluon_bbb.native import library as native
     if not native.available():
         if os.environ.get("GLUON_BBB_REQUIRE_NATIVE"):
             pytest.fail("GLUON_BBB_REQUIRE_NATIVE is set but %s" % native.unavailable_reason())

@@ -9,11 +9,11 @@ from mxnet.gluon import nn
 
 from gluon_bbb import (GaussianPrior, ScaleMixturePrior, log_softmax_likelihood,
                        transform_rhos)
-from gluon_bbb.blocks import (BayesianConv2D, BayesianDense, bayesian_layers, kl_term,
+from gluon_bbb.networks.blocks import (BayesianConv2D, BayesianDense, bayesian_layers, kl_term,
                               predict_probabilities, prune_by_snr, sample_on_call, to_bayesian,
                               use_mean_weights, variational_parameters)
-from gluon_bbb.network import parse_network
-from gluon_bbb.uncertainty import noise_images, predictive_entropy
+from gluon_bbb.networks.layers import parse_network
+from gluon_bbb.analysis.uncertainty import noise_images, predictive_entropy
 from tutorial_reference import tutorial_gradients
 
 

@@ -13,11 +13,12 @@ import pytest
 from mxnet import nd
 
 from commands import COMPRESS, PREDICT, PYTHON, assert_one_line_error, run
-from gluon_bbb import Config, compressed, train
-from gluon_bbb.compression import _stages, load_compressed, remove_units
-from gluon_bbb.model import net
-from gluon_bbb.network import parse_network
-from gluon_bbb.pruning import keep_masks, prune_weights
+from gluon_bbb import Config, train
+from gluon_bbb.shipping import model_file as compressed
+from gluon_bbb.shipping.writer import _stages, load_compressed, remove_units
+from gluon_bbb.tutorial import net
+from gluon_bbb.networks.layers import parse_network
+from gluon_bbb.analysis.snr import keep_masks, prune_weights
 
 
 
@@ -234,7 +235,7 @@ def test_the_predictor_runs_where_mxnet_cannot_be_imported(small_run, tmp_path, 
                "--out", path).returncode == 0
     pixels = np.round(mnist.test_images[:20] * 126).reshape(20, 28, 28)
     np.save(tmp_path / "digits.npy", pixels)
-    proc = run([PYTHON, "-c", BLOCK_MXNET, "gluon_bbb.predict"], path, tmp_path / "digits.npy",
+    proc = run([PYTHON, "-c", BLOCK_MXNET, "gluon_bbb.commands.predict"], path, tmp_path / "digits.npy",
                "--json")
     assert proc.returncode == 0, proc.stderr
     report = json.loads(proc.stdout)
@@ -245,7 +246,7 @@ def test_the_predictor_runs_where_mxnet_cannot_be_imported(small_run, tmp_path, 
     assert np.mean(np.array(labels) == mnist.test_labels[:20]) >= 0.8
     # the blocked import is real: MXNet is not importable in such a process
     proc = run([PYTHON, "-c", "import sys; sys.modules['mxnet'] = None; import gluon_bbb."
-                "compressed as c; import mxnet"])
+                "shipping.model_file as c; import mxnet"])
     assert proc.returncode == 1 and "import of mxnet halted" in proc.stderr
 
 
@@ -283,7 +284,7 @@ def synthetic_model(path, mus=None, description="dense:20,relu,dense:10", seed=0
                     proportion=0.0, precision=0.0, sigma_bits=0, **header):
     """A compressed file of a random network (no training needed to test the file's readers):
     ``mus`` or random means, sigmas of 0.05, ``header`` entries replaced."""
-    from gluon_bbb.compression import compress_parameters, write_model
+    from gluon_bbb.shipping.writer import compress_parameters, write_model
     network = parse_network(description, 784, 10)
     rng = np.random.default_rng(seed)
     if mus is None:

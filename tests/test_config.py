@@ -2,7 +2,7 @@ import numpy as np
 import pytest
 
 from gluon_bbb import Config, ConfigError
-from gluon_bbb.config import PRESETS
+from gluon_bbb.learning.config import PRESETS
 
 
 def test_defaults_are_the_tutorials():
@@ -36,7 +36,7 @@ def test_invalid_values_name_field_and_value(field, value):
 
 
 def test_edges_are_valid():
-    from gluon_bbb.priors import GaussianPrior, prior_for
+    from gluon_bbb.family.priors import GaussianPrior, prior_for
     # a mixture with pi 0 or 1 is its one remaining Gaussian
     for pi, sigma in ((0.0, 0.1), (1.0, 0.75)):
         prior = prior_for(Config(prior="scale_mixture", pi=pi))

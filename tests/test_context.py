@@ -6,8 +6,9 @@ import numpy as np
 import pytest
 
 from commands import ROOT, run
-from gluon_bbb import Config, ContextError, TrainingStep, context, context_name, parse_context
-from gluon_bbb.cli import flag_for, run_main
+from gluon_bbb import Config, ContextError, TrainingStep, context_name, parse_context
+from gluon_bbb.learning import context
+from gluon_bbb.commands.cli import flag_for, run_main
 
 NUM_GPUS = mx.context.num_gpus()
 
@@ -104,11 +105,11 @@ def test_gpu_probe_runs_one_operation_on_its_context():
 @pytest.mark.parametrize("command, prog", [
     (["train_mnist.py", "--epochs", "1"], "train_mnist.py"),
     (["prune.py", "--checkpoint", "run"], "prune.py"),
-    (["-m", "gluon_bbb.evaluate", "--checkpoint", "run"], "python -m gluon_bbb.evaluate"),
-    (["-mgluon_bbb.evaluate", "--checkpoint", "run"], "python -m gluon_bbb.evaluate"),
-    (["-m", "gluon_bbb.train_mnist", "--epochs", "1"], "python -m gluon_bbb.train_mnist"),
-    (["-m", "gluon_bbb.regression", "--data", "sine", "--out", "x"],
-     "python -m gluon_bbb.regression"),
+    (["-m", "gluon_bbb.commands.evaluate", "--checkpoint", "run"], "gluon-bbb evaluate"),
+    (["-mgluon_bbb.commands.evaluate", "--checkpoint", "run"], "gluon-bbb evaluate"),
+    (["-m", "gluon_bbb.commands.train", "--epochs", "1"], "gluon-bbb train"),
+    (["-m", "gluon_bbb.commands.regression", "--data", "sine", "--out", "x"],
+     "gluon-bbb regression"),
     (["-m", "gluon_bbb", "prune", "--checkpoint", "run"], "gluon-bbb prune"),
 ])
 def test_mxnet_that_cannot_load_its_libraries_is_one_line(tmp_path, command, prog):
@@ -130,6 +131,6 @@ def test_mxnet_that_cannot_load_its_libraries_is_one_line(tmp_path, command, pro
     # its flags are checked, and its help given, without MXNet; the sweep needs none at all
     assert run([sys.executable] + command + ["--help"], cwd=str(tmp_path), env=env,
                timeout=60).returncode == 0
-    assert run([sys.executable, "-m", "gluon_bbb.sweep", "--help"], cwd=str(tmp_path), env=env,
+    assert run([sys.executable, "-m", "gluon_bbb.commands.sweep", "--help"], cwd=str(tmp_path), env=env,
                timeout=60).returncode == 0
     assert "cuDNN 8" in proc.stderr

@@ -11,10 +11,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gluon_bbb.dataset_shift import (SHIFTS, Ensemble, TemperatureScaled,
+from gluon_bbb.analysis.robustness import (SHIFTS, Ensemble, TemperatureScaled,
                                      fit_temperature, rotate, scale_temperature, shift_report,
                                      translate)
-from gluon_bbb.metrics import brier_score, negative_log_likelihood
+from gluon_bbb.analysis.metrics import brier_score, negative_log_likelihood
 
 EXAMPLES = int(os.environ.get("GLUON_BBB_EXAMPLES", "40"))
 images_strategy = st.integers(1, 4).flatmap(lambda n: st.builds(

@@ -14,9 +14,9 @@ from mxnet import nd
 
 from gluon_bbb import Config, RunDirectory, train
 from gluon_bbb.errors import CheckpointError, ConfigError
-from gluon_bbb.parametrizations import LogVariance, SOFTPLUS
-from gluon_bbb.priors import GaussianPrior, Prior, ScaleMixturePrior
-from gluon_bbb.step import TrainingStep
+from gluon_bbb.family.parametrizations import LogVariance, SOFTPLUS
+from gluon_bbb.family.priors import GaussianPrior, Prior, ScaleMixturePrior
+from gluon_bbb.learning.step import TrainingStep
 
 DOC = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "docs",
                    "EXTENDING.md")
@@ -37,8 +37,10 @@ def doc(mnist):
     namespace["printed"] = printed.getvalue().splitlines()
     yield namespace
     # the names the page's classes took, given back: other modules' tests expect them unknown
-    from gluon_bbb import modes, parametrizations, priors
-    for known, name in ((priors._KNOWN, "laplace"), (modes._ESTIMATOR_KINDS, "my_sample"),
+    from gluon_bbb.family import estimators, kl as kl_estimates
+    from gluon_bbb.family import parametrizations
+    from gluon_bbb.family import priors
+    for known, name in ((priors._KNOWN, "laplace"), (estimators._ESTIMATOR_KINDS, "my_sample"),
                         (parametrizations._KNOWN, "exp_sigma")):
         known.pop(name, None)
 
@@ -121,7 +123,7 @@ def test_the_docs_parametrization_trains_and_the_blocks_take_the_prior(doc):
     assert run.history[0]["test_accuracy"] > 0.5
     np.testing.assert_allclose(run.sigmas[0].asnumpy(), np.exp(run.rhos[0].asnumpy()), rtol=1e-6)
     # kl_term of the blocks the docs made: log q - log P of the drawn weights, P the Laplace
-    from gluon_bbb.blocks import bayesian_layers
+    from gluon_bbb.networks.blocks import bayesian_layers
     expected = 0.0
     for layer in bayesian_layers(doc["net"]):
         mus, rhos, epsilons = (
@@ -137,7 +139,7 @@ def test_the_docs_parametrization_trains_and_the_blocks_take_the_prior(doc):
 
 def test_a_run_of_a_users_prior_reads_without_its_class_and_resumes_with_it(tmp_path, doc,
                                                                           monkeypatch):
-    from gluon_bbb import priors
+    from gluon_bbb.family import priors
     mnist, laplace = doc["mnist"], doc["Laplace"]
     config = Config(prior=laplace(0.2), epochs=1, train_size=1000, seed=3)
     out = str(tmp_path / "run")
@@ -209,7 +211,7 @@ def test_the_checkpoint_names_its_parametrization(tmp_path, mnist):
     with pytest.raises(CheckpointError, match="holds rhos of parametrization softplus, its "
                                               "run's config.json says log_variance"):
         run.load_parameters(run.read_config())
-    from gluon_bbb.checkpoint import read_checkpoint
+    from gluon_bbb.learning.checkpoint import read_checkpoint
     assert read_checkpoint(path)["parametrization"] == SOFTPLUS
     arrays["parametrization"] = nd.array(list(b"cube_root"), dtype="uint8")
     nd.save(path, arrays)

@@ -155,7 +155,7 @@ def test_a_run_that_trained_all_its_epochs_resumes_to_its_reports(tmp_path, trai
 # epoch CRASH_AT (history.json and best.params of that epoch are written by then).
 CRASHING_TRAIN = """
 import os, runpy, signal, sys
-from gluon_bbb.rundir import RunDirectory
+from gluon_bbb.learning.rundir import RunDirectory
 write = RunDirectory.save_parameters
 def save_parameters(self, step, epoch, best=False):
     if epoch == int(os.environ["CRASH_AT"]) and not best:
@@ -206,7 +206,7 @@ def test_a_signal_while_an_epoch_is_written_waits_for_its_checkpoint(tmp_path, n
 
 SIGNAL_IN_A_FINALIZER = """
 import os, signal, sys, time
-from gluon_bbb.cli import run_main
+from gluon_bbb.commands.cli import run_main
 class SignalsWhenFreed:
     def __del__(self):
         os.kill(os.getpid(), getattr(signal, sys.argv[1]))  # its handler runs in a finalizer
@@ -232,7 +232,7 @@ def test_a_signal_whose_handler_runs_in_a_finalizer_still_ends_the_command(name)
 INSIDE_A_NATIVE_CALL = """
 import sys, time
 import gluon_bbb
-from gluon_bbb.cli import run_main
+from gluon_bbb.commands.cli import run_main
 def main(argv):
     from mxnet import nd
     a = nd.random.normal(shape=(3000, 3000))
@@ -249,7 +249,7 @@ sys.exit(run_main(main, [], prog="native"))
 @pytest.mark.slow
 @pytest.mark.parametrize("name", ["SIGINT", "SIGTERM"])
 def test_a_signal_ends_a_command_stuck_inside_a_native_call_within_seconds(name):
-    from gluon_bbb.cli import STUCK_SECONDS
+    from gluon_bbb.commands.cli import STUCK_SECONDS
     proc = start([sys.executable, "-c", INSIDE_A_NATIVE_CALL])
     try:
         assert proc.stdout.readline() == "waiting\n"
@@ -273,7 +273,7 @@ def test_an_interrupt_a_library_turns_into_its_own_error_still_ends_as_an_interr
     # extension's import of NumPy (import_array: PyErr_Print, which shows the error through
     # sys.excepthook, then ImportError)
     program = ("import os, signal, sys, time\n"
-               "from gluon_bbb.cli import run_main\n"
+               "from gluon_bbb.commands.cli import run_main\n"
                "def main(argv):\n"
                "    try:\n"
                "        os.kill(os.getpid(), getattr(signal, sys.argv[1]))\n"
@@ -291,7 +291,7 @@ def test_an_interrupt_a_library_turns_into_its_own_error_still_ends_as_an_interr
 def test_a_command_started_with_sigint_ignored_keeps_ignoring_it():
     # as a job started with nohup or in the background of a non-interactive shell
     program = ("import os, signal, sys\n"
-               "from gluon_bbb.cli import run_main\n"
+               "from gluon_bbb.commands.cli import run_main\n"
                "signal.signal(signal.SIGINT, signal.SIG_IGN)\n"
                "def main(argv):\n"
                "    os.kill(os.getpid(), signal.SIGINT)\n"
@@ -306,7 +306,7 @@ def test_a_command_started_with_sigint_ignored_keeps_ignoring_it():
 # the first time that method runs after epoch 1 is saved
 INTERRUPTED_TRAINING = """
 import os, runpy, signal, sys
-from gluon_bbb.rundir import RunDirectory  # gluon_bbb first: it lets MXNet import on NumPy 1.24+
+from gluon_bbb.learning.rundir import RunDirectory  # gluon_bbb first: it lets MXNet import on NumPy 1.24+
 from mxnet._ctypes.ndarray import NDArrayBase
 save_epoch, armed = RunDirectory.save_epoch, []
 def save_epoch_then_arm(self, *args, **kwargs):
@@ -362,7 +362,7 @@ def test_smaller_messages(tmp_path, trained_run):
     assert_one_line_error(run(PRUNE, "--checkpoint", str(trained_run), "--save-pruned", "2"),
                           "prune.py: error: --save-pruned must be in [0, 1], got 2.0")
     proc = run(EVALUATE, "--checkpoint", str(tmp_path / "none"))
-    assert_one_line_error(proc, "python -m gluon_bbb.evaluate: error: ")
+    assert_one_line_error(proc, "gluon-bbb evaluate: error: ")
     from gluon_bbb import DataError, read_idx
     path = tmp_path / "train-images-idx3-ubyte"
     path.write_bytes(struct.pack(">IIII", 0x803, 2, 28, 28) + b"\0" * 10)

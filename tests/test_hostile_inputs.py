@@ -49,7 +49,7 @@ def test_a_users_warnings_as_errors_and_another_backend_train_as_ever(tmp_path):
 # 2. Sweeps too large to plan.
 
 def test_a_sweep_past_its_limit_is_refused_before_planning(tmp_path):
-    from gluon_bbb.trials import MAX_TRIALS
+    from gluon_bbb.learning.trials import MAX_TRIALS
     spec = tmp_path / "spec.json"
     spec.write_text(json.dumps({"base": {"epochs": 1}, "grid": {
         "seed": list(range(1000)), "num-hidden-units": list(range(1, 101))}}))
@@ -60,7 +60,8 @@ def test_a_sweep_past_its_limit_is_refused_before_planning(tmp_path):
 
 
 def test_a_sweep_plans_with_one_parser_and_says_how_many_trials_first(tmp_path, monkeypatch):
-    from gluon_bbb import train_mnist, trials
+    from gluon_bbb.commands import train as train_mnist
+    from gluon_bbb.learning import trials
     built = []
     real = train_mnist.build_parser
 

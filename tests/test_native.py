@@ -1,4 +1,4 @@
-"""The native kernels (gluon_bbb/_fused.c) against NumPy formulas, NumPy's Philox, MXNet's
+"""The native kernels (gluon_bbb/native/_fused.c) against NumPy formulas, NumPy's Philox, MXNet's
 optimizers and the NDArray backend; the checks on the library before it is used."""
 import glob
 import math
@@ -11,11 +11,13 @@ import numpy as np
 import pytest
 from mxnet import nd
 
-from gluon_bbb import Config, native, train
-from gluon_bbb.modes import estimator, kl_estimate
-from gluon_bbb.parametrizations import SOFTPLUS
-from gluon_bbb.noise import CHUNK, philox_key, philox_normals_reference
-from gluon_bbb.priors import GaussianPrior, ScaleMixturePrior
+from gluon_bbb import Config, train
+from gluon_bbb.native import library as native
+from gluon_bbb.family.estimators import estimator
+from gluon_bbb.family.kl import kl_estimate
+from gluon_bbb.family.parametrizations import SOFTPLUS
+from gluon_bbb.learning.noise import CHUNK, philox_key, philox_normals_reference
+from gluon_bbb.family.priors import GaussianPrior, ScaleMixturePrior
 from commands import user_env
 
 LOG_SQRT_2PI = 0.5 * math.log(2 * math.pi)
@@ -49,7 +51,7 @@ def test_normals_equal_the_numpy_reference(size):
 
 
 def test_normals_do_not_depend_on_thread_count():
-    code = ("import gluon_bbb.native as n, gluon_bbb.noise as z; "
+    code = ("import gluon_bbb.native.library as n, gluon_bbb.learning.noise as z; "
             "print(n.normals(100003, z.philox_key([1, 2, 3]), 9).round(4).tobytes().hex()[:4000])")
     outputs = set()
     for threads in ("1", "2", "3"):
@@ -211,20 +213,21 @@ def test_asking_for_the_native_backend_where_it_cannot_serve_is_an_error(ctx, mn
 
 def test_the_c_kernels_serve_what_the_table_declares_and_refuse_the_rest(ctx, native_kernels,
                                                                           monkeypatch):
-    from gluon_bbb import kernels, modes
-    from gluon_bbb.parametrizations import LogVariance
+    from gluon_bbb.native import table as kernels
+    from gluon_bbb.family import estimators, kl as kl_estimates
+    from gluon_bbb.family.parametrizations import LogVariance
     # the loaded library's own answers are the table's, known codes and unknown ones alike
     for codes in kernels.codes_to_check():
         assert bool(native_kernels.library().bbb_serves(*codes)) == kernels.serves(*codes)
     served = {(e.name, k.name, p.name, s.name)
-              for e in modes.ESTIMATORS for k in modes.KL_ESTIMATES
+              for e in estimators.ESTIMATORS for k in kl_estimates.KL_ESTIMATES
               for p in (GaussianPrior(), ScaleMixturePrior()) for s in (SOFTPLUS, LogVariance())
               if native_kernels.serves(e, k, p, s)}
     assert served == {row for row in kernels.SERVED}
     assert len(served) == 9  # 3 estimators x (mc x 2 priors + the Gaussian's closed form)
-    assert not any(native_kernels.serves(e, modes.kl_estimate(k, "forward"), GaussianPrior(),
+    assert not any(native_kernels.serves(e, kl_estimates.kl_estimate(k, "forward"), GaussianPrior(),
                                          SOFTPLUS)
-                   for e in modes.ESTIMATORS for k in ("mc", "analytic"))
+                   for e in estimators.ESTIMATORS for k in ("mc", "analytic"))
     # a library whose answers differ from the table is not used, and says why
     monkeypatch.setattr(kernels, "SERVED_CODES", kernels.SERVED_CODES - {(0, 1, 0, 0)})
     library, why = native_kernels._load.__wrapped__()
@@ -247,7 +250,7 @@ def test_a_prior_the_c_kernels_do_not_know_trains_on_the_ndarray_backend(ctx, mn
                                                                        native_kernels,
                                                                        monkeypatch):
     from gluon_bbb.errors import ConfigError
-    from gluon_bbb.step import choose_backend
+    from gluon_bbb.learning.step import choose_backend
     config = Config(epochs=1, train_size=256, prior="scale_mixture")
     backend, why = choose_backend(config, ctx)
     assert (backend.name, why) == ("native", None)

@@ -210,7 +210,7 @@ def test_no_json_file_holds_nan_or_infinity(tmp_path):
 
 
 def test_a_lock_file_that_is_a_link_or_a_fifo_is_refused_not_written_through(tmp_path):
-    from gluon_bbb.rundir import RunDirectory
+    from gluon_bbb.learning.rundir import RunDirectory
     precious = tmp_path / "precious.txt"
     precious.write_text("keep me")
     (tmp_path / "run").mkdir()

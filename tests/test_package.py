@@ -51,8 +51,9 @@ def test_any_import_order_works_in_a_fresh_process(order, env):
     assert count == "4" and tuple(map(int, version.split(".")[:2])) < (1, 24)
 
 
-COMMAND_MODULES = ("train_mnist", "prune", "evaluate", "regression", "sweep", "compress",
-                   "predict", "shift", "__main__")
+COMMAND_MODULES = tuple("commands." + name for name in (
+    "train", "prune", "evaluate", "regression", "sweep", "compress", "predict", "shift")) + (
+    "__main__",)
 
 
 def test_importing_a_command_loads_neither_mxnet_nor_matplotlib():
@@ -114,13 +115,13 @@ def test_a_wheel_installed_in_a_fresh_environment_runs_every_command(tmp_path, m
         assert proc.returncode == 0, (args, proc.stdout, proc.stderr)
         return proc
 
-    where = command(python, "-c", "import gluon_bbb, gluon_bbb.native as n; "
+    where = command(python, "-c", "import gluon_bbb, gluon_bbb.native.library as n; "
                     "print(gluon_bbb.__file__, n.available())").stdout.split()
     assert where[0].startswith(str(venv)) and where[1] == "True"  # the wheel's, kernels built
     small = ["--train-size", "500", "--num-hidden-units", "20", "--epochs", "1", "--seed", "0",
              "--validation", "1000"]
     command("gluon-bbb", "train", "--out", "run", "--test-samples", "2", *small)
-    command(python, "-m", "gluon_bbb.train_mnist", "--out", "run", "--resume", "--epochs", "2")
+    command(python, "-m", "gluon_bbb.commands.train", "--out", "run", "--resume", "--epochs", "2")
     command("gluon-bbb", "prune", "--checkpoint", "run", "--proportions", "0", "0.5")
     command("gluon-bbb", "evaluate", "--checkpoint", "run", "--test-samples", "2")
     command("gluon-bbb", "compress", "run", "--proportion", "0.5", "--out", "model.gbbb")
@@ -141,32 +142,46 @@ def test_a_wheel_installed_in_a_fresh_environment_runs_every_command(tmp_path, m
 
 
 def package_imports():
-    """{module: the modules of gluon_bbb it imports}, function-level imports included, read
-    from the source."""
+    """{module: the modules of gluon_bbb it imports}, dotted below the package
+    (``learning.config``), function-level imports included, read from the source."""
     import ast
     package = os.path.join(ROOT, "gluon_bbb")
-    modules = {name[:-3] for name in os.listdir(package) if name.endswith(".py")}
+    modules = {}
+    for directory, _, files in os.walk(package):
+        for name in files:
+            if name.endswith(".py"):
+                parts = os.path.relpath(os.path.join(directory, name), package)[:-3].split(os.sep)
+                modules[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = (
+                    os.path.join(directory, name), parts[-1] == "__init__")
     edges = {}
-    for module in modules:
-        with open(os.path.join(package, module + ".py")) as f:
+    for module, (path, is_package) in modules.items():
+        with open(path) as f:
             tree = ast.parse(f.read())
+        base = module.split(".") if is_package else module.split(".")[:-1]
+        base = [] if base == [""] else base
         found = set()
         for node in ast.walk(tree):
-            if isinstance(node, ast.ImportFrom) and node.level == 1:
-                found.update([node.module.split(".")[0]] if node.module
-                             else [alias.name for alias in node.names])
+            targets = []
+            if isinstance(node, ast.ImportFrom) and node.level:
+                anchor = base[:len(base) - node.level + 1]
+                stem = anchor + (node.module.split(".") if node.module else [])
+                targets = [".".join(stem)] + [".".join(stem + [a.name]) for a in node.names]
             elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("gluon_bbb."):
-                found.add(node.module.split(".")[1])
+                stem = node.module.split(".")[1:]
+                targets = [".".join(stem)] + [".".join(stem + [a.name]) for a in node.names]
             elif isinstance(node, ast.Import):
-                found.update(alias.name.split(".")[1] for alias in node.names
-                             if alias.name.startswith("gluon_bbb."))
-        edges[module] = found & modules - {module}
+                targets = [a.name[len("gluon_bbb."):] for a in node.names
+                           if a.name.startswith("gluon_bbb.")]
+            found.update(t for t in targets if t in modules and t != module and t)
+        edges[module] = found
     return edges
 
 
 def test_no_module_of_the_package_imports_another_in_a_circle():
     edges = package_imports()
-    assert "priors" in edges["config"] and "elementwise" in edges["priors"]  # it reads them
+    # it reads them
+    assert "family.priors" in edges["learning.config"]
+    assert "family.elementwise" in edges["family.priors"]
     reach = {module: set(deps) for module, deps in edges.items()}
     changed = True
     while changed:  # the transitive closure
@@ -179,4 +194,4 @@ def test_no_module_of_the_package_imports_another_in_a_circle():
     circles = sorted(module for module, reached in reach.items() if module in reached)
     assert circles == []
     # the leaf modules the formulas and the C kernels' table live in import nothing of it
-    assert edges["elementwise"] == set() and edges["kernels"] == set()
+    assert edges["family.elementwise"] == set() and edges["native.table"] == set()

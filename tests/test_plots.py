@@ -4,7 +4,7 @@ axis labelled."""
 import numpy as np
 
 from gluon_bbb import plots
-from gluon_bbb.regression_problems import PROBLEMS, split_uncertainty
+from gluon_bbb.toy_problems import PROBLEMS, split_uncertainty
 
 
 def visible_labels(ax, axis="y"):

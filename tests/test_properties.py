@@ -12,8 +12,8 @@ import numpy as np
 from hypothesis import given, strategies as st
 from mxnet import autograd, nd, sym
 
-from gluon_bbb import compressed
-from gluon_bbb.network import MaxPool2D, convolution, parse_network
+from gluon_bbb.shipping import model_file as compressed
+from gluon_bbb.networks.layers import MaxPool2D, convolution, parse_network
 
 def np_convolution(x, W, b, stride=1, pad=0, dilate=1):
     """out[n, c, i, j] = b[c] + sum W[c, k, u, v] xp[n, k, i s + u d, j s + v d] over k, u, v,
@@ -246,7 +246,7 @@ def tensors(draw):
 
 @given(tensors())
 def test_an_array_round_trips_through_the_files_coding(case):
-    from gluon_bbb.compression import encode_tensor
+    from gluon_bbb.shipping.writer import encode_tensor
     mu, sigma, precision, sigma_bits = case
     tensor, blobs = encode_tensor(mu, sigma, precision, sigma_bits)
     decoded_mu, decoded_sigma, positions, offset = compressed._decode_tensor(
@@ -273,8 +273,8 @@ def test_a_compressed_file_predicts_what_the_pruned_mean_network_does(descriptio
     """compress -> read: the units the pruning cut off are removed, each gate folded into the
     layer before it (a gate switched off removes its unit), the rest is the pruned mean network
     (float32 means), and the file reads back as the model compress built."""
-    from gluon_bbb.compression import compress_parameters, units_left
-    from gluon_bbb.pruning import keep_masks
+    from gluon_bbb.shipping.writer import compress_parameters, units_left
+    from gluon_bbb.analysis.snr import keep_masks
     description, features, classes = description
     network = parse_network(description, features, classes).without_dropout()
     rng = np.random.default_rng(seed)
@@ -326,7 +326,7 @@ def test_a_gated_networks_best_units_compute_what_it_does_with_the_rest_switched
     """``init_best_units``'s start: each gated layer cut to the units whose gates have the
     highest |mu| / sigma computes what the wide network does with the other gates at 0."""
     from hypothesis import assume
-    from gluon_bbb.compression import best_gated_units, keep_gated_units
+    from gluon_bbb.shipping.writer import best_gated_units, keep_gated_units
     description, features, classes = description
     network = parse_network(description, features, classes).without_dropout()
     gates = network.gate_positions()

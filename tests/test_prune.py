@@ -10,7 +10,7 @@ import pytest
 from mxnet import nd
 
 from gluon_bbb import Config, evaluate_accuracy, train
-from gluon_bbb.pruning import (load_pruned, prune_weights, pruning_table, save_pruned,
+from gluon_bbb.analysis.snr import (load_pruned, prune_weights, pruning_table, save_pruned,
                                signal_to_noise_ratio)
 
 from commands import PRUNE, run

@@ -56,7 +56,7 @@ def test_readme_shipping_block_runs(tmp_path, monkeypatch, capsys, mnist):
         os.symlink(images, tmp_path / "t10k-images-idx3-ubyte.gz")
     monkeypatch.chdir(tmp_path)
     namespace = {}
-    exec(compile(python_block('compressed.read("lenet.gbbb")'), "README.md", "exec"), namespace)
+    exec(compile(python_block('model_file.read("lenet.gbbb")'), "README.md", "exec"), namespace)
     np.testing.assert_array_equal(namespace["pixels"], (mnist.test_images[:5] * 126).round()
                                   .reshape(5, 28, 28))
     assert namespace["probs"].shape == (5, 10)

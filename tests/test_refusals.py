@@ -15,10 +15,11 @@ from mxnet import nd
 from commands import (COMPRESS, EVALUATE, PREDICT, PRUNE, PYTHON, TRAIN, assert_one_line_error,
                       run)
 from test_compression import synthetic_model
-from gluon_bbb import Config, TrainingDiverged, compressed, train
-from gluon_bbb.compression import compress_parameters
-from gluon_bbb.network import parse_network
-from gluon_bbb.step import TrainingStep
+from gluon_bbb import Config, TrainingDiverged, train
+from gluon_bbb.shipping import model_file as compressed
+from gluon_bbb.shipping.writer import compress_parameters
+from gluon_bbb.networks.layers import parse_network
+from gluon_bbb.learning.step import TrainingStep
 
 
 
@@ -246,7 +247,7 @@ def test_every_command_refuses_a_run_with_non_finite_parameters(quick_run, tmp_p
     for cmd in (PRUNE, EVALUATE):
         assert_one_line_error(run(cmd, "--checkpoint", model),
                               "model.gbbb is a compressed model, not a run: classify images "
-                              "with it with python -m gluon_bbb.predict")
+                              "with it with gluon-bbb predict")
 
 
 def test_a_models_inputs_refuse_what_are_not_raw_pixels(tmp_path):

@@ -11,10 +11,10 @@ from mxnet import nd
 
 from commands import REGRESSION, assert_one_line_error, run
 from gluon_bbb import Config, ConfigError, combined_loss_gradients, prior_for
-from gluon_bbb.likelihood import Gaussian, gaussian_log_likelihood, parse_likelihood
-from gluon_bbb.ndarray_backend import FlatLayout, NetworkGraph
-from gluon_bbb.noise import PhiloxNoise, philox_normals_reference
-from gluon_bbb.regression_problems import (PROBLEMS, figures, fit_regression, regression_config,
+from gluon_bbb.family.likelihoods import Gaussian, gaussian_log_likelihood, parse_likelihood
+from gluon_bbb.learning.ndarray_backend import FlatLayout, NetworkGraph
+from gluon_bbb.learning.noise import PhiloxNoise, philox_normals_reference
+from gluon_bbb.toy_problems import (PROBLEMS, figures, fit_regression, regression_config,
                                            regression_title, split_uncertainty)
 from test_step import assert_matches
 from tutorial_reference import tutorial_gradients
@@ -69,7 +69,7 @@ def test_bad_likelihoods_are_refused():
 
 
 def test_a_regression_with_nothing_to_train_is_refused():
-    from gluon_bbb.regression_problems import regression_config
+    from gluon_bbb.toy_problems import regression_config
     assert regression_config("quartic", epochs=1).epochs == 1
     for epochs in (0, -5):
         with pytest.raises(ConfigError, match=r"epochs must be an integer >= 1 \(the training "

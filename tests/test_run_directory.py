@@ -412,9 +412,10 @@ def test_prune_into_head_0_is_quiet_in_a_users_shell(one_epoch, tmp_path):
 
 # 9. What the commands print and record.
 
-@pytest.mark.parametrize("name", ["train_mnist", "prune", "evaluate", "regression", "sweep"])
+@pytest.mark.parametrize("name", ["train", "prune", "evaluate", "regression", "sweep", "compress",
+                                  "predict", "shift"])
 def test_every_flag_has_a_description(name):
-    parser = importlib.import_module("gluon_bbb." + name).build_parser()
+    parser = importlib.import_module("gluon_bbb.commands." + name).build_parser()
     flags = [action for action in parser._actions if action.option_strings != ["-h", "--help"]]
     assert len(flags) >= 5
     for action in flags:

@@ -11,7 +11,7 @@ from mxnet import nd
 import mxnet as mx
 from gluon_bbb import Config, train
 from gluon_bbb.errors import ConfigError
-from gluon_bbb.priors import LogUniformPrior
+from gluon_bbb.family.priors import LogUniformPrior
 
 K1, K2, K3 = 0.63576, 1.87320, 1.48695
 
@@ -88,15 +88,15 @@ def test_prune_and_compress_read_the_priors_rule_from_the_run(tmp_path, mnist):
     assert [row["proportion"] for row in report["rows"]] == pytest.approx(
         sorted([0.0, 0.5, rule]))
     assert "the log-uniform prior has switched off" in proc.stdout
-    proc = run([PYTHON, "-m", "gluon_bbb.compress"], out, "--out", tmp_path / "model.gbbb")
+    proc = run([PYTHON, "-m", "gluon_bbb.commands.compress"], out, "--out", tmp_path / "model.gbbb")
     assert proc.returncode == 0, proc.stderr
     assert "the log-uniform prior has switched off %.4g of the parameters" % rule in proc.stdout
     assert "proportion %g: error" % rule in proc.stdout
 
 
 def test_a_sparse_runs_best_epoch_is_chosen_by_its_validation_objective(tmp_path, mnist):
-    from gluon_bbb.rundir import best_validation_epoch
-    from gluon_bbb.training import split_data
+    from gluon_bbb.learning.rundir import best_validation_epoch
+    from gluon_bbb.learning.loop import split_data
     # a tempered run (kl_scale 0.5): its objective weighs the KL as its training does
     config = Config(epochs=3, train_size=10000, validation=2000, kl_scale=0.5, **SPARSE)
     out = str(tmp_path / "run")
@@ -118,7 +118,7 @@ def test_a_sparse_runs_best_epoch_is_chosen_by_its_validation_objective(tmp_path
     kl = sum(numpy_kl(m, s).sum() for m, s in zip(mus, sigmas))
     assert history[-1]["validation_objective"] == pytest.approx(10000 * nll + 0.5 * kl,
                                                                 rel=1e-4)
-    from gluon_bbb.model import evaluate_nll
+    from gluon_bbb.tutorial import evaluate_nll
     kept_nd = [nd.array(k, dtype="float32") for k in kept]
     assert evaluate_nll(val_images, val_labels, kept_nd, batch_size=300,
                         network=config.build_network()) == pytest.approx(nll, rel=1e-5)
@@ -134,7 +134,7 @@ def test_a_sparse_runs_best_epoch_is_chosen_by_its_validation_objective(tmp_path
 
 
 def test_the_best_epoch_is_the_lowest_objective_where_there_is_one():
-    from gluon_bbb.rundir import best_validation_epoch
+    from gluon_bbb.learning.rundir import best_validation_epoch
     history = [{"epoch": 1, "validation_accuracy": 0.99, "validation_objective": 9e5},
                {"epoch": 2, "validation_accuracy": 0.98, "validation_objective": 2e4},
                {"epoch": 3, "validation_accuracy": 0.98, "validation_objective": 2e4},
@@ -148,7 +148,7 @@ def test_the_best_epoch_is_the_lowest_objective_where_there_is_one():
 
 def test_the_blocks_take_the_log_uniform_prior_by_its_closed_form():
     from mxnet import gluon
-    from gluon_bbb.blocks import bayesian_layers, kl_term, to_bayesian
+    from gluon_bbb.networks.blocks import bayesian_layers, kl_term, to_bayesian
     net = gluon.nn.HybridSequential()
     net.add(gluon.nn.Dense(8, activation="relu"), gluon.nn.Dense(3))
     to_bayesian(net, prior=LogUniformPrior(), parametrization="log_variance", rho_offset=-6.0)
@@ -214,7 +214,7 @@ def test_init_from_starts_the_means_from_another_run(tmp_path, mnist, monkeypatc
               mnist, mx.cpu(), log=lambda line: None, progress=False)
     # a gated network starts from the same network without its gates: gates at 1, its outputs
     # those of the pretrained network
-    from gluon_bbb.training import initial_means
+    from gluon_bbb.learning.loop import initial_means
     gated = Config(init_from=pretrained, **dict(small, network="dense:100,gate,relu,dense:10"))
     mus = initial_means(gated)
     assert [m.shape for m in mus] == [(100, 784), (100,), (100,), (10, 100), (10,)]
@@ -225,7 +225,7 @@ def test_init_from_starts_the_means_from_another_run(tmp_path, mnist, monkeypatc
                                rtol=1e-5, atol=1e-5)
     # --gate-rho-offset starts the gates' rho apart from the weights', from scratch and from a
     # pretrained network alike (a rate of 1e-9 leaves them where they started)
-    from gluon_bbb.step import TrainingStep
+    from gluon_bbb.learning.step import TrainingStep
     gated_small = dict(small, network="dense:100,gate,relu,dense:10", gate_rho_offset=-2.0)
     assert Config(**gated_small).initial_rhos() == [-10.0, -10.0, -2.0, -10.0, -10.0]
     assert [float(r.asnumpy().mean()) for r in TrainingStep(Config(**gated_small),
@@ -248,7 +248,7 @@ def test_init_from_starts_the_means_from_another_run(tmp_path, mnist, monkeypatc
     assert not os.path.exists(str(tmp_path / "never"))  # refused before the run was made
     # the start trained on images 0-19,999: a run may hold out 40,000 (20,000-59,999), not
     # 40,001, whose first validation image the start has fitted
-    from gluon_bbb.training import check_training
+    from gluon_bbb.learning.loop import check_training
     unseen = dict(small, train_size=None, validation=40000)
     check_training(Config(init_from=pretrained, **unseen), mnist)
     with pytest.raises(CheckpointError, match=r"init_from .*deterministic trained on the first "
@@ -271,8 +271,8 @@ def test_gates_switch_whole_units_off_and_compress_removes_them(tmp_path, mnist)
     stores a network without those units, whose NumPy predictor gives the pruned gated
     network's labels; the size-error figure draws the run."""
     from commands import PYTHON, ROOT, run
-    from gluon_bbb import compressed
-    from gluon_bbb.pruning import prune_weights
+    from gluon_bbb.shipping import model_file as compressed
+    from gluon_bbb.analysis.snr import prune_weights
     out = str(tmp_path / "gated")
     config = Config(**dict(SPARSE, network="dense:100,gate,relu,dense:10", learning_rate=1e-2,
                            epochs=4, train_size=20000, validation=2000))
@@ -282,7 +282,7 @@ def test_gates_switch_whole_units_off_and_compress_removes_them(tmp_path, mnist)
     assert gates.mean() > 0.1, gates.mean()
     assert result.history[-1]["test_accuracy"] > 0.9
     path = tmp_path / "gated.gbbb"
-    proc = run([PYTHON, "-m", "gluon_bbb.compress"], out, "--out", path)
+    proc = run([PYTHON, "-m", "gluon_bbb.commands.compress"], out, "--out", path)
     assert proc.returncode == 0, proc.stderr
     model = compressed.read(str(path))
     units = int(model.header["network"].split(",")[0].split(":")[1])
@@ -294,7 +294,7 @@ def test_gates_switch_whole_units_off_and_compress_removes_them(tmp_path, mnist)
     labels = config.build_network()(nd.array(X), pruned).asnumpy().argmax(axis=1)
     # float32 means: the folded gates and the units removed compute the pruned network's labels
     exact = tmp_path / "exact.gbbb"
-    proc = run([PYTHON, "-m", "gluon_bbb.compress"], out, "--proportion", str(proportion),
+    proc = run([PYTHON, "-m", "gluon_bbb.commands.compress"], out, "--proportion", str(proportion),
                "--precision", "0", "--out", exact)
     assert proc.returncode == 0, proc.stderr
     assert (compressed.read(str(exact)).predict(X).argmax(axis=1) == labels).mean() > 0.998
@@ -316,8 +316,8 @@ def test_a_narrower_run_starts_from_a_gated_runs_best_ranked_units(tmp_path, mni
     term 0), then a run of the network with fewer units from the units whose gates have the
     highest |mu| / sigma (``init_best_units``), against the ranking and slicing written here."""
     from gluon_bbb.errors import CheckpointError
-    from gluon_bbb.priors import NoPrior
-    from gluon_bbb.training import initial_means
+    from gluon_bbb.family.priors import NoPrior
+    from gluon_bbb.learning.loop import initial_means
     mu, sigma = nd.array([0.0, 0.3, -2.0]), nd.array([0.1, 1.0, 5.0])
     assert (NoPrior().closed_form_kl(mu, sigma)[0].asnumpy() == 0).all()
     ranked = str(tmp_path / "ranked")
@@ -383,7 +383,7 @@ def test_the_gated_prior_puts_the_gates_under_their_own_prior():
     """Bayesian Compression's group prior: the gates' KL is the log-uniform prior's, every
     other entry's the Gaussian's, with their derivatives (finite differences); the Monte Carlo
     KL's log density splices the same way where both parts have one."""
-    from gluon_bbb.priors import GatedPrior, GaussianPrior, ScaleMixturePrior
+    from gluon_bbb.family.priors import GatedPrior, GaussianPrior, ScaleMixturePrior
     config = Config(prior="gaussian", sigma_p=0.7, gate_prior="log-uniform", kl="analytic",
                     parametrization="log_variance", network=GATED, num_inputs=36,
                     num_outputs=3)
@@ -432,9 +432,10 @@ def test_a_channel_without_its_bias_on_a_blank_border_draws_finite_gradients(ctx
     """The local reparametrization's pre-activation variance at a blank border, for a channel
     whose bias is removed, is 0 but for the floor: sqrt's gradient there would be infinite,
     and its product with the zero inputs of the channel's kept weights NaN."""
-    from gluon_bbb import combined_loss_gradients, modes
-    from gluon_bbb.ndarray_backend import NetworkGraph, draw_size
-    from gluon_bbb.parametrizations import parametrization
+    from gluon_bbb import combined_loss_gradients
+    from gluon_bbb.family import estimators, kl as kl_estimates
+    from gluon_bbb.learning.ndarray_backend import NetworkGraph, draw_size
+    from gluon_bbb.family.parametrizations import parametrization
     config = Config(network="conv:4:3,relu,pool:2,flatten,dense:3", num_inputs=64,
                     num_outputs=3, **{k: v for k, v in SPARSE.items() if k != "network"})
     graph = NetworkGraph(config.build_network())
@@ -449,7 +450,7 @@ def test_a_channel_without_its_bias_on_a_blank_border_draws_finite_gradients(ctx
     keep = np.ones(layout.size, dtype=np.float32)
     keep[:4] = 0  # four of the first channel's 3x3 weights
     keep[36] = 0  # and its bias
-    size = draw_size(graph, modes.estimator("lrt"), modes.kl_estimate("analytic"), None, 5)
+    size = draw_size(graph, estimators.estimator("lrt"), kl_estimates.kl_estimate("analytic"), None, 5)
     eps = nd.array(rng.normal(size=size), ctx=ctx)
     loss, grad_mu, grad_rho = combined_loss_gradients(
         X, y, mu, rho, [eps], LogUniformPrior(), 0.1, graph, "lrt", "analytic",
@@ -465,7 +466,7 @@ def test_removing_what_the_rule_switches_off_trains_the_pruned_network(tmp_path,
     after every epoch, so the rule keeps it off and the means are the pruned network (the
     validation objective is that network's); an interrupted run resumes to the same bits; the
     choices it needs are refused on one line each."""
-    from gluon_bbb.step import choose_backend
+    from gluon_bbb.learning.step import choose_backend
     prior = LogUniformPrior()
     small = dict(SPARSE, train_size=4000, validation=2000, kl_warmup_epochs=1,
                  remove_switched_off=True)
@@ -491,7 +492,7 @@ def test_removing_what_the_rule_switches_off_trains_the_pruned_network(tmp_path,
         r["switched_off"] for r in result.history)  # what removal takes out stays out
     # and the units of the network the rule keeps, as compress stores it at the rule's share:
     # a hidden unit whose weights in or out are all off is gone
-    from gluon_bbb.compression import compress_parameters
+    from gluon_bbb.shipping.writer import compress_parameters
     network = Config(**small).build_network()
     mus = [m.asnumpy() for m in result.mus]
     keep = [m != 0 for m in mus]  # removal has zeroed every mean the rule switched off
@@ -503,7 +504,7 @@ def test_removing_what_the_rule_switches_off_trains_the_pruned_network(tmp_path,
     assert result.history[-1]["multiply_adds_left"] == pytest.approx((784 * hidden + hidden * 10)
                                                                      / (784 * 100 + 100 * 10))
     # what predicts from the run draws no noise for them either: it trained without them
-    from gluon_bbb.rundir import RunDirectory
+    from gluon_bbb.learning.rundir import RunDirectory
     run = RunDirectory(out)
     state = run.load_predictive(run.read_config())
     for mu, sigma, posterior in zip(state["mus"], state["sigmas"], result.sigmas):

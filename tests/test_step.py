@@ -9,10 +9,10 @@ from mxnet import nd
 
 from gluon_bbb import (Config, ConfigError, TrainingStep, combined_loss_gradients,
                        init_variational_params, log_gaussian, prior_for, softplus)
-from gluon_bbb import modes
-from gluon_bbb.ndarray_backend import FlatLayout, NetworkGraph
-from gluon_bbb.noise import DeviceNoise, PhiloxNoise, philox_key, philox_normals_reference
-from gluon_bbb.step import choose_backend
+from gluon_bbb.family import estimators, kl as kl_estimates
+from gluon_bbb.learning.ndarray_backend import FlatLayout, NetworkGraph
+from gluon_bbb.learning.noise import DeviceNoise, PhiloxNoise, philox_key, philox_normals_reference
+from gluon_bbb.learning.step import choose_backend
 from tutorial_reference import tutorial_gradients
 
 

@@ -37,7 +37,7 @@ BY_HAND = {}
 def one_by_one(tmp_path, spec_path, directories=False):
     """The figures of the spec's trials run one after another, one thread each, as a user
     would run them by hand (with ``directories``: the run directories of those runs)."""
-    from gluon_bbb.trials import load_spec, trial_figures, trials
+    from gluon_bbb.learning.trials import load_spec, trial_figures, trials
     spec = load_spec(str(spec_path))
     proportions = ["%g" % p for p in spec["proportions"]]
     found = {}
@@ -59,7 +59,7 @@ def sweep_figures(out):
 
 
 def test_the_spec_gives_one_trial_per_combination(tmp_path):
-    from gluon_bbb.trials import load_spec, summarize, trials
+    from gluon_bbb.learning.trials import load_spec, summarize, trials
     spec = load_spec(str(write_spec(tmp_path / "spec.json", {"preset": "paper-2x400",
                                                               "eval-train": True},
                                     {"prior": ["gaussian", "scale-mixture"], "seed": [0, 1]})))
@@ -118,8 +118,8 @@ def test_bad_sweep_flags_are_one_line(tmp_path):
 
 def test_the_sweep_imports_no_mxnet(tmp_path):
     # what the sweep's process imports, its parsers of the trials' flags included
-    proc = run([sys.executable, "-c", "import sys, gluon_bbb.sweep, gluon_bbb.trials; "
-                "gluon_bbb.trials.trial_config(['--preset', 'lenet']); "
+    proc = run([sys.executable, "-c", "import sys, gluon_bbb.commands.sweep, gluon_bbb.learning.trials; "
+                "gluon_bbb.learning.trials.trial_config(['--preset', 'lenet']); "
                 "print(sorted(m for m in sys.modules if 'mxnet' in m))"])
     assert proc.returncode == 0 and proc.stdout.strip() == "[]", proc.stdout + proc.stderr
 
@@ -223,7 +223,7 @@ def test_a_failing_trial_is_reported_with_its_cause_and_the_others_finish(tmp_pa
     spec = write_spec(tmp_path / "spec.json", TINY, {"learning-rate": [0.001, 1000.0]})
     proc = run(SWEEP, spec, "--out", tmp_path / "sweep", "--workers", "2")
     assert proc.returncode == 1
-    assert ("failed learning-rate-1000.0: python -m gluon_bbb.train_mnist: error: loss became "
+    assert ("failed learning-rate-1000.0: gluon-bbb train: error: loss became "
             "non-finite") in proc.stdout
     trials = {t["name"]: t for t in read_json(tmp_path / "sweep" / "sweep.json")["trials"]}
     assert trials["learning-rate-0.001"]["status"] == "done"
@@ -231,7 +231,7 @@ def test_a_failing_trial_is_reported_with_its_cause_and_the_others_finish(tmp_pa
 
 MXNET_TRACEBACK = """Traceback (most recent call last):
   File "<frozen runpy>", line 198, in _run_module_as_main
-  File "/site/gluon_bbb/ndarray_backend.py", line 120, in _run
+  File "/site/gluon_bbb/learning/ndarray_backend.py", line 120, in _run
     loss = op(*[inputs[name] for name in names])
 mxnet.base.MXNetError: Traceback (most recent call last):
   File "../src/imperative/./imperative_utils.h", line 203
@@ -243,7 +243,7 @@ num_hidden : 50
 
 def test_a_trial_that_crashes_is_reported_by_the_exception_not_the_last_line(tmp_path):
     # a stand-in interpreter for the trial's command: it fails as MXNet does on a bug
-    from gluon_bbb.trials import failure_cause, run_trial
+    from gluon_bbb.learning.trials import failure_cause, run_trial
     fake = tmp_path / "python"
     fake.write_text("#!/bin/sh\ncat >&2 <<'EOF'\n%sEOF\nexit 1\n" % MXNET_TRACEBACK)
     fake.chmod(0o755)
@@ -267,7 +267,7 @@ def processes_training(out_dir):
                 parent = int(f.read().rsplit(")", 1)[1].split()[1])
         except (OSError, ValueError, IndexError):
             continue
-        if (any(a.endswith(b"train_mnist.py") or a == b"gluon_bbb.train_mnist" for a in argv)
+        if (any(a.endswith(b"train_mnist.py") or a == b"gluon_bbb.commands.train" for a in argv)
                 and str(out_dir).encode() in argv):
             found.append((int(pid), parent))
     return found
@@ -361,7 +361,7 @@ def test_ctrl_c_ends_a_sweep_with_one_line(tmp_path):
     finally:
         sweep.kill()
     assert sweep.returncode == 128 + signal.SIGINT, stderr
-    assert stderr.strip() == "python -m gluon_bbb.sweep: interrupted by SIGINT", stderr
+    assert stderr.strip() == "gluon-bbb sweep: interrupted by SIGINT", stderr
     wait_for(lambda: not any(processes_training(out / name) for name in ("seed-0", "seed-1")),
              60)
     assert epochs_done(out / "seed-0") >= 1  # its completed epochs are kept

@@ -10,8 +10,8 @@ from mxnet import nd
 
 from gluon_bbb import (CheckpointError, Config, TrainingDiverged, TrainingStep, kl_weights,
                        load_checkpoint, train)
-from gluon_bbb.model import evaluate_accuracy
-from gluon_bbb.rundir import best_validation_epoch
+from gluon_bbb.tutorial import evaluate_accuracy
+from gluon_bbb.learning.rundir import best_validation_epoch
 from conftest import OVERSHOOTING
 from commands import EVALUATE, PRUNE, TRAIN, run
 

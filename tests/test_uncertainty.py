@@ -10,8 +10,8 @@ import pytest
 from mxnet import nd
 
 from gluon_bbb import Config, net, train
-from gluon_bbb.model import init_variational_params
-from gluon_bbb.uncertainty import (auroc, expected_calibration_error, negative_log_likelihood,
+from gluon_bbb.tutorial import init_variational_params
+from gluon_bbb.analysis.uncertainty import (auroc, expected_calibration_error, negative_log_likelihood,
                                    predict, predictive_entropy, reliability)
 
 from commands import EVALUATE, TRAIN, run
@@ -104,7 +104,7 @@ def test_mlp_baseline_and_uncertainty_report(tmp_path, mnist):
     # a deterministic network has no weights to sample: asking for samples is refused
     proc = run(EVALUATE, "--checkpoint", tmp_path / "mlp", "--test-samples", "3")
     assert proc.returncode == 2 and proc.stderr == (
-        "python -m gluon_bbb.evaluate: error: --test-samples must be 0 for a deterministic "
+        "gluon-bbb evaluate: error: --test-samples must be 0 for a deterministic "
         "network (model deterministic has no weight distribution to sample), got 3\n")
     for run_dir, samples in ((tmp_path / "mlp", []), (bbb, ["--test-samples", "3"])):
         proc = run(EVALUATE, "--checkpoint", run_dir, "--ood-data-dir", ood_dir, *samples,
@@ -175,8 +175,8 @@ def test_prediction_batches_follow_the_networks_activations(ctx):
     """The LeNet predicts in batches of 245 (its 34,130 activation floats an image), the MLPs in
     batches of 1,000; the batches change nothing but the speed: one seed's draws of the weights
     give the same predictive in batches of 245 and of 1,000."""
-    from gluon_bbb.network import mlp, parse_network
-    from gluon_bbb.uncertainty import prediction_batch_size
+    from gluon_bbb.networks.layers import mlp, parse_network
+    from gluon_bbb.analysis.uncertainty import prediction_batch_size
     lenet = parse_network("lenet")
     assert prediction_batch_size(lenet) == 2 ** 23 // 34130 == 245
     assert prediction_batch_size(None) == prediction_batch_size(mlp(num_hidden=1200)) == 1000

@@ -1,0 +1,118 @@
+"""The command ``gluon-bbb sweep SPEC --out DIR``: seeds x
+settings of training runs on Dask, each trial pruned, tabulated as mean and sd over seeds
+(``learning/trials.py`` holds the spec, the trials and the summary).
+
+    gluon-bbb sweep SPEC --out runs/sweep [--workers N] [--threads-per-trial T]
+    gluon-bbb sweep SPEC --out runs/sweep --scheduler tcp://HOST:8786
+
+Everything is checked before anything runs or is written: the spec, every trial's flags (by the
+training command's own parser), the trials already in ``--out``, and the scheduler's address.
+Ctrl-C (SIGINT to the terminal's process group, which holds the local cluster's workers and
+their trials too) and SIGTERM end the sweep with one line; the trials keep their completed
+epochs, and a rerun goes on from there.
+"""
+import contextlib
+import os
+import signal
+import sys
+import warnings
+
+from .cli import ArgumentParser, add_json_flag, print_json, run_command, say_for
+from ..errors import ConfigError
+
+PROG = "gluon-bbb sweep"
+# how long to wait for a running scheduler to answer
+CONNECT_SECONDS = 30
+
+
+def build_parser(prog=PROG):
+    parser = ArgumentParser(prog=prog, description="Run seeds x settings of the training "
+                            "command on Dask, each trial pruned, and tabulate mean and sd over "
+                            "seeds.")
+    parser.add_argument("spec", help="JSON file: {\"base\": {flags}, \"grid\": {flag: [values]}, "
+                        "\"proportions\": [...]}")
+    parser.add_argument("--out", required=True, help="directory of the trials' run "
+                        "directories and the sweep's results")
+    parser.add_argument("--scheduler", help="address of a running Dask scheduler "
+                        "(tcp://HOST:8786); default: a local cluster started here")
+    parser.add_argument("--workers", type=int, help="local cluster: trials at a time (default: "
+                        "the cores divided by --threads-per-trial)")
+    parser.add_argument("--threads-per-trial", type=int, default=1,
+                        help="OpenMP threads of each trial's process (default 1)")
+    add_json_flag(parser)
+    return parser
+
+
+def main(argv=None, prog=PROG):
+    args = build_parser(prog).parse_args(argv)
+    from .. import outputs
+    from ..learning.trials import (SWEEP_FILES, SpecError, check_against_out, failed as trial_failed,
+                         load_spec, plan, run_sweep, trial_count)
+    for name in ("threads_per_trial", "workers"):
+        if getattr(args, name) is not None and getattr(args, name) < 1:
+            raise ConfigError(name, getattr(args, name), "an integer >= 1")
+    spec = load_spec(args.spec)
+    say = say_for(args.json)
+    say("sweep: %d trials in %s; checking each trial's flags" % (trial_count(spec), args.spec))
+    planned = plan(spec, args.spec)
+    # the sweep's directory is claimed before any work (outputs.py): never inside a run
+    outputs.claim_directory(args.out, SWEEP_FILES, "out")
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    workers = args.workers or max(1, cores // args.threads_per_trial)
+    if os.path.isdir(args.out):
+        check_against_out(planned, args.out)
+    import logging
+    from distributed import Client, LocalCluster
+    with contextlib.ExitStack() as stack:
+        if args.scheduler:
+            try:
+                client = stack.enter_context(Client(args.scheduler,
+                                                    timeout="%ds" % CONNECT_SECONDS))
+            except (OSError, ValueError) as exc:  # no such address; nothing answers there
+                raise SpecError("cannot use the Dask scheduler {scheduler} %s: %s",
+                                args.scheduler, exc) from None
+            where = "the cluster at %s" % args.scheduler
+        else:
+            cluster = stack.enter_context(_local_cluster(LocalCluster, workers, logging.ERROR))
+            client = stack.enter_context(Client(cluster))
+            where = "a local cluster of %d workers" % workers
+        outputs.make_directory(args.out, "out")
+        say("sweep: %d trials on %s, %d thread%s each, into %s" % (
+            len(planned[0]), where, args.threads_per_trial,
+            "" if args.threads_per_trial == 1 else "s", args.out))
+        records = run_sweep(spec, args.out, client, args.threads_per_trial, log=say,
+                            all_trials=planned[0])
+    failed = [r for r in records if trial_failed(r)]
+    if args.json:
+        import json
+        with open(os.path.join(args.out, "sweep.json")) as f:
+            print_json(json.load(f))
+    say("wrote sweep.json, sweep.md%s to %s" % (", sweep.png" if len(failed) < len(records)
+                                                else "", args.out))
+    return 1 if failed else 0
+
+
+def _local_cluster(LocalCluster, workers, log_level):
+    """A local cluster of ``workers`` processes that ignore SIGINT, as the trials they start
+    do: Ctrl-C in a terminal reaches the whole process group, and the sweep's own process,
+    which closes the cluster (its workers end their trials with SIGTERM), is the one to say
+    so. Each worker would otherwise print its own KeyboardInterrupt traceback."""
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)  # inherited by the workers
+    # the scheduler serves its health checks on port 8787, or another where that one is taken
+    # (another sweep's), and says so: the sweep uses neither
+    warnings.filterwarnings("ignore", message="Port .* is already in use", category=UserWarning)
+    try:
+        return LocalCluster(n_workers=workers, threads_per_worker=1, processes=True,
+                            dashboard_address=None, silence_logs=log_level)
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+def run(argv=None, prog=PROG):
+    """The command as a program: its exit status. It needs no MXNet: MXNet runs in the
+    trials' own processes."""
+    return run_command(lambda args: main(args, prog), argv, prog)
+
+
+if __name__ == "__main__":
+    sys.exit(run())

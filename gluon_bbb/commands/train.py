@@ -1,0 +1,282 @@
+"""The command ``gluon-bbb train`` (a checkout's top-level ``train_mnist.py`` runs it too):
+train on MNIST-format data into a run directory, then draw its plots and its uncertainty
+report. A thin shell over ``learning.loop.train``.
+
+    gluon-bbb train --ctx cpu --epochs 10 --out runs/default
+    gluon-bbb train --out runs/default --epochs 20 --resume  # 10 more epochs
+
+``build_parser`` and ``config_from_args`` need no MXNet: the sweep checks its trials' flags
+with them in its own process.
+"""
+import argparse
+import dataclasses
+import os
+import sys
+import time
+from typing import Optional
+
+from .cli import (ArgumentParser, add_json_flag, flag_for, load_mxnet, print_json, run_command,
+                  say_for)
+from ..learning.config import MAX_SAMPLES, MAX_TEST_SAMPLES, PRESETS, Config
+from ..errors import CheckpointError, ConfigError
+from ..family.choices import names
+from ..family.estimators import ESTIMATORS
+from ..family.kl import KL_DIRECTIONS, KL_ESTIMATES, KL_WEIGHTINGS
+from ..family.model_kinds import MODEL_KINDS
+from ..learning.schedules import LR_SCHEDULES
+from ..networks.layers import SPEC_HELP
+from ..family.parametrizations import names as parametrization_names
+from ..family.priors import PRIORS
+
+PROG = "gluon-bbb train"
+
+# Config fields set from the flag of the same name (--batch-size -> batch_size), with their
+# help; the flag's type is the field's
+CONFIG_FLAGS = dict(line.split(": ", 1) for line in """
+epochs: epochs to train (in all, counting those of a resumed run)
+batch_size: images per mini-batch
+num_hidden_layers: hidden layers of the MLP (0: a linear softmax model)
+num_hidden_units: units per hidden layer
+learning_rate: optimizer step size, on the summed mini-batch loss
+lr_decay_every: multiply the rate by --lr-decay-factor every N epochs (0: never)
+lr_decay_factor: factor of the step decay, in (0, 1]
+num_samples: weight samples averaged per step, 1 to MAX_SAMPLES
+sigma_p: standard deviation of the Gaussian prior
+pi: weight of the scale mixture's first (wide) component, in [0, 1]
+sigma_p1: standard deviation of the scale mixture's first component
+sigma_p2: standard deviation of the scale mixture's second component
+mu_scale: standard deviation of the initial means mu
+rho_offset: initial rho (sigma = softplus(rho), or exp(rho / 2) with --parametrization log-variance)
+gate_rho_offset: initial rho of the gate layers' factors
+kl_scale: multiplies every mini-batch's KL term (1: the paper's objective)
+kl_warmup_epochs: grow the KL term's weight linearly from 0 over the first N epochs (0: none)
+init_from: start the means mu from this run's (a run directory or parameter file of the same network, such as a deterministic one)
+train_size: train on the first N images (after --validation)
+validation: hold out the last N training images, scored every epoch
+seed: seed of the initial weights, the shuffles and the noise
+network: the network: SPEC_HELP
+dropout: dropout rate after every hidden ReLU of --model mcdropout, in (0, 1)
+""".replace("MAX_SAMPLES", str(MAX_SAMPLES)).replace("SPEC_HELP", SPEC_HELP).strip().splitlines())
+# what a Config field's type annotation means for its flag
+FLAG_TYPES = {int: int, float: float, str: str, Optional[int]: int, Optional[str]: str,
+              Optional[float]: float}
+# what a default of None means, in --help
+DEFAULT_WORDS = {"seed": "a fresh one, recorded in config.json", "train_size": "all",
+                 "init_from": "the seed's random means", "gate_rho_offset": "--rho-offset's"}
+CHOICE_DEFAULT_WORDS = {"gate_prior": "--prior's"}
+CHOICE_FLAGS = {
+    "optimizer": (("sgd", "adam"), "update rule"),
+    "lr_schedule": (names(LR_SCHEDULES), "the rate's schedule: step decay (--lr-decay-every, "
+                    "--lr-decay-factor), or falling linearly to 0 at the last epoch (sparse "
+                    "variational dropout's)"),
+    "prior": (tuple(name.replace("_", "-") for name in PRIORS), "prior over every weight"),
+    "gate_prior": (tuple(name.replace("_", "-") for name in PRIORS), "prior over the factors "
+                   "of the network's gate layers; log-uniform gates with --prior gaussian "
+                   "are Bayesian Compression's group prior"),
+    "kl_weighting": (names(KL_WEIGHTINGS), "KL weight of each mini-batch: 1/M, or "
+                     "2^(M-i)/(2^M-1) (the paper's section 3.4)"),
+    "estimator": (names(ESTIMATORS), "draw weights; pre-activations (local "
+                  "reparametrization); or one perturbation with random signs per example "
+                  "(Flipout)"),
+    "kl": (names(KL_ESTIMATES), "one-sample Monte Carlo KL, or the closed form (Gaussian "
+           "prior)"),
+    "kl_direction": (KL_DIRECTIONS, "KL(q || P), the ELBO's, or KL(P || q), which covers the "
+                     "prior's mass (ndarray backend)"),
+    "parametrization": (tuple(name.replace("_", "-") for name in parametrization_names()),
+                        "how rho gives the posterior's sigma: softplus(rho), or rho = log "
+                        "sigma^2 (log-variance; ndarray backend)"),
+    "model": (names(MODEL_KINDS) + ("mlp",), "Bayes by Backprop, Monte Carlo dropout (the "
+              "mean weights trained with dropout and the prior as weight decay; predictions "
+              "average --test-samples dropout masks), or a deterministic network of the same "
+              "shape as a baseline (mlp: the same)"),
+}
+
+
+# Config fields that are on or off: --field and --no-field
+SWITCH_FLAGS = {
+    "init_best_units": "with --init-from a run of the same gated network with more units: "
+                       "start from each gated layer's units whose gates have the highest "
+                       "signal-to-noise ratio there (the lowest log alpha), as many as "
+                       "--network has",
+    "remove_switched_off": "take the weights the prior's rule switches off (log alpha > 3 for "
+                           "the log-uniform prior) out of the network as it trains: their "
+                           "means set to 0, no noise, no gradient (sparse variational "
+                           "dropout's code; ndarray backend)",
+}
+
+
+def build_parser(prog=PROG, raise_errors=False):
+    """The command's parser; ``raise_errors``: raise ``cli.FlagError`` instead of exiting."""
+    defaults = Config()
+    parser = ArgumentParser(prog=prog, raise_errors=raise_errors,
+                            description="Bayes by Backprop on MNIST (Blundell et al. 2015).")
+    parser.add_argument("--data-dir", help="directory with the four MNIST IDX files "
+                        "(default: $GLUON_BBB_DATA, else ~/.mxnet/datasets/mnist, else download; "
+                        "on --resume, the run's)")
+    parser.add_argument("--out", help="run directory (default: runs/<timestamp>)")
+    parser.add_argument("--ctx", default="cpu", help="device to train on: cpu, gpu or gpu:N "
+                        "(default: cpu)")
+    parser.add_argument("--resume", action="store_true",
+                        help="continue the run in --out from its last checkpoint (a run that "
+                        "has trained all its epochs draws its plots and report again)")
+    parser.add_argument("--preset", choices=sorted(PRESETS),
+                        help="start from the paper's MLP and prior, or the Bayesian LeNet's "
+                        "settings (flags override)")
+    parser.add_argument("--eval-train", action="store_true",
+                        help="also measure training-set accuracy after every epoch")
+    parser.add_argument("--test-samples", type=int, default=10,
+                        help="draws for the uncertainty report after training, 0 to %d "
+                        "(default 10; 0 skips the report)" % MAX_TEST_SAMPLES)
+    parser.add_argument("--ood-data-dir", help="another MNIST-format dataset's test images "
+                        "for the out-of-distribution part of the report")
+    parser.add_argument("--backend", choices=("native", "ndarray"),
+                        help="native: the C kernels (CPU contexts; every estimator, the "
+                        "reverse KL, the Gaussian and scale-mixture priors, sigma = "
+                        "softplus(rho): kernels.SERVED); ndarray: MXNet "
+                        "operators (any context, everything); default: native where it serves, "
+                        "and the run says why where it does not")
+    add_json_flag(parser)
+    types = {field.name: FLAG_TYPES[field.type] for field in dataclasses.fields(Config)
+             if field.name in CONFIG_FLAGS}
+    for field, text in CONFIG_FLAGS.items():
+        default = getattr(defaults, field)
+        parser.add_argument(flag_for(field), type=types[field], metavar=field.upper(),
+                            help="%s (default: %s)" % (text, DEFAULT_WORDS.get(field, default)
+                                                       if default is None else default))
+    for field, (choices, text) in CHOICE_FLAGS.items():
+        default = getattr(defaults, field)
+        parser.add_argument(flag_for(field), choices=choices, help="%s (default: %s)" % (
+            text, CHOICE_DEFAULT_WORDS[field] if default is None else default.replace("_", "-")))
+    for field, text in SWITCH_FLAGS.items():
+        parser.add_argument(flag_for(field), action=argparse.BooleanOptionalAction,
+                            help="%s (default: %s)" % (text, "on" if getattr(defaults, field)
+                                                       else "off"))
+    return parser
+
+
+def config_from_args(args, run=None):
+    """The run's Config: the flags given over the preset, over the defaults, or, resuming,
+    over the run's own config.json (``run``, a ``RunDirectory``). A preset given on resume
+    counts as its flags: the command that started a run continues it with --resume added. A
+    new run of a network with convolutions and no preset takes ``CONVOLUTION_DEFAULTS`` for the
+    flags not given (``convolution_defaults`` says which)."""
+    return _config_and_defaults(args, run)[0]
+
+
+def _config_and_defaults(args, run):
+    given = dict(PRESETS[args.preset]) if args.preset else {}
+    given.update({field: getattr(args, field)
+                  for field in list(CONFIG_FLAGS) + list(CHOICE_FLAGS) + list(SWITCH_FLAGS)
+                  if getattr(args, field) is not None})
+    base = run.read_classifier_config() if args.resume else Config()
+    config = Config(**dict(dataclasses.asdict(base), **given))
+    taken = {}
+    if not args.resume and not args.preset and config.build_network().has_convolution:
+        taken = {field: value for field, value in CONVOLUTION_DEFAULTS.items()
+                 if field not in given}
+        config = dataclasses.replace(config, **taken)
+    return config, taken
+
+
+# The tutorial's defaults (plain SGD at 1e-3 from sigma = softplus(-3)) leave a Bayesian LeNet at
+# 10% accuracy after an epoch. Adam from sigma = softplus(-5), the LeNet preset's optimizer and
+# start, at 2e-3: 95.1-96.1% after one epoch on 10,000 images (seeds 0-2; 93.7-94.8% at 1e-3),
+# 98.4% after one epoch on all 60,000 (docs/NETWORKS.md).
+CONVOLUTION_DEFAULTS = dict(optimizer="adam", learning_rate=2e-3, rho_offset=-5.0)
+
+
+def main(argv=None, prog=PROG):
+    args = build_parser(prog).parse_args(argv)
+    from ..learning.rundir import RunDirectory
+    if args.resume and args.out is None:
+        raise CheckpointError("{resume} needs {out_dir} naming the run to continue")
+    run = RunDirectory(time.strftime(os.path.join("runs", "%Y%m%d-%H%M%S"))
+                       if args.out is None else args.out)
+    config, taken = _config_and_defaults(args, run)
+    if not 0 <= args.test_samples <= MAX_TEST_SAMPLES:  # 0 skips the report
+        raise ConfigError("test_samples", args.test_samples,
+                          "an integer in [0, %d]" % MAX_TEST_SAMPLES)
+    load_mxnet()
+    from ..learning.context import parse_context
+    from ..data import load_mnist
+    from ..analysis.report import load_ood_images
+    from ..learning.loop import check_training
+    ctx = parse_context(args.ctx)
+    data = run.load_data(args.data_dir) if args.resume else load_mnist(args.data_dir)
+    ood_images = load_ood_images(args.ood_data_dir) if args.ood_data_dir else None
+    check_training(config, data, args.resume, ctx, args.backend)
+    # every check is passed: only now is the run directory made
+    if taken:
+        say_for(args.json)("a network with convolutions takes its defaults: %s (flags "
+                           "override)" % ", ".join("%s %s" % (flag_for(field), value)
+                                                   for field, value in taken.items()))
+    # a resumed run's own files are its to read first (the resume rules); they are checked as
+    # they are written
+    with run.create(files=training_files(own=not args.resume)).locked():
+        return train_and_report(args, config, ctx, run, data, ood_images)
+
+
+# the plots a training run draws beside its own files and its uncertainty report
+PLOTS = ("accuracy.png", "weights.png")
+
+
+def training_files(own=True):
+    """``{name: outputs.FileKind}`` of the files the command writes into its run directory,
+    claimed before it trains: the plots, the uncertainty report and, with ``own``, the run's
+    own files."""
+    from .. import outputs
+    from ..analysis.report import report_files
+    from ..learning.rundir import CHECKPOINT_FILE, TRAINING_FILES
+    return dict(TRAINING_FILES if own else {}, **dict.fromkeys(PLOTS, outputs.PNG),
+                **report_files(CHECKPOINT_FILE))
+
+
+def train_and_report(args, config, ctx, run, data, ood_images):
+    """Train into ``run`` (locked by the caller), then draw the plots and the uncertainty
+    report there."""
+    from ..analysis.report import evaluate_run
+    from ..plots import plot_accuracy, plot_weights
+    from ..learning.rundir import BEST_CHECKPOINT_FILE, best_validation_epoch
+    from ..learning.loop import train
+    say = say_for(args.json)
+    say("training on %s, writing to %s" % (ctx, run.path))
+    result = train(config, data, ctx, out_dir=run, resume=args.resume,
+                   eval_train=args.eval_train, log=say, backend=args.backend)
+    plot_accuracy(result.history, run.file(PLOTS[0]))
+    plot_weights(result.mus, result.sigmas, run.file(PLOTS[1]))
+    kind, report = config.model_kind, None
+    if args.test_samples > 0:
+        draws = args.test_samples if kind.prediction_draws else 0
+        say("uncertainty report: %s over the %d test images, noise%s ..." % (
+            "%d %s" % (draws, kind.prediction_draws) if draws else "the weights",
+            data.test_images.shape[0], " and the OOD images" if ood_images is not None else ""))
+        report, _ = evaluate_run(run.path, data, ctx, draws, ood_images, run,
+                                 args.ood_data_dir and os.path.abspath(args.ood_data_dir))
+        say("uncertainty (%s): test accuracy %.4f, ECE %.4f, mean entropy %.3f bits on MNIST "
+            "and %.3f on noise" % (
+                  "%d %s" % (draws, kind.prediction_draws) if draws else "the weights",
+                  report["in_distribution"]["accuracy"], report["in_distribution"]["ece"],
+                  report["in_distribution"]["mean_entropy"], report["noise"]["mean_entropy"]))
+    best = best_validation_epoch(result.history)
+    if best is not None:
+        chosen_by = "accuracy %.4f" % best["validation_accuracy"]
+        if "validation_objective" in best:
+            chosen_by = "objective %.1f nats (%s)" % (best["validation_objective"], chosen_by)
+        say("best validation %s at epoch %d (test accuracy with the mean weights %.4f), kept "
+            "in %s" % (chosen_by, best["epoch"], best["test_accuracy"], BEST_CHECKPOINT_FILE))
+    say("final test accuracy (mean weights) %.4f; wrote %s" % (
+        result.history[-1]["test_accuracy"], run.path))
+    if args.json:
+        print_json({"run": os.path.abspath(run.path), "epochs": len(result.history),
+                    "last_epoch": result.history[-1],
+                    "best_validation_epoch": best, "uncertainty": report})
+    return 0
+
+
+def run(argv=None, prog=PROG):
+    """The command as a program: its exit status."""
+    return run_command(lambda args: main(args, prog), argv, prog)
+
+
+if __name__ == "__main__":
+    sys.exit(run())

@@ -1,0 +1,188 @@
+"""The weight estimator: how one draw of the noise gives the network's output. Weight sampling
+(the tutorial's), the local reparametrization (pre-activations, Kingma et al. 2015) or Flipout
+(one perturbation with random signs per example, Wen et al. 2018). Each owns its code in the C
+kernels' table (``native/table.py``), the noise it takes and its data term on the ndarray
+backend (``draw``) and in a Gluon block (``block_output``); a user's own is a subclass with a
+``name`` (docs/EXTENDING.md). Imports no MXNet when imported."""
+import math
+
+from ..errors import ConfigError
+from ..native import table as kernels
+from .choices import Choice, named
+from .elementwise import LRT_VARIANCE_FLOOR
+from .formulas import Keyed
+from .registry import register
+
+
+_ESTIMATOR_KINDS = {}
+
+
+class Estimator(Choice):
+    """How a step draws the network's noise. A subclass with a ``name`` is one that ``Config``
+    and ``estimator()`` accept once it is defined (a user's own, from their script): it
+    writes ``noise_size`` and ``draw`` (the ndarray backend, ``ndarray_backend.py``) and
+    ``block_output`` (the Gluon blocks). ``check(network)``: ConfigError where it cannot draw
+    that network. ``kernel_data_kind``: its code in the C kernels' table (``native/table.py``), for
+    an estimator they serve (``native/library.py`` holds its data term there); None for the others."""
+    kernel_data_kind = None
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        register(_ESTIMATOR_KINDS, cls, "estimator")
+
+    def check(self, network):
+        pass
+
+    def noise_size(self, graph, batch_size, kl):
+        """Standard normals one draw takes for a mini-batch of ``batch_size``."""
+        raise NotImplementedError
+
+    def draw(self, graph, X, y, mu, sigma, eps, kl):
+        """``(nll, dNLL/dmu, dNLL/dsigma or None, w, eps_w)`` of one draw ``eps`` on the flat
+        mu and sigma: ``w = mu + sigma * eps_w`` are the weights the KL estimate takes (None
+        where ``kl`` needs none); None for dNLL/dsigma: it is dNLL/dw * eps_w, with the KL's
+        gradient added to dNLL/dw first."""
+        raise NotImplementedError
+
+    def block_output(self, F, apply, x, mus, sigmas, epsilons, convolution):
+        """A Gluon block's output (``blocks.py``): ``apply(F, x, weight, bias)`` its operator,
+        ``epsilons`` its weight sample (all zeros while it uses its mean weights); per-example
+        noise, where the estimator needs any, comes from MXNet's generator."""
+        raise NotImplementedError
+
+
+class WeightSampling(Estimator):
+    """w = mu + sigma * eps for every weight, the tutorial's estimator."""
+    name = "sample"
+    # dNLL/dw: both gradients at once
+    kernel_data_kind = Keyed(kernels.DATA_TERMS["sample"], "draw", "noise_size")
+
+    def noise_size(self, graph, batch_size, kl):
+        return graph.layout.size
+
+    def draw(self, graph, X, y, mu, sigma, eps, kl):
+        w = mu + sigma * eps
+        nll, grad_w = graph.nll_and_grad(X, y, w)
+        return nll, grad_w, None, w, eps
+
+    def block_output(self, F, apply, x, mus, sigmas, epsilons, convolution):
+        from ..tutorial import transform_gaussian_samples
+        return apply(F, x, *transform_gaussian_samples(mus, sigmas, epsilons))
+
+
+class _NoisyNetwork(Estimator):
+    """An estimator whose network takes noise of its own beside the parameters (graph inputs:
+    mu, a second array of each parameter's shape, and ``noise_shapes``)."""
+
+    def check(self, network):
+        if not network.linear_layers_only:
+            raise ConfigError("estimator", self.name, "sample for a network with layers of "
+                              "weights other than dense, conv and gate (%s draws those "
+                              "layers' outputs)" % self.name)
+
+    def noise_shapes(self, network, batch_size):
+        raise NotImplementedError
+
+    def data_noise_size(self, graph, batch_size):
+        return sum(math.prod(shape) for shape in self.noise_shapes(graph.network, batch_size))
+
+
+class LocalReparametrization(_NoisyNetwork):
+    """Each dense or convolution layer's pre-activations drawn from their Gaussian (Kingma et
+    al. 2015): per example and unit, so examples share no noise. A weight sample beside them
+    where the KL is estimated at sampled weights."""
+    name = "lrt"
+    # dNLL/dmu and dNLL/dsigma
+    kernel_data_kind = Keyed(kernels.DATA_TERMS["lrt"], "draw", "noise_size", "noise_shapes",
+                             "net")
+
+    @property
+    def net(self):
+        from ..tutorial import lrt_net
+        return lrt_net
+
+    def noise_shapes(self, network, batch_size):
+        from ..networks.layers import Gate
+        return [layer.noise_shape(batch_size, inp) if isinstance(layer, Gate)
+                else (batch_size,) + tuple(out) for layer, inp, out in network.linear_layers()]
+
+    def noise_size(self, graph, batch_size, kl):
+        return self.data_noise_size(graph, batch_size) + (graph.layout.size if kl.per_draw else 0)
+
+    def draw(self, graph, X, y, mu, sigma, eps, kl):
+        split = self.data_noise_size(graph, X.shape[0])
+        nll, grad_mu, grad_sigma = graph.noisy_nll_and_grads(self, X, y, mu, sigma, eps[:split])
+        eps_w = eps[split:]
+        return nll, grad_mu, grad_sigma, mu + sigma * eps_w if kl.per_draw else None, eps_w
+
+    def block_output(self, F, apply, x, mus, sigmas, epsilons, convolution):
+        mean = apply(F, x, *mus)
+        variance = apply(F, F.square(x), F.square(sigmas[0]), F.square(sigmas[1]))
+        # no noise while the block uses its mean weights (its weight sample all zeros); the
+        # products with ones tie the samples' shapes to the means' (deferred initialization)
+        drawing = F.sign(sum(F.sum(F.abs(eps * F.ones_like(mu)))
+                             for eps, mu in zip(epsilons, mus)))
+        return mean + F.broadcast_mul(F.sqrt(variance + LRT_VARIANCE_FLOOR)
+                                      * F.random.normal_like(mean), drawing)
+
+
+class Flipout(_NoisyNetwork):
+    """One weight perturbation sigma * eps for the mini-batch, decorrelated example by example
+    by random signs on each layer's inputs and outputs (Wen et al. 2018); the perturbed weights
+    mu + sigma * eps are the KL's weight sample."""
+    name = "flipout"
+    # dNLL/dmu and dNLL/d(sigma eps)
+    kernel_data_kind = Keyed(kernels.DATA_TERMS["flipout"], "draw", "noise_size",
+                             "noise_shapes", "net")
+
+    @property
+    def net(self):
+        from ..tutorial import flipout_net
+        return flipout_net
+
+    def noise_shapes(self, network, batch_size):
+        from ..networks.layers import Conv2D, Gate
+        shapes = []
+        for layer, inp, out in network.linear_layers():
+            if isinstance(layer, Gate):
+                shapes.append(layer.noise_shape(batch_size, inp))
+            elif isinstance(layer, Conv2D):
+                shapes += [(batch_size, inp[0], 1, 1), (batch_size, out[0], 1, 1)]
+            else:
+                shapes += [(batch_size, math.prod(inp)), (batch_size, math.prod(out))]
+        return shapes
+
+    def noise_size(self, graph, batch_size, kl):
+        return graph.layout.size + self.data_noise_size(graph, batch_size)
+
+    def draw(self, graph, X, y, mu, sigma, eps, kl):
+        eps_w = eps[:graph.layout.size]
+        delta = sigma * eps_w
+        nll, grad_mu, grad_delta = graph.noisy_nll_and_grads(
+            self, X, y, mu, delta, eps[graph.layout.size:])
+        return nll, grad_mu, grad_delta * eps_w, mu + delta, eps_w
+
+    def block_output(self, F, apply, x, mus, sigmas, epsilons, convolution):
+        deltas = [sigma * eps for sigma, eps in zip(sigmas, epsilons)]
+        mean = apply(F, x, *mus)
+        # signs over the inputs' channels (a convolution's, the same at every position) or
+        # features, and over the outputs'
+        inputs = x if convolution else F.flatten(x)
+        shaped_in = F.mean(inputs, axis=(2, 3), keepdims=True) if convolution else inputs
+        signs_in = F.sign(F.random.normal_like(shaped_in))
+        perturbation = apply(F, F.broadcast_mul(inputs, signs_in), *deltas)
+        shaped_out = (F.mean(perturbation, axis=(2, 3), keepdims=True) if convolution
+                      else perturbation)
+        return mean + F.broadcast_mul(perturbation, F.sign(F.random.normal_like(shaped_out)))
+
+
+ESTIMATORS = (WeightSampling(), LocalReparametrization(), Flipout())
+
+
+def estimator(name):
+    """The estimator ``name`` names (a built-in one, or a user's subclass defined in this
+    process), or the object itself."""
+    return named(Estimator, [kind() for kind in _ESTIMATOR_KINDS.values()], name, "estimator")
+
+
+# The KL estimate: its direction and how it is estimated.

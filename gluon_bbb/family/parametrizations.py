@@ -1,0 +1,124 @@
+"""How the posterior's standard deviation sigma > 0 comes from an unconstrained parameter rho,
+one object per parametrization: ``Softplus``, sigma = softplus(rho) (the tutorial's and the
+paper's), and ``LogVariance``, rho = log sigma^2 (sparse variational dropout's, Molchanov et al.
+2017, where sigma spans many orders of magnitude).
+
+A parametrization owns its config.json name, ``sigma`` (rho -> sigma, for any operator set
+``F``), ``sigma_gradient`` (d sigma / d rho, the chain rule the ndarray backend applies to
+dL/dsigma), ``rho_for`` (the rho of a given sigma) and its code in the C kernels' table
+(``native/table.py``; None where they do not serve it). The checkpoint keeps its code beside the
+``rho:i`` arrays, so that a file says how to read its rhos.
+
+A user's own is a subclass with a ``name``: defining it makes the name one that ``Config``
+(``parametrization=``) and ``parametrization()`` accept, in that Python process.
+
+Imports no MXNet when imported (a config is checked where MXNet is not loaded).
+"""
+import math
+
+from ..errors import ConfigError
+from .elementwise import SOFTPLUS_FLOOR, operators, sigmoid, softplus
+from .formulas import Keyed, accelerates
+from .registry import register
+
+_KNOWN = {}
+
+
+class Parametrization:
+    """sigma = f(rho) with f > 0, smooth and increasing. Subclasses set ``name`` and write
+    ``sigma`` and ``sigma_gradient`` with the operators of ``F`` (None: MXNet's ``nd``), and
+    ``rho_for`` with Python floats."""
+    name = None
+    kernel_code = None  # the C kernels' code for it (kernels.PARAMETRIZATIONS), where served
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        register(_KNOWN, cls, "parametrization")
+
+    def sigma(self, rho, F=None):
+        raise NotImplementedError
+
+    def sigma_gradient(self, rho, sigma, F=None):
+        """d sigma / d rho elementwise, given ``sigma = self.sigma(rho)``: by autograd of
+        ``sigma`` (NDArrays), where a subclass writes no closed form for its own ``sigma``."""
+        from mxnet import autograd
+        rho = rho.copy()
+        rho.attach_grad()
+        with autograd.record():
+            value = self.sigma(rho)
+        value.backward()
+        return rho.grad
+
+    def rho_for(self, sigma):
+        """The rho whose sigma is ``sigma`` (a float > 0)."""
+        raise NotImplementedError
+
+    def sigmas(self, rhos, F=None):
+        """``sigma`` of each array of ``rhos``."""
+        return [self.sigma(rho, F) for rho in rhos]
+
+    def __eq__(self, other):
+        return type(self) is type(other)
+
+    def __hash__(self):
+        return hash(type(self))
+
+    def __repr__(self):
+        return "<parametrization %s>" % self.name
+
+
+class Softplus(Parametrization):
+    """sigma = softplus(rho) = log(1 + exp(rho)), rho floored at ``SOFTPLUS_FLOOR`` as in the C
+    kernels: d sigma / d rho = sigmoid(rho)."""
+    name = "softplus"
+    kernel_code = Keyed(0, "sigma", "sigma_gradient")
+
+    def sigma(self, rho, F=None):
+        return softplus(rho, F)
+
+    @accelerates("sigma")
+    def sigma_gradient(self, rho, sigma, F=None):
+        return sigmoid(operators(F).maximum(rho, SOFTPLUS_FLOOR), F)
+
+    @accelerates("sigma")
+    def rho_for(self, sigma):
+        return math.log(math.expm1(sigma))
+
+
+class LogVariance(Parametrization):
+    """rho = log sigma^2: sigma = exp(rho / 2), d sigma / d rho = sigma / 2. rho is floored at
+    ``2 * SOFTPLUS_FLOOR`` (sigma = exp(-80), where softplus's floor also leaves it), so that
+    log sigma and 1 / sigma stay finite."""
+    name = "log_variance"
+
+    def sigma(self, rho, F=None):
+        F = operators(F)
+        return F.exp(F.maximum(rho, 2.0 * SOFTPLUS_FLOOR) * 0.5)
+
+    @accelerates("sigma")
+    def sigma_gradient(self, rho, sigma, F=None):
+        # zero below the floor, as the floor's own derivative is
+        return sigma * 0.5 * (rho >= 2.0 * SOFTPLUS_FLOOR)
+
+    @accelerates("sigma")
+    def rho_for(self, sigma):
+        return 2.0 * math.log(sigma)
+
+
+SOFTPLUS = Softplus()
+
+
+def parametrization(name):
+    """The parametrization object config.json's ``parametrization`` names (or the object
+    itself); ConfigError otherwise."""
+    if isinstance(name, Parametrization):
+        return name
+    kind = _KNOWN.get(str(name).replace("-", "_"))
+    if kind is None:
+        raise ConfigError("parametrization", name, "one of %s" % ", ".join(_KNOWN))
+    return kind()
+
+
+def names():
+    """The names known in this process, built-in ones first."""
+    return tuple(_KNOWN)

@@ -1,0 +1,449 @@
+"""The priors P(w) over every weight: the documented base ``Prior``, a user's own prior's
+parent, the built-in Gaussian, the paper's scale mixture of two, sparse variational dropout's
+log-uniform prior and ``NoPrior`` (a KL term of 0, for weights under gates), and
+``GatedPrior``, which puts a network's gates under a prior of their own (group sparsity).
+
+A prior is an object. Its one required member is ``log_density(x, F)``, the elementwise log
+density written with the operators of ``F`` (MXNet's ``nd`` or ``sym``); called on an array it
+gives the summed log density, shape (1,), so it is the ``log_prior`` of the tutorial's
+``combined_loss`` and of the blocks' ``kl_term``. Its gradient, where the ndarray backend needs
+one, comes from autograd unless the class writes it (``log_density_and_gradient``). It may add
+a closed-form KL against the Gaussian posterior (``kl``, elementwise; its gradients again by
+autograd) and a sampler (``sample``: the forward Monte Carlo KL draws from the prior). A
+subclass with a ``name`` is one that ``Config`` accepts (``prior=`` the object, or its name
+with ``prior_settings``) once it is defined, in that Python process; its ``settings()``, the
+arguments that rebuild it, go into the run's config.json.
+
+The built-in priors read their scales from a ``Config``'s flat fields (``from_config``) and
+hand the C kernels their arguments (``kernel_args``, codes from ``native/table.py``); they also
+write their gradients and closed forms out, for speed.
+
+Like the rest of ``family/`` this module imports no MXNet when imported (a config is checked where MXNet is
+not loaded); the density's operators come with the first call.
+"""
+import inspect
+import math
+
+from ..errors import ConfigError
+from ..native import table as kernels
+from .elementwise import LOG_SQRT_2PI, operators, sigmoid, softplus, total
+from .formulas import Keyed, accelerates, holds
+from .registry import register
+
+_KNOWN = {}
+
+
+def describe_prior(name, settings):
+    """A prior in words, ``laplace(scale=0.1)``, from its name and settings."""
+    return "%s(%s)" % (name, ", ".join("%s=%r" % item for item in settings.items()))
+
+
+def _nd():
+    from mxnet import nd
+    return nd
+
+
+class Prior:
+    """P(w), the same density for every weight. Subclasses set ``name`` (config.json's word
+    for it) and write ``log_density``; the rest has defaults:
+
+    - ``log_density_and_gradient(x)``: the summed log density and d log P / dx by autograd;
+    - ``kl(mu, sigma, F)``: KL(N(mu, sigma^2) || P) elementwise, where it has a closed form
+      (``has_closed_form_kl`` is then True, and ``--kl analytic`` takes it);
+    - ``sample(normals, size)`` with ``sample_normals`` standard normals a weight: a sampler
+      (the forward Monte Carlo KL needs one);
+    - ``settings()``: the keyword arguments that rebuild it (default: its constructor's
+      parameters, read from the attributes of the same names).
+    """
+    name = None
+    sample_normals = None
+    has_forward_closed_form_kl = False
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        register(_KNOWN, cls, "prior")
+
+    @classmethod
+    def from_config(cls, config):
+        """The prior a config names without settings: its defaults (the built-in priors read
+        the config's scale fields instead)."""
+        return cls()
+
+    def log_density(self, x, F=None):
+        """log P(x) elementwise."""
+        raise NotImplementedError
+
+    @property
+    def has_log_density(self):
+        """False for an improper prior that gives only its KL (the Monte Carlo KL needs the
+        density)."""
+        return type(self).log_density is not Prior.log_density
+
+    def __call__(self, x, F=None):
+        return total(self.log_density(x, F), F)
+
+    def log_density_and_gradient(self, x):
+        """(the summed log density (1,), elementwise d log P / dx), by autograd."""
+        from mxnet import autograd
+        x = x.copy()
+        x.attach_grad()
+        with autograd.record():
+            log_density = self(x)
+        log_density.backward()
+        return log_density.detach(), x.grad
+
+    kl = None  # a subclass's closed form: kl(self, mu, sigma, F=None), elementwise
+
+    def switched_off(self, mu, sigma):
+        """The weights the posterior N(mu, sigma^2) has switched off under this prior (a mask
+        of mu's shape), for a prior that prunes as it trains; None for one with no such rule
+        (pruning then ranks by |mu| / sigma at proportions the user picks)."""
+        return None
+
+    @property
+    def has_switched_off_rule(self):
+        """Whether ``switched_off`` says which weights the posterior has switched off (a
+        subclass that writes it has such a rule)."""
+        return type(self).switched_off is not Prior.switched_off
+
+    @property
+    def has_closed_form_kl(self):
+        """Whether ``kl`` gives this prior's closed form: written, and not for a density this
+        class overrides (``formulas.accelerates``)."""
+        return holds(self, "kl")
+
+    def kernel_args(self):
+        """The C kernels' codes and scales for this prior (``native/table.py``), or None: a
+        prior they do not serve, or a subclass that overrides the formulas they were written
+        for."""
+        return None
+
+    def closed_form_kl(self, mu, sigma):
+        """(KL(N(mu, sigma^2) || P) elementwise, its derivatives with respect to mu and sigma),
+        the derivatives by autograd of ``kl``."""
+        from mxnet import autograd
+        mu, sigma = mu.copy(), sigma.copy()
+        mu.attach_grad()
+        sigma.attach_grad()
+        with autograd.record():
+            value = self.kl(mu, sigma)
+        value.backward()
+        return value.detach(), mu.grad, sigma.grad
+
+    def settings(self):
+        """The keyword arguments that rebuild this prior (``type(self)(**settings())``)."""
+        parameters = inspect.signature(type(self).__init__).parameters
+        return {name: getattr(self, name) for name in parameters
+                if name != "self" and hasattr(self, name)}
+
+    def describe(self):
+        """The prior in words: its name and settings."""
+        return describe_prior(self.name, self.settings())
+
+    def __eq__(self, other):
+        return type(self) is type(other) and self.settings() == other.settings()
+
+    def __hash__(self):
+        return hash(type(self))
+
+
+class GaussianPrior(Prior):
+    """P(w) = N(w | 0, sigma_p^2) for every weight."""
+    name = "gaussian"
+    has_forward_closed_form_kl = Keyed(True, "log_density")
+
+    def __init__(self, sigma_p=1.0):
+        self.sigma_p = sigma_p
+
+    @classmethod
+    def from_config(cls, config):
+        return cls(config.sigma_p)
+
+    def log_density(self, x, F=None):
+        return (operators(F).square(x) * (-0.5 / self.sigma_p ** 2)
+                - (LOG_SQRT_2PI + math.log(self.sigma_p)))
+
+    @accelerates("log_density")
+    def __call__(self, x, F=None):
+        if F is not None:
+            return super().__call__(x, F)
+        # the sum of log_density in one BLAS dot of x with itself
+        flat = x.reshape((-1,))
+        return (_nd().dot(flat, flat) * (-0.5 / self.sigma_p ** 2)
+                - x.size * (LOG_SQRT_2PI + math.log(self.sigma_p)))
+
+    @accelerates("log_density")
+    def kl(self, mu, sigma, F=None):
+        """KL(N(mu, sigma^2) || N(0, sigma_p^2)) elementwise."""
+        F = operators(F)
+        return ((F.square(sigma) + F.square(mu)) * (0.5 / self.sigma_p ** 2) - F.log(sigma)
+                + (math.log(self.sigma_p) - 0.5))
+
+    @accelerates("log_density")
+    def log_density_and_gradient(self, x):
+        """(the summed log density (1,), elementwise d log P / dx)."""
+        return self(x), x * (-1.0 / self.sigma_p ** 2)
+
+    @accelerates("kl", "log_density")
+    def closed_form_kl(self, mu, sigma):
+        """``kl`` with its derivatives written out: mu / sigma_p^2 and
+        sigma / sigma_p^2 - 1 / sigma."""
+        scale = 1.0 / self.sigma_p ** 2
+        return self.kl(mu, sigma), mu * scale, sigma * scale - 1.0 / sigma
+
+    @accelerates("log_density")
+    def forward_closed_form_kl(self, mu, sigma):
+        """KL(N(0, sigma_p^2) || N(mu, sigma^2)) elementwise, with its derivatives with respect
+        to mu and sigma: (log(sigma / sigma_p) + (sigma_p^2 + mu^2) / (2 sigma^2) - 1/2,
+        mu / sigma^2, 1 / sigma - (sigma_p^2 + mu^2) / sigma^3)."""
+        nd = _nd()
+        spread = self.sigma_p ** 2 + nd.square(mu)
+        inverse_variance = 1.0 / nd.square(sigma)
+        value = nd.log(sigma) + spread * inverse_variance * 0.5 - (math.log(self.sigma_p) + 0.5)
+        return value, mu * inverse_variance, 1.0 / sigma - spread * inverse_variance / sigma
+
+    # standard normals one sample of the prior takes per weight
+    sample_normals = Keyed(1, "log_density")
+
+    @accelerates("log_density")
+    def sample(self, normals, size):
+        """``size`` weights drawn from the prior, from ``size * sample_normals`` standard
+        normals."""
+        return normals[:size] * self.sigma_p
+
+    @accelerates("log_density", "kl")
+    def kernel_args(self):
+        """(density, pi, sigma1, sigma2) as ``bbb_kl_gradients`` takes them."""
+        return kernels.PRIORS["gaussian"], 0.0, self.sigma_p, 0.0
+
+
+class ScaleMixturePrior(Prior):
+    """P(w) = pi N(w | 0, sigma_p1^2) + (1 - pi) N(w | 0, sigma_p2^2), 0 < pi < 1.
+
+    With a, b the log densities of the two weighted components and m = max(a, b),
+    log P = m + softplus(min(a, b) - m): finite for any finite x (``softplus`` is stable in
+    both tails), where the tutorial's log(pi N1 + (1-pi) N2) gives log(0) once both densities
+    underflow (|x| ~ 15). The first component's share of the density is sigmoid(a - b).
+    """
+    name = "scale_mixture"
+
+    def __init__(self, pi=0.25, sigma_p1=0.75, sigma_p2=0.1):
+        if not 0.0 < pi < 1.0:
+            raise ValueError("a scale mixture needs 0 < pi < 1 (from_config turns pi = 0 or 1 "
+                             "into its one Gaussian), got %r" % (pi,))
+        self.pi, self.sigma_p1, self.sigma_p2 = pi, sigma_p1, sigma_p2
+
+    @classmethod
+    def from_config(cls, config):
+        """The config's mixture; pi = 1 or 0 is its one remaining Gaussian."""
+        if config.pi in (0.0, 1.0):
+            return GaussianPrior(config.sigma_p1 if config.pi == 1.0 else config.sigma_p2)
+        return cls(config.pi, config.sigma_p1, config.sigma_p2)
+
+    def log_density(self, x, F=None):
+        F = operators(F)
+        return self._log_density_of_square(F.square(x), F)
+
+    def _log_density_of_square(self, x2, F):
+        """``log_density`` from x^2 (which its gradient takes too)."""
+        k1, k2 = 0.5 / self.sigma_p1 ** 2, 0.5 / self.sigma_p2 ** 2
+        log_first = (math.log(self.pi) - LOG_SQRT_2PI - math.log(self.sigma_p1)) - k1 * x2
+        log_second = (math.log1p(-self.pi) - LOG_SQRT_2PI - math.log(self.sigma_p2)) - k2 * x2
+        larger = F.maximum(log_first, log_second)
+        return larger + softplus(F.minimum(log_first, log_second) - larger, F)
+
+    @accelerates("log_density")
+    def log_density_and_gradient(self, x):
+        """(the summed log density (1,), elementwise d log P / dx), where
+        d log P / dx = -x (share1 / s1^2 + share2 / s2^2)."""
+        nd = _nd()
+        x2 = nd.square(x)
+        k1, k2 = 0.5 / self.sigma_p1 ** 2, 0.5 / self.sigma_p2 ** 2
+        log_density = total(self._log_density_of_square(x2, nd))
+        # a - b from x^2 directly (not as a difference of two large numbers), and both shares
+        # from it: 1 - share1 would lose all float32 precision where share1 is near 1
+        log_ratio = (math.log(self.pi / (1.0 - self.pi)) + math.log(self.sigma_p2 / self.sigma_p1)
+                     + (k2 - k1) * x2)
+        return log_density, x * -(sigmoid(log_ratio) * (2.0 * k1)
+                                  + sigmoid(-log_ratio) * (2.0 * k2))
+
+    sample_normals = Keyed(2, "log_density")
+
+    @accelerates("log_density")
+    def sample(self, normals, size):
+        """A normal scaled by sigma_p1 where a second normal falls below the pi-quantile
+        (probability pi), by sigma_p2 otherwise."""
+        import statistics
+        first = normals[size:2 * size] < statistics.NormalDist().inv_cdf(self.pi)
+        return normals[:size] * (first * (self.sigma_p1 - self.sigma_p2) + self.sigma_p2)
+
+    @accelerates("log_density")
+    def kernel_args(self):
+        return kernels.PRIORS["scale_mixture"], self.pi, self.sigma_p1, self.sigma_p2
+
+
+class LogUniformPrior(Prior):
+    """The log-uniform prior of sparse variational dropout (Molchanov et al. 2017), p(|w|)
+    proportional to 1 / |w|: improper, so it has no density to estimate log P with, only the
+    KL(N(mu, sigma^2) || P) up to a constant, by the paper's approximation in log alpha =
+    log sigma^2 - log mu^2:
+
+        KL ~ k1 - k1 sigmoid(k2 + k3 log alpha) + softplus(-log alpha) / 2,
+
+    k1 = 0.63576, k2 = 1.87320, k3 = 1.48695 (its eq. 14, with the constant that makes it 0 as
+    alpha -> infinity). log alpha is clipped to [-10, 10] and mu^2 given a floor of 1e-8 as in
+    the paper's code, so the gradient stays finite at mu = 0. A weight whose log alpha exceeds
+    ``PRUNE_LOG_ALPHA`` (3, the paper's) is one the posterior has switched off: its |mu| / sigma
+    is below exp(-3 / 2) = 0.22."""
+    name = "log_uniform"
+    K1, K2, K3 = 0.63576, 1.87320, 1.48695
+    LOG_ALPHA_LIMIT = 10.0
+    PRUNE_LOG_ALPHA = 3.0
+
+    def log_alpha(self, mu, sigma, F=None):
+        """log sigma^2 - log mu^2 elementwise, clipped."""
+        F = operators(F)
+        return F.clip(2.0 * F.log(sigma) - F.log(F.square(mu) + 1e-8), -self.LOG_ALPHA_LIMIT,
+                      self.LOG_ALPHA_LIMIT)
+
+    def switched_off(self, mu, sigma):
+        return self.log_alpha(mu, sigma) > self.PRUNE_LOG_ALPHA
+
+    def kl(self, mu, sigma, F=None):
+        log_alpha = self.log_alpha(mu, sigma, F)
+        return (self.K1 - self.K1 * sigmoid(self.K2 + self.K3 * log_alpha, F)
+                + 0.5 * softplus(-log_alpha, F))
+
+
+class NoPrior(Prior):
+    """No prior on these weights: their KL term is 0, so the ELBO's complexity term is the
+    rest of the network's (a gated network's gates, under ``Config.gate_prior``) and each
+    weight's mean and noise are trained by the data term alone, which shrinks the noise: the
+    weights are all but deterministic, as structured Bayesian pruning (Neklyudov et al. 2017)
+    trains its weights under noisy gates. Not a density (no ``log_density``, so no Monte Carlo
+    KL), and no rule that switches weights off."""
+    name = "none"
+
+    def kl(self, mu, sigma, F=None):
+        return operators(F).zeros_like(mu)
+
+
+def prior_words(prior):
+    """A prior as a message names it: its config word, or its description (``GatedPrior``)."""
+    return prior.name.replace("_", "-") if prior.name else prior.describe()
+
+
+def removed(prior, mu, sigma):
+    """1 where a run that removes what its prior switches off (``Config.remove_switched_off``)
+    has taken the entry out of the network, 0 elsewhere: the prior's rule switches it off, or
+    its mean is exactly 0, as a removed entry's is (a live mean is never exactly 0), so that
+    the mask read from saved parameters is the one they were saved with."""
+    return 1.0 - (1.0 - prior.switched_off(mu, sigma)) * (mu != 0)
+
+
+# the priors whose scales are a Config's flat fields (sigma_p, pi, sigma_p1, sigma_p2), or who
+# have none
+PRIORS = {prior.name: prior for prior in (GaussianPrior, ScaleMixturePrior, LogUniformPrior,
+                                          NoPrior)}
+
+
+def prior_kind(name):
+    """The prior class config.json's ``prior`` names (``scale-mixture`` spelt either way): a
+    built-in one or a user's subclass defined in this process."""
+    prior = _KNOWN.get(str(name).replace("-", "_"))
+    if prior is None:
+        raise ConfigError("prior", name, "one of %s" % ", ".join(_KNOWN))
+    return prior
+
+
+def prior_for(config):
+    """The config's prior object: a built-in one from the config's scales (a scale mixture
+    with pi = 1 or 0 is its one Gaussian), a user's own from ``prior_settings``; with a
+    ``gate_prior`` other than that, a ``GatedPrior`` of the two over the config's network."""
+    kind = prior_kind(config.prior)
+    prior = (kind.from_config(config) if config.prior_settings is None
+             else kind(**config.prior_settings))
+    if config.gate_prior is None:
+        return prior
+    gates = prior_kind(config.gate_prior).from_config(config)
+    if gates == prior:
+        return prior
+    network = config.build_network()
+    return GatedPrior(prior, gates, [math.prod(shape) for shape in network.param_shapes()],
+                      network.gate_positions())
+
+
+def gaussian_prior(x, sigma_p=1.0):
+    """Summed log density of N(0, sigma_p^2) over all elements of x; shape (1,)."""
+    return GaussianPrior(sigma_p)(x)
+
+
+def scale_mixture_prior(x, pi=0.25, sigma_p1=0.75, sigma_p2=0.1):
+    """Summed log density of pi N(0, sigma_p1^2) + (1 - pi) N(0, sigma_p2^2) over x; shape (1,).
+    pi = 0 or 1 is the remaining Gaussian."""
+    if pi in (0.0, 1.0):
+        return gaussian_prior(x, sigma_p1 if pi == 1.0 else sigma_p2)
+    return ScaleMixturePrior(pi, sigma_p1, sigma_p2)(x)
+
+
+class GatedPrior(Prior):
+    """A network's weights under ``weights`` and its gates' factors (``network.Gate``) under a
+    prior of their own, ``gates``: Bayesian Compression's group normal-Jeffreys prior (Louizos
+    et al. 2017) with log-uniform gates and N(0, 1) weights. There a unit's weights are
+    w = z w~, p(z) proportional to 1 / |z| and p(w | z) = N(0, z^2): the KL of q(w | z) =
+    N(z mu, z^2 sigma^2) against it is that of N(mu, sigma^2) against N(0, 1), whatever z.
+    The weights' Gaussian then holds their scale near 1, so a unit's scale lives in its gate,
+    and the log-uniform prior, which costs nothing for a factor switched off, removes whole
+    units (under the log-uniform prior alone a unit's scale can sit in its weights as well as in
+    its gate, and the gate is not pressed to 0).
+
+    ``Config.build_prior`` makes one for a network with gates whose ``gate_prior`` is not its
+    ``prior``: ``sizes``, the parameter arrays' sizes in order, and ``gate_arrays``, the
+    positions of the gates' arrays among them, say which entries of the flat vectors it is given
+    are gates. It serves the closed-form KL where both parts have one and the Monte Carlo KL
+    where both have densities, on NDArrays; it has no pruning rule of its own (``prune`` and
+    ``compress`` rank by |mu| / sigma), and no C kernel."""
+    name = None  # Config names its parts: prior and gate_prior
+
+    def __init__(self, weights, gates, sizes, gate_arrays):
+        self.weights, self.gates = weights, gates
+        self.sizes, self.gate_arrays = tuple(sizes), tuple(gate_arrays)
+        self._masks = {}
+
+    def _gate_mask(self, x):
+        """1 at the gates' entries of a flat vector like ``x``, 0 elsewhere (cached)."""
+        if x.size != sum(self.sizes):
+            raise ValueError("the gated prior holds %d parameters, not %d"
+                             % (sum(self.sizes), x.size))
+        key = (x.context, x.dtype)
+        if key not in self._masks:
+            import numpy as np
+            flags = np.concatenate([np.full(size, i in self.gate_arrays, dtype=np.float32)
+                                    for i, size in enumerate(self.sizes)])
+            self._masks[key] = _nd().array(flags, ctx=x.context, dtype=x.dtype)
+        return self._masks[key]
+
+    def _each(self, x, gates, weights):
+        """``gates`` at the gates' entries, ``weights`` elsewhere."""
+        return _nd().where(self._gate_mask(x), gates, weights)
+
+    @property
+    def has_log_density(self):
+        return self.weights.has_log_density and self.gates.has_log_density
+
+    def log_density(self, x, F=None):
+        return self._each(x, self.gates.log_density(x, F), self.weights.log_density(x, F))
+
+    @property
+    def has_closed_form_kl(self):
+        return self.weights.has_closed_form_kl and self.gates.has_closed_form_kl
+
+    def kl(self, mu, sigma, F=None):
+        return self._each(mu, self.gates.kl(mu, sigma, F), self.weights.kl(mu, sigma, F))
+
+    def closed_form_kl(self, mu, sigma):
+        return tuple(self._each(mu, gates, weights) for gates, weights in zip(
+            self.gates.closed_form_kl(mu, sigma), self.weights.closed_form_kl(mu, sigma)))
+
+    def describe(self):
+        return "%s with %s gates" % (self.weights.describe(), self.gates.describe())

@@ -1,0 +1,142 @@
+"""The parameter files of a run in ``nd.save`` format: what they hold and how they are read.
+
+One file holds everything, keyed ``mu:i``, ``rho:i`` (parameter i, weights (outputs, inputs);
+``parametrization`` names how rho gives sigma, its name in ASCII bytes, ``softplus`` where a file
+has no such key),
+``opt:i:j`` (the j-th flat state array of the optimizer's parameter i: 0 for mu, 1 for rho, in
+the order of ``FlatLayout``), ``num_update`` (optimizer steps taken), ``epoch`` (epochs
+completed) and ``layout``, so that ``nd.load`` reads it without this package. Checkpoints without
+``layout`` hold weights as (inputs, outputs); ``read_checkpoint`` turns them around.
+
+A run directory (``rundir.py``) holds ``checkpoint.params`` (the last epoch) and, when the run
+holds out a validation set, ``best.params``: the same keys without ``opt:``, at the best
+validation epoch so far (``rundir.best_validation_epoch``).
+"""
+import os
+
+import mxnet as mx
+import numpy as np
+from mxnet import nd
+
+from ..errors import CheckpointError, ConfigError
+from ..outputs import PARAMETERS, path_problem, write_atomically
+from ..family.parametrizations import SOFTPLUS, parametrization
+
+LAYOUT_OUTPUTS_INPUTS = 1
+
+
+def save_checkpoint(path, mus, rhos, optimizer_states, num_update, epoch,
+                    sigma_parametrization=SOFTPLUS):
+    """Write a checkpoint atomically. ``optimizer_states[i]``: the list of flat state arrays of
+    parameter i (``TrainingStep.state_arrays()``); ``sigma_parametrization``: how the rhos give
+    sigma (``parametrizations.py``)."""
+    arrays = {"epoch": nd.array([epoch], dtype="int64"),
+              "num_update": nd.array([num_update], dtype="int64"),
+              "layout": nd.array([LAYOUT_OUTPUTS_INPUTS], dtype="int64"),
+              "parametrization": nd.array(list(sigma_parametrization.name.encode("ascii")),
+                                          dtype="uint8")}
+    for i, (mu, rho) in enumerate(zip(mus, rhos)):
+        arrays["mu:%d" % i] = mu
+        arrays["rho:%d" % i] = rho
+    for i, state in enumerate(optimizer_states):
+        for j, array in enumerate(state):
+            arrays["opt:%d:%d" % (i, j)] = array
+    write_atomically(path, lambda tmp: nd.save(tmp, arrays), PARAMETERS)
+
+
+def read_checkpoint(path, ctx=None):
+    """Read a checkpoint file; returns dict with ``mus``, ``rhos``, ``optimizer_states``
+    (list of lists of NDArrays), ``num_update``, ``epoch`` and ``parametrization`` (the object
+    that turns its rhos into sigmas). Arrays land on ``ctx``
+    (default cpu). Raises CheckpointError if the file is missing or unreadable.
+    """
+    ctx = ctx or mx.cpu()
+    problem = path_problem(path)
+    if problem:
+        raise CheckpointError("%s is %s, not a checkpoint file", path, problem)
+    if not os.path.isfile(path):
+        raise CheckpointError("checkpoint %s does not exist", path)
+    try:
+        arrays = nd.load(path)
+    except mx.base.MXNetError as exc:
+        # MXNet's message carries a C++ traceback; its last line says what is wrong
+        reason = str(exc).strip().splitlines()[-1].replace("MXNetError: ", "")
+        raise CheckpointError("checkpoint %s is unreadable: %s", path, reason[:200]) from None
+    if not isinstance(arrays, dict) or "mu:0" not in arrays or "epoch" not in arrays:
+        raise CheckpointError("checkpoint %s does not hold gluon_bbb parameters", path)
+    if "num_update" not in arrays:
+        raise CheckpointError("checkpoint %s lacks 'num_update'", path)
+    count = sum(1 for key in arrays if key.startswith("mu:"))
+    try:
+        mus = [arrays["mu:%d" % i].as_in_context(ctx) for i in range(count)]
+        rhos = [arrays["rho:%d" % i].as_in_context(ctx) for i in range(count)]
+    except KeyError as exc:
+        raise CheckpointError("checkpoint %s lacks %s", path, exc) from None
+    opt_keys = [k for k in arrays if k.startswith("opt:")]
+    states = [[] for _ in range(1 + max([int(k.split(":")[1]) for k in opt_keys], default=-1))]
+    for key in opt_keys:
+        _, i, j = key.split(":")
+        states[int(i)].append((int(j), arrays[key].as_in_context(ctx)))
+    states = [[a for _, a in sorted(s, key=lambda t: t[0])] for s in states]
+    check_finite_parameters(path, mus, rhos)
+    if "layout" not in arrays:
+        mus, rhos, states = _from_inputs_outputs(mus, rhos, states)
+    return {"mus": mus, "rhos": rhos, "optimizer_states": states,
+            "num_update": int(arrays["num_update"].asscalar()),
+            "epoch": int(arrays["epoch"].asscalar()),
+            "parametrization": _parametrization_of(path, arrays)}
+
+
+def _parametrization_of(path, arrays):
+    """The parametrization a file's ``parametrization`` key names (softplus without one)."""
+    if "parametrization" not in arrays:
+        return SOFTPLUS
+    name = bytes(arrays["parametrization"].asnumpy().astype(np.uint8).tolist()).decode(
+        "ascii", "replace")
+    try:
+        return parametrization(name)
+    except ConfigError:
+        raise CheckpointError("checkpoint %s holds rhos of parametrization %r, which this "
+                              "process does not define (a parametrization of the user's own: "
+                              "define that class first)", path, name) from None
+
+
+def first_non_finite(mus, rhos):
+    """Where ``mus`` and ``rhos`` (NDArrays) first hold NaN or infinity: ``(name, count, size,
+    value)``, the array by its key here (``mu:i``, ``rho:i``), how many of its entries, of how
+    many, and the first such value; None where all are finite."""
+    named = [("mu:%d" % i, m) for i, m in enumerate(mus)] + [
+        ("rho:%d" % i, r) for i, r in enumerate(rhos)]
+    for name, array in named:
+        values = array.asnumpy()
+        bad = ~np.isfinite(values)
+        if bad.any():
+            return name, int(bad.sum()), values.size, values[bad][0]
+    return None
+
+
+def check_finite_parameters(path, mus, rhos):
+    """CheckpointError naming the first array of ``mus`` and ``rhos`` holding NaN or infinity:
+    nothing is pruned, evaluated, compressed or resumed from such a file."""
+    found = first_non_finite(mus, rhos)
+    if found:
+        raise CheckpointError("%s holds non-finite parameters: %d of the %d entries of %s are "
+                              "NaN or infinite; nothing is computed on them", path, found[1],
+                              found[2], found[0])
+
+
+def _from_inputs_outputs(mus, rhos, states):
+    """Parameters and flat optimizer state with weights (inputs, outputs) turned to (outputs,
+    inputs)."""
+    shapes = [m.shape for m in mus]
+
+    def turn_flat(flat):
+        blocks, offset = [], 0
+        for shape in shapes:
+            size = int(shape[0] * (shape[1] if len(shape) == 2 else 1))
+            block = flat[offset:offset + size].reshape(shape)
+            blocks.append((block.T if len(shape) == 2 else block).reshape((-1,)))
+            offset += size
+        return nd.concat(*blocks, dim=0)
+    turn = lambda arrays: [a.T.copy() if a.ndim == 2 else a for a in arrays]
+    return turn(mus), turn(rhos), [[turn_flat(a) for a in state] for state in states]

@@ -1,0 +1,401 @@
+"""The run directory: what it holds, how each file is read, checked and written, the lock on it,
+and what a resumed run may change. Training, ``prune.py`` and ``evaluate`` reach a run's files
+only through ``RunDirectory``.
+
+A run directory holds ``config.json`` (the ``Config`` and how the run was made: its context, its
+data directory and the fingerprint of the MNIST files it read there), ``history.json`` (one
+record per epoch), ``checkpoint.params`` (the last epoch) and, with a validation set,
+``best.params`` (the best validation epoch: ``best_validation_epoch``), beside the reports
+written about them. Every file is written as ``outputs.py`` rules: atomically and durably, never
+through a link or over a file of another kind, never inside another run's directory.
+
+While a process works in a directory it holds an exclusive ``flock`` on the directory's
+``.lock`` file, taken once by the ``RunDirectory`` object that process works through; a second
+process stops at once with ``RunDirectoryBusy``, naming the holder's process id. The operating
+system releases the lock when its process ends, however it ends, so a killed run leaves no stale
+lock.
+
+The module imports no MXNet (the parameter files' format, ``checkpoint.py``, is imported where a
+file is read or written): the sweep's own process reads a run's names and JSON files with it.
+
+Resuming (``resume_config``) continues the run as its config.json says. What may differ from it:
+``epochs`` (at least those trained: as many trains nothing), the learning-rate decay (where the epochs already trained
+keep their rates) and an unset seed (the run's); any other hyper-parameter that differs is
+refused, naming the field. The run must hold config.json, history.json with a record for every
+trained epoch, and checkpoint.params.
+"""
+import contextlib
+import dataclasses
+import errno
+import fcntl
+import json
+import os
+
+from .config import Config
+from .. import outputs
+from ..errors import CheckpointError, ConfigError, DataError, OutputError, RunDirectoryBusy
+
+CONFIG_FILE = "config.json"
+HISTORY_FILE = "history.json"
+CHECKPOINT_FILE = "checkpoint.params"
+BEST_CHECKPOINT_FILE = "best.params"
+LOCK_FILE = ".lock"
+REGRESSION_METRICS_FILE = "metrics.json"
+RUN_FILES = (CONFIG_FILE, HISTORY_FILE, CHECKPOINT_FILE, BEST_CHECKPOINT_FILE, LOCK_FILE,
+             REGRESSION_METRICS_FILE)
+# what a training run's own files hold, claimed before it writes them (``outputs.py``)
+TRAINING_FILES = {CONFIG_FILE: outputs.JSON, HISTORY_FILE: outputs.JSON,
+                  CHECKPOINT_FILE: outputs.PARAMETERS, BEST_CHECKPOINT_FILE: outputs.PARAMETERS}
+# config.json's entries beside the Config's fields: how the run was made, not what it learns
+RUN_RECORD = ("ctx", "data_dir", "data_fingerprint", "problem", "scaling")
+# Fields that may differ between a run and its resumption (training longer is allowed).
+RESUMABLE_CHANGES = ("epochs",)
+# may change on resume if the epochs already trained keep their learning rates
+SCHEDULE_FIELDS = ("lr_schedule", "lr_decay_every", "lr_decay_factor")
+# fields a resume may leave unset (None), meaning the run's own: the seed, where the means began
+UNSET_MEANS_THE_RUNS = ("seed", "init_from")
+
+
+def best_validation_epoch(history):
+    """The history record of a run's best validation epoch, the one best.params holds: the
+    lowest validation objective where the records hold one (a prior that prunes as it trains,
+    ``training.validation_objective``: there the means' validation accuracy is highest before
+    the KL term has switched anything off), else the highest validation accuracy; the earliest
+    of equals; None for a run without validation."""
+    objectives = [record for record in history if "validation_objective" in record]
+    if objectives:
+        return min(objectives, key=lambda record: record["validation_objective"])
+    records = [record for record in history if "validation_accuracy" in record]
+    return max(records, key=lambda record: record["validation_accuracy"], default=None)
+
+
+class RunDirectory:
+    """The files of one run directory ``path``: ``with run.locked():`` around the work."""
+
+    def __init__(self, path):
+        if not isinstance(path, str) or not path.strip():
+            raise ConfigError("out_dir", path, "a directory path")
+        self.path = path
+        self._lock_file = None
+        self._made = []
+
+    def file(self, name):
+        return os.path.join(self.path, name)
+
+    def create(self, field="out_dir", files=None, own_runs=None, sources=None):
+        """Claim the directory for ``files`` (``{name: outputs.FileKind}``, default a training
+        run's own) as ``outputs.claim_directory`` rules: never inside another run's directory
+        than ``own_runs`` (default this run's own), never over a link, a special file or a file
+        of another kind, reports only over reports on ``sources`` (default ``own_runs``); then
+        make it if needed and check that it can be written. Returns self."""
+        own_runs = (self.path,) if own_runs is None else tuple(own_runs)
+        if sources is None:
+            sources = frozenset(os.path.realpath(run) for run in own_runs)
+        outputs.claim_directory(self.path, TRAINING_FILES if files is None else files, field,
+                                own_runs, sources)
+        self._made = outputs.make_directory(self.path, field)
+        return self
+
+    @contextlib.contextmanager
+    def locked(self):
+        """Hold the directory's lock for the ``with`` block; inside a block of the same object
+        it is held already and is not taken again. Where the lock cannot be written (a full
+        disk), the directories ``create`` made are removed again."""
+        if self._lock_file is not None:
+            yield self
+            return
+        path = self.file(LOCK_FILE)
+        try:
+            lock_file = outputs.open_lock_file(path)
+        except OutputError:
+            self._remove_made()
+            raise
+        try:
+            fcntl.flock(lock_file, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as exc:
+            if exc.errno not in (errno.EAGAIN, errno.EACCES):
+                raise
+            holder = outputs.lock_holder(lock_file)
+            lock_file.close()
+            raise RunDirectoryBusy("%s is in use by another process (pid %s); wait for it to "
+                                   "end or choose another directory", self.path, holder) from None
+        try:
+            outputs.write_holder(lock_file, path)
+        except OutputError:
+            lock_file.close()
+            self._remove_made()
+            raise
+        self._lock_file = lock_file
+        try:
+            yield self
+        finally:
+            self._lock_file = None
+            lock_file.close()  # releases the lock
+
+    def discard_unsaved(self):
+        """Remove what a new run wrote before its first epoch was saved (config.json, the
+        history), and the directories ``create`` made where nothing else is in them: a run that
+        failed or was stopped before it saved anything leaves nothing behind."""
+        if self.holds_run():
+            return
+        for name in (CONFIG_FILE, HISTORY_FILE):
+            with contextlib.suppress(OSError):
+                os.remove(self.file(name))
+        self._remove_made()
+
+    def _remove_made(self):
+        """Remove what ``create`` made, where nothing but the lock file is in it."""
+        if self._made and os.listdir(self.path) in ([], [LOCK_FILE]):
+            with contextlib.suppress(OSError):
+                os.remove(self.file(LOCK_FILE))
+            outputs.remove_made(self._made)
+
+    def files(self):
+        """The paths of the files that make up the run (its config, history, parameters, lock
+        and metrics): what no command may write over while reading the run
+        (``outputs.check_not_an_input``)."""
+        return [self.file(name) for name in RUN_FILES]
+
+    def holds_run(self):
+        """True once a checkpoint has been written here."""
+        return os.path.lexists(self.file(CHECKPOINT_FILE))
+
+    # config.json
+
+    def read_record(self):
+        """config.json as a dict, checked to be a JSON object."""
+        path = self.file(CONFIG_FILE)
+        if not os.path.lexists(path):
+            raise CheckpointError("%s holds no run: %s does not exist", self.path, path)
+        try:
+            with open(path) as f:
+                values = json.load(f)
+        except (OSError, ValueError) as exc:
+            raise CheckpointError("cannot read %s: %s", path, exc) from None
+        if not isinstance(values, dict):
+            raise CheckpointError("%s is not a JSON object of a run's settings (it holds %s)",
+                                  path, type(values).__name__)
+        return values
+
+    def read_config(self):
+        """The ``Config`` the run was trained with; a bad entry is named with its file."""
+        values = {k: v for k, v in self.read_record().items() if k not in RUN_RECORD}
+        path = self.file(CONFIG_FILE)
+        names = {f.name for f in dataclasses.fields(Config)}
+        unknown = sorted(set(values) - names)
+        if unknown:
+            raise CheckpointError("%s: unknown field(s) %s", path, ", ".join(unknown))
+        try:
+            return Config(**values)
+        except ConfigError as exc:
+            raise CheckpointError("%s: %s", path, exc.describe(lambda f: "field " + f)) from None
+
+    def read_classifier_config(self):
+        """``read_config()`` of a run that classifies images (an MNIST run, not a regression
+        run); CheckpointError saying what the run is otherwise."""
+        config = self.read_config()
+        if not config.build_likelihood().classifies:
+            problem = self.read_record().get("problem")
+            raise CheckpointError(
+                "%s is a regression run (%slikelihood %s), not an image classifier: its figures "
+                "are in its %s, written by gluon-bbb regression, and "
+                "gluon_bbb.commands.regression.predict_regression predicts with it", self.path,
+                "problem %s, " % problem if problem else "", config.likelihood,
+                REGRESSION_METRICS_FILE)
+        return config
+
+    def recorded_data_dir(self):
+        """The MNIST directory the run was trained on, while it still exists; else None (then
+        ``load_mnist`` searches as usual)."""
+        recorded = self.read_record().get("data_dir")
+        return recorded if recorded and os.path.isdir(recorded) else None
+
+    def load_data(self, data_dir=None, remedy=None):
+        """MNIST as the run's readers take it: from ``data_dir``, else from the directory the run
+        was trained on while it exists, else where ``load_mnist`` searches; ``check_data``'d."""
+        from ..data import load_mnist
+        data = load_mnist(data_dir or self.recorded_data_dir())
+        self.check_data(data, remedy)
+        return data
+
+    def check_data(self, data, remedy=None):
+        """DataError on one line where ``data`` (an ``MNIST``) holds other files than the run
+        recorded it trained on: a run's figures, its validation images and its resumed epochs
+        are those of its own data. A run that recorded none, or arrays made without files, pass.
+        ``remedy`` ends the message (default: name the run's directory with ``data_dir``)."""
+        recorded = self.read_record().get("data_fingerprint")
+        found = data.fingerprint
+        if recorded and found and recorded != found:
+            raise DataError("%s holds other MNIST files than %s was trained on (SHA-256 %s..., "
+                            "not the run's %s...): " + (remedy or "name the directory it was "
+                                                        "trained on with {data_dir}"),
+                            data.directory, self.path, found[:12], recorded[:12])
+
+    def write_config(self, config, **record):
+        outputs.write_json(self.file(CONFIG_FILE), dict(config.to_dict(), **record))
+
+    # history.json
+
+    def read_history(self, epochs):
+        """The records of the first ``epochs`` epochs; CheckpointError where the file is missing,
+        unreadable, not a list of epoch records or shorter than that."""
+        path = self.file(HISTORY_FILE)
+        if not os.path.lexists(path):
+            raise CheckpointError("%s does not exist, but the checkpoint has %d epochs: the "
+                                  "run's history is lost", path, epochs)
+        try:
+            with open(path) as f:
+                history = json.load(f)
+        except (OSError, ValueError) as exc:
+            raise CheckpointError("cannot read %s: %s", path, exc) from None
+        if not (isinstance(history, list) and all(
+                isinstance(r, dict) and r.get("epoch") == i + 1 for i, r in enumerate(history))):
+            raise CheckpointError("%s is not a list of epoch records 1, 2, ...", path)
+        if len(history) < epochs:
+            raise CheckpointError("%s holds %d epochs, the checkpoint %d: the run's history is "
+                                  "incomplete", path, len(history), epochs)
+        # a crash between the history and the checkpoint writes leaves one record more
+        return history[:epochs]
+
+    def write_history(self, history):
+        outputs.write_json(self.file(HISTORY_FILE), history)
+
+    # parameters
+
+    def save_parameters(self, step, epoch, best=False):
+        """Write ``step``'s parameters after ``epoch`` epochs: checkpoint.params with the
+        optimizer state, or best.params without it."""
+        from .checkpoint import save_checkpoint
+        save_checkpoint(self.file(BEST_CHECKPOINT_FILE if best else CHECKPOINT_FILE), step.mus,
+                        step.rhos, [] if best else step.state_arrays(), step.num_update, epoch,
+                        step.parametrization)
+
+    def save_epoch(self, step, history, best=False):
+        """Write the epoch ``step`` has just completed: history.json (``history``, its last
+        record that epoch), best.params when ``best``, then checkpoint.params."""
+        epoch = history[-1]["epoch"]
+        # history first: a crash between the writes leaves a history row past the
+        # checkpoint, which resume drops and trains again, never a row missing
+        self.write_history(history)
+        # before the checkpoint: an epoch trained again after a crash rewrites the same
+        if best:
+            self.save_parameters(step, epoch, best=True)
+        self.save_parameters(step, epoch)
+
+    def load_parameters(self, config, ctx=None, path=None):
+        """A parameter file of this run (default checkpoint.params), checked against the shapes
+        of ``config``'s network."""
+        from .checkpoint import read_checkpoint
+        path = path or self.file(CHECKPOINT_FILE)
+        state = read_checkpoint(path, ctx)
+        check_shapes(state["mus"], config.layer_shapes(), path)
+        check_shapes(state["rhos"], config.layer_shapes(), path)
+        if state["parametrization"] != config.parametrization_kind:
+            raise CheckpointError("%s holds rhos of parametrization %s, its run's config.json "
+                                  "says %s", path, state["parametrization"].name,
+                                  config.parametrization)
+        return state
+
+    def load_predictive(self, config, ctx=None, path=None):
+        """``load_parameters`` with ``sigmas``, the standard deviations the run predicts with
+        (``Config.predictive_sigmas``: None for a kind that learns none): what every reader
+        that predicts takes."""
+        state = self.load_parameters(config, ctx, path)
+        state["sigmas"] = config.predictive_sigmas(state["mus"], state["rhos"],
+                                                   state["parametrization"])
+        return state
+
+    # resuming
+
+    def resume(self, requested, ctx):
+        """``(config, state, history)`` to continue this run with ``requested`` (a Config whose
+        fields must match the run's, but for the resume rules in the module docstring)."""
+        saved = self.read_config()
+        config = resume_config(saved, requested, self.path)
+        path = self.file(CHECKPOINT_FILE)
+        if not os.path.lexists(path):
+            raise CheckpointError("cannot resume %s: it holds no checkpoint (%s)", self.path,
+                                  CHECKPOINT_FILE)
+        state = self.load_parameters(saved, ctx)
+        changed = [e + 1 for e in range(state["epoch"])
+                   if config.learning_rate_at(e) != saved.learning_rate_at(e)]
+        if changed:
+            raise CheckpointError("cannot resume %s: the new learning-rate schedule (%s, "
+                                  "{epochs}) changes the rate of epochs already trained (epoch "
+                                  "%%d)" % ("%s", ", ".join("{%s}" % name
+                                                             for name in SCHEDULE_FIELDS)),
+                                  self.path, changed[0])
+        if config.epochs < state["epoch"]:
+            raise CheckpointError("%s has trained %d epochs already; {epochs} must be at least "
+                                  "%d (more trains on; as many trains nothing and draws the "
+                                  "run's reports again)", self.path, state["epoch"],
+                                  state["epoch"])
+        return config, state, self.read_history(state["epoch"])
+
+
+def resume_config(saved, requested, where="the run"):
+    """The config a resumed run trains with: ``saved`` with ``requested``'s epochs and schedule;
+    CheckpointError naming the first other field where ``requested`` differs (an unset seed or
+    init_from means the run's)."""
+    for name, value in requested.to_dict().items():
+        if name in RESUMABLE_CHANGES + SCHEDULE_FIELDS or (name in UNSET_MEANS_THE_RUNS
+                                                           and value is None):
+            continue
+        if getattr(saved, name) != value:
+            raise CheckpointError("cannot resume %%s: it was trained with {%s} %%r, not %%r"
+                                  % name, where, getattr(saved, name), value)
+    return dataclasses.replace(saved, epochs=requested.epochs,
+                               **{name: getattr(requested, name) for name in SCHEDULE_FIELDS})
+
+
+def check_shapes(arrays, shapes, source):
+    """Raise CheckpointError unless ``arrays`` have exactly ``shapes``."""
+    found = [tuple(a.shape) for a in arrays]
+    if found != [tuple(s) for s in shapes]:
+        raise CheckpointError("%s holds parameters of shapes %s, the model needs %s",
+                              source, found, [tuple(s) for s in shapes])
+
+
+def resolve_checkpoint(path):
+    """``(RunDirectory, parameter file)`` named by ``path``: a run directory, read at its
+    checkpoint.params, or a parameter file in one (checkpoint.params, best.params)."""
+    problem = outputs.path_problem(path)
+    if problem and problem != "a directory":
+        raise CheckpointError("%s is %s, not a run directory or a parameter file", path, problem)
+    if os.path.isdir(path):
+        run = RunDirectory(path)
+        params = path if path.rstrip(os.sep).endswith(".params") else run.file(CHECKPOINT_FILE)
+        if os.path.isdir(params):
+            raise CheckpointError("%s is a directory, not a checkpoint file", params)
+        return run, params
+    if os.path.isfile(path):
+        if is_compressed_model(path):
+            raise CheckpointError("%s is a compressed model, not a run: classify images with it "
+                                  "with gluon-bbb predict %s IMAGE...", path, path)
+        return RunDirectory(os.path.dirname(path) or "."), path
+    raise CheckpointError("checkpoint %s does not exist", path)
+
+
+def is_compressed_model(path):
+    """True for a file that starts as the files gluon_bbb.commands.compress writes do."""
+    from ..shipping.model_file import MAGIC
+    try:
+        with open(path, "rb") as f:
+            return f.read(len(MAGIC)) == MAGIC
+    except OSError:
+        return False
+
+
+def load_checkpoint(path, ctx=None):
+    """The parameters, optimizer state and epoch of a checkpoint: a run directory's
+    checkpoint.params, or a parameter file (``checkpoint.read_checkpoint``)."""
+    from .checkpoint import read_checkpoint
+    return read_checkpoint(resolve_checkpoint(path)[1], ctx)
+
+
+def report_prefix(params_path):
+    """Prefix of the report files written about ``params_path``: none for a run's
+    checkpoint.params, else the file's stem and a dash (``best-pruning.json`` for best.params),
+    so that reports on the best epoch sit beside those on the last without replacing them."""
+    name = os.path.basename(params_path)
+    return "" if name == CHECKPOINT_FILE else os.path.splitext(name)[0] + "-"

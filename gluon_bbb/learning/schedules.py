@@ -1,0 +1,38 @@
+"""The learning rate over a run's epochs: a step decay, or falling linearly to 0 at the run's
+end (sparse variational dropout's). Imports no MXNet."""
+from ..family.choices import Choice, named
+
+
+class LearningRateSchedule(Choice):
+    def rate(self, config, epoch):
+        """The learning rate of epoch ``epoch`` (0-based) of a run of ``config``."""
+        raise NotImplementedError
+
+
+class StepDecay(LearningRateSchedule):
+    """``learning_rate`` multiplied by ``lr_decay_factor`` every ``lr_decay_every`` epochs
+    (0: constant)."""
+    name = "step"
+
+    def rate(self, config, epoch):
+        if not config.lr_decay_every:
+            return config.learning_rate
+        return config.learning_rate * config.lr_decay_factor ** (epoch // config.lr_decay_every)
+
+
+class LinearToZero(LearningRateSchedule):
+    """``learning_rate`` falling linearly to 0 at the end of the run: learning_rate *
+    (epochs - epoch) / epochs, as sparse variational dropout's code trains (Molchanov et al.
+    2017). The run's length sets every epoch's rate, so a resumed run trains on only with the
+    same ``epochs``."""
+    name = "linear"
+
+    def rate(self, config, epoch):
+        return config.learning_rate * max(0.0, (config.epochs - epoch) / config.epochs)
+
+
+LR_SCHEDULES = (StepDecay(), LinearToZero())
+
+
+def lr_schedule(name):
+    return named(LearningRateSchedule, LR_SCHEDULES, name, "lr_schedule")

@@ -1,0 +1,308 @@
+"""The training step: one object per run that takes a mini-batch and updates the posterior.
+
+What one step does, top to bottom (``TrainingStep.__call__``):
+
+1. draw the noise of ``num_samples`` draws (the run's Philox streams: the same on every
+   backend);
+2. per draw, the data term: the estimator (``family/estimators.py``) turns the draw into the network's
+   -log P(D_i | w) and its gradients (``NetworkGraph``: one CachedOp, autograd through the
+   network alone);
+3. per draw or once, the KL term kl_weight * (log q(w) - log P(w)), or its closed form, with
+   the prior's gradient (``family/priors.py``) and the KL estimate's rule (``family/estimators.py``);
+4. the chain rule from sigma to rho, by the parametrization (``parametrizations.py``);
+5. the optimizer's update of the flat vectors mu and rho (MXNet's SGD or Adam).
+
+The backend chosen for the whole run draws the noise and computes steps 2-4
+(``loss_gradients``), and runs the update of step 5 (``update``):
+
+- ``ndarray``: MXNet operators (``ndarray_backend.combined_loss_gradients``), on any context
+  and for every prior, estimator, KL estimate and parametrization, a user's own included: the
+  plain reference, and the GPU path;
+- ``native``: the C kernels of ``_fused.c`` (``native.loss_gradients``), an
+  accelerator of the same formulas for the combinations ``kernels.SERVED`` declares, on CPU
+  contexts; the tests check it against the ndarray backend and autograd.
+
+On a CPU both draw the same noise, so they give the same run up to float rounding. The state
+(mu, rho, the optimizer's) is laid out by ``ndarray_backend.FlatLayout``.
+"""
+import math
+import os
+
+import mxnet as mx
+from mxnet import nd
+
+from ..native import library as native
+from ..errors import CheckpointError, ConfigError, ResourceError
+from ..family.formulas import describe_lost
+from ..tutorial import init_variational_params, sample_epsilons
+from .ndarray_backend import NetworkGraph, combined_loss_gradients, draw_size
+from .noise import noise_for, seed_generator
+from ..family.priors import removed
+
+
+class NdarrayBackend:
+    """Steps 1-5 on MXNet operators."""
+    name = "ndarray"
+    native = False
+
+    def loss_gradients(self, step, X, y, kl_weight, keep=None):
+        size = draw_size(step.graph, step.estimator, step.kl, step.prior, X.shape[0])
+        epsilons = sample_epsilons([(size,)] * step.config.num_samples, step.ctx, step.noise)
+        return combined_loss_gradients(X, y, step.mu, step.rho, epsilons, step.prior,
+                                       kl_weight, step.graph, step.estimator, step.kl,
+                                       step.parametrization, keep)
+
+    def update(self, optimizer, index, param, grad, state):
+        optimizer.update(index, param, grad, state)
+
+    def workspace(self, size, ctx):
+        return None
+
+    def describe(self, ctx, why_not_native):
+        return "backend: ndarray (MXNet operators, %s)\n  native not used: %s" % (
+            ctx, why_not_native)
+
+
+class NativeBackend:
+    """Steps 1-5 with the C kernels doing the parameter-side work and the update."""
+    name = "native"
+    native = True
+
+    def loss_gradients(self, step, X, y, kl_weight, keep=None):
+        if keep is not None:  # choose_backend never gives such a run this backend
+            raise ValueError("the native backend does not remove switched-off weights")
+        return native.loss_gradients(
+            X, y, step.mu, step.rho, step.noise, step.config.num_samples, step.prior,
+            kl_weight, step.graph, step.workspace, step.kl, step.estimator,
+            step.parametrization)
+
+    def update(self, optimizer, index, param, grad, state):
+        native.optimizer_update(optimizer, index, param, grad, state)
+
+    def workspace(self, size, ctx):
+        return native.Workspace(size, ctx)
+
+    def describe(self, ctx, why_not_native):
+        return "backend: native (C kernels, %s)" % ctx
+
+
+BACKENDS = {backend.name: backend for backend in (NativeBackend(), NdarrayBackend())}
+
+
+def choose_backend(config, ctx, backend=None):
+    """``(backend, why)`` for a run: the backend object ``backend`` names if given
+    (ConfigError where it cannot serve), else the native one wherever it can serve and the
+    ndarray one elsewhere; ``why`` says why the native backend is not used (None when it is).
+    """
+    if backend is not None and backend not in BACKENDS:
+        raise ConfigError("backend", backend, "one of %s" % ", ".join(BACKENDS))
+    asked = BACKENDS.get(backend)
+    why_not = None
+    if ctx.device_type != "cpu":
+        why_not = "the native kernels run on CPU contexts only"
+    elif not native.available():
+        why_not = native.unavailable_reason()
+    elif config.remove_switched_off:
+        why_not = "the native kernels do not remove switched-off weights while training"
+    elif not native.serves(config.estimator_kind, config.kl_kind, config.build_prior(),
+                           config.parametrization_kind):
+        # kernels.SERVED, which the loaded C code was checked to agree with: a prior, estimator
+        # or parametrization it does not know never trains with another one's formulas
+        why_not = ("the C kernels serve no estimator %s with the %s %s KL, prior %s and "
+                   "parametrization %s (kernels.SERVED)" % (
+                       config.estimator, config.kl_direction, config.kl, config.describe_prior(),
+                       config.parametrization))
+    if asked is not None and asked.native and why_not:
+        raise ConfigError("backend", backend, "ndarray here: %s" % why_not)
+    if asked is not None and not asked.native:
+        return asked, "asked for"
+    return (BACKENDS["ndarray"], why_not) if why_not else (BACKENDS["native"], None)
+
+
+# parameter-sized vectors the optimizer keeps, for mu and rho together
+OPTIMIZER_STATE_VECTORS = {"sgd": 0, "adam": 4}
+
+
+def training_memory_bytes(config):
+    """About how many bytes a run's step holds at its peak: per parameter, float32 mu and rho,
+    the five workspace vectors and the estimator's extra ones (or the ndarray backend's
+    temporaries), two Adam moments for each of mu and rho, and the copies made while they are
+    initialised (float64 for the largest array); per example of a batch, the activations of
+    every layer. MXNet's own runtime (about 300 MiB) comes on top."""
+    network = config.build_network()
+    shapes = network.param_shapes()
+    size = sum(math.prod(shape) for shape in shapes)
+    floats_per_entry = (2 + 5 + native.extra_workspace_vectors(config.estimator_kind)
+                        + OPTIMIZER_STATE_VECTORS[config.optimizer] + 4)
+    largest = max(math.prod(shape) for shape in shapes)
+    # forward outputs and their gradients, and the graph's temporaries
+    activations = config.batch_size * network.activation_size * 4
+    return 4 * size * floats_per_entry + 8 * largest + 4 * activations
+
+
+def available_memory_bytes():
+    """Memory the system can give a new process (Linux's MemAvailable), or None if unknown."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_AVPHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+def check_memory(config, available=None):
+    """ResourceError, before anything is allocated, where ``config``'s network needs more
+    memory than is ``available`` (default: ``available_memory_bytes()``)."""
+    available = available_memory_bytes() if available is None else available
+    needed = training_memory_bytes(config)
+    if available is not None and needed > available:
+        size = sum(math.prod(shape) for shape in config.layer_shapes())
+        shaped_by = ("{num_hidden_layers} %d, {num_hidden_units} %d" % (
+            config.num_hidden_layers, config.num_hidden_units) if config.sized_by_fields
+            else "{network} %s" % config.network.replace("%", "%%"))
+        raise ResourceError("a network of %s parameters (" + shaped_by + ") needs about %.1f "
+                            "GiB of memory to train, %.1f GiB are available",
+                            "{:,}".format(size), needed / 2 ** 30, available / 2 ** 30)
+
+
+class TrainingStep:
+    """One run's training step on ``ctx``: ``step(X, targets, kl_weight)`` computes the
+    mini-batch's loss and its gradient and updates mu and rho (mu alone for a model kind that
+    learns no sigma: Monte Carlo dropout, the deterministic network); it returns the loss, an
+    NDArray (1,) that is not waited for. ``targets`` is whatever the config's likelihood
+    scores: one-hot labels, or real targets (batch, targets).
+
+    ``mus``, ``rhos``: the start (per-parameter arrays; default: the means of
+    ``init_variational_params`` with the config's seed, the rhos of ``config.initial_rhos``).
+    ``backend``: a name, as ``choose_backend`` takes it. ``noise``: ``philox`` or ``device``
+    (default: ``noise.noise_for``'s choice for ``ctx``).
+    """
+
+    def __init__(self, config, ctx, mus=None, rhos=None, backend=None, noise=None,
+                 num_update=0):
+        self.config, self.ctx, self.noise_kind = config, ctx, noise
+        self.backend, self.why_not_native = choose_backend(config, ctx, backend)
+        self.network = config.build_network()
+        self.graph = NetworkGraph(self.network, config.build_likelihood())
+        self.layout = self.graph.layout
+        self.prior = config.build_prior()
+        self.model_kind, self.estimator = config.model_kind, config.estimator_kind
+        self.kl, self.parametrization = config.kl_kind, config.parametrization_kind
+        if mus is None:
+            mus, _ = init_variational_params(self.layout.shapes, ctx, config.mu_scale,
+                                             config.rho_offset, seed=config.seed)
+            mus = self.network.initial_means(mus, nd.ones_like)
+        if rhos is None:
+            rhos = [nd.full(shape, value, ctx=ctx)
+                    for shape, value in zip(self.layout.shapes, config.initial_rhos())]
+        self.mu, self.rho = self.layout.flatten(mus), self.layout.flatten(rhos)
+        self.optimizer = mx.optimizer.create(
+            config.optimizer, learning_rate=config.learning_rate, rescale_grad=1.0, wd=0.0,
+            begin_num_update=num_update)
+        self.optimizer_states = [self.optimizer.create_state(i, p)
+                                 for i, p in enumerate((self.mu, self.rho))]
+        self.workspace = self.backend.workspace(self.layout.size, ctx)
+        self._kept = None  # remove_switched_off's mask of the parameters held, once known
+        self.start_epoch(0)
+
+    def describe(self):
+        """The run's first lines: the backend and, where it is not native, why; then each of
+        the run's objects that overrides a formula a fast path was written for, and which fast
+        paths it does not use (``family/formulas.py``)."""
+        lines = [self.backend.describe(self.ctx, self.why_not_native)]
+        for chosen in (self.prior, self.parametrization, self.estimator):
+            lost = describe_lost(chosen)
+            if lost:
+                lines.append("  your formula: %s" % lost)
+        return "\n".join(lines)
+
+    def start_epoch(self, epoch):
+        """Set the epoch's learning rate and noise: the draws of an epoch depend on the seed and
+        the epoch alone, so a resumed run draws what an uninterrupted one does."""
+        self.optimizer.set_learning_rate(self.config.learning_rate_at(epoch))
+        self.noise = noise_for(self.ctx, [self.config.seed, epoch, 1], self.noise_kind)
+        if self.network.has_dropout:
+            seed_generator(self.ctx, [self.config.seed, epoch, 2])
+
+    def __call__(self, X, targets, kl_weight):
+        """One step on the mini-batch ``X`` with ``targets`` (what the likelihood scores) and
+        the KL weight of this mini-batch; returns the loss, an NDArray (1,), not waited for."""
+        if not self.model_kind.learns_sigma:
+            loss, grad_mu = self.graph.nll_and_grad(X, targets, self.mu)
+            if self.model_kind.prior_as_weight_decay:
+                # the prior as weight decay: (1/M)(-log P(w)) at the mean weights
+                log_prior_sum, log_prior_grad = self.prior.log_density_and_gradient(self.mu)
+                loss = loss - kl_weight * log_prior_sum
+                grad_mu = grad_mu - kl_weight * log_prior_grad
+            self._update(0, self.mu, grad_mu)
+            return loss
+        keep = None
+        if self.config.remove_switched_off:
+            # the mask the last step left, or, on a new or resumed step, the same from the
+            # parameters it holds
+            keep = self._kept if self._kept is not None else self.kept()
+        # steps 1-4: the loss and its gradients with respect to mu and rho
+        loss, grad_mu, grad_rho = self.backend.loss_gradients(self, X, targets, kl_weight, keep)
+        # step 5: the update
+        self._update(0, self.mu, grad_mu)
+        self._update(1, self.rho, grad_rho)
+        if keep is not None:
+            # what is off after the update, this step's removals with those the rule has just
+            # switched off, has mean 0 whatever Adam's momentum would make of it: it stays off,
+            # and the saved means are the network that trains
+            self._kept = self.kept()
+            self.mu *= self._kept
+        return loss
+
+    def kept(self):
+        """1 where the parameter is in the network, 0 where it is removed
+        (``priors.removed``); a flat array of mu's shape."""
+        return 1.0 - removed(self.prior, self.mu, self.parametrization.sigma(self.rho))
+
+    def _update(self, index, param, grad):
+        self.backend.update(self.optimizer, index, param, grad, self.optimizer_states[index])
+
+    @property
+    def mus(self):
+        """Per-parameter views of mu (sharing memory with the flat vector)."""
+        return self.layout.views(self.mu)
+
+    @property
+    def rhos(self):
+        """Per-parameter views of rho (sharing memory with the flat vector)."""
+        return self.layout.views(self.rho)
+
+    @property
+    def num_update(self):
+        """Optimizer steps taken, those before a resume included."""
+        return self.optimizer.num_update
+
+    def state_arrays(self):
+        """The optimizer's state: for mu and for rho, a list of flat arrays (none for SGD)."""
+        return [_state_arrays(state) for state in self.optimizer_states]
+
+    def load_state_arrays(self, saved):
+        """Copy ``state_arrays()`` of an earlier step (a checkpoint's) into this one's."""
+        for i, state in enumerate(self.optimizer_states):
+            targets = _state_arrays(state)
+            arrays = saved[i] if i < len(saved) else []
+            if [a.shape for a in arrays] != [t.shape for t in targets]:
+                raise CheckpointError("checkpoint optimizer state for parameter %d has shapes "
+                                      "%s, this run's optimizer needs %s", i,
+                                      [a.shape for a in arrays], [t.shape for t in targets])
+            for target, array in zip(targets, arrays):
+                target[:] = array.as_in_context(self.ctx)
+
+
+def _state_arrays(state):
+    """The NDArrays of one optimizer state (None, an NDArray or nested tuples), in order."""
+    if state is None:
+        return []
+    if isinstance(state, (tuple, list)):
+        return [a for s in state for a in _state_arrays(s)]
+    return [state]

@@ -1,0 +1,369 @@
+/* Fused CPU kernels for the Bayes-by-Backprop step over flat float32 parameter vectors.
+ *
+ * Loaded with ctypes by gluon_bbb/native.py (no Python API here): the native backend of the
+ * training step, for every weight estimator. Two passes per step replace
+ * about 40 MXNet elementwise operators, each of which reads and writes every parameter:
+ *
+ *   bbb_sample_weights: eps ~ N(0, 1) (Philox4x64-10 + Box-Muller), w = mu + softplus(rho) * eps
+ *   bbb_perturb:        sigma, sigma * eps and w for given eps (Flipout, local reparametrization)
+ *   bbb_kl_gradients:   the KL term (Monte Carlo or closed form) and dL/dmu, dL/drho given
+ *                       the data term's gradients
+ *   bbb_sgd_update, bbb_adam_update: MXNet's optimizer updates, in place
+ *
+ * Normal draws: element i of stream s belongs to chunk c = i / CHUNK; chunk c takes its
+ * uniforms from the 64-bit words of Philox4x64-10 blocks with counter (c * BLOCKS_PER_CHUNK + j
+ * + 1, s, 0, 0), j = 0, 1, ..., exactly the words NumPy's np.random.Philox(key=key,
+ * counter=[c * BLOCKS_PER_CHUNK, s, 0, 0]).random_raw() returns. Each word gives two 24-bit
+ * uniforms in (0, 1); noise.philox_normals_reference writes the same mapping in NumPy, and the
+ * draws do not depend on the number of threads.
+ *
+ * Compiled with -ffast-math for vectorized expf/logf (glibc libmvec) but linked without it, so
+ * that loading this library does not switch the process to flush-to-zero arithmetic.
+ */
+#include <math.h>
+#include <stdint.h>
+
+/* native.py refuses a library whose version differs from its own ABI_VERSION: raise both
+ * whenever a function's signature or meaning changes. */
+#define ABI_VERSION 6
+#define CHUNK 8192
+#define BLOCKS_PER_CHUNK 1024 /* CHUNK / 2 words per pair of normals / 4 words per block */
+#define LOG_SQRT_2PI 0.91893853320467274178f
+#define TWO_PI 6.28318530717958647692f
+
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#define VECTOR_CLONES __attribute__((target_clones("avx2", "default")))
+#else
+#define VECTOR_CLONES
+#endif
+
+typedef unsigned __int128 u128;
+
+int bbb_abi_version(void) { return ABI_VERSION; }
+
+/* Random123's Philox4x64 with 10 rounds (Salmon et al. 2011), as NumPy implements it. */
+static void philox4x64_10(uint64_t c0, uint64_t c1, uint64_t c2, uint64_t c3,
+                          uint64_t k0, uint64_t k1, uint64_t out[4]) {
+    for (int round = 0; round < 10; ++round) {
+        if (round > 0) {
+            k0 += 0x9E3779B97F4A7C15ULL;
+            k1 += 0xBB67AE8584CAA73BULL;
+        }
+        u128 p0 = (u128)0xD2E7470EE14C6C93ULL * c0;
+        u128 p1 = (u128)0xCA5A826395121157ULL * c2;
+        uint64_t hi0 = (uint64_t)(p0 >> 64), lo0 = (uint64_t)p0;
+        uint64_t hi1 = (uint64_t)(p1 >> 64), lo1 = (uint64_t)p1;
+        c0 = hi1 ^ c1 ^ k0;
+        c1 = lo1;
+        c2 = hi0 ^ c3 ^ k1;
+        c3 = lo0;
+    }
+    out[0] = c0; out[1] = c1; out[2] = c2; out[3] = c3;
+}
+
+/* The raw 64-bit words of Philox4x64-10 for counters (first + 1, stream, 0, 0), ... (tests). */
+void bbb_philox_words(int64_t count, uint64_t k0, uint64_t k1, uint64_t first,
+                      uint64_t stream, uint64_t *words) {
+    uint64_t block[4];
+    for (int64_t q = 0; q < count; q += 4) {
+        philox4x64_10(first + 1 + (uint64_t)(q / 4), stream, 0, 0, k0, k1, block);
+        for (int j = 0; j < 4 && q + j < count; ++j) words[q + j] = block[j];
+    }
+}
+
+/* exp's argument is kept above -80 (libmvec's expf takes a slow scalar path for lanes that
+ * underflow), so sigma bottoms out at softplus(-80) = 1.8e-35 for rho < -80; the same clamp
+ * gives sigmoid(rho) = 1.8e-35 there. Both are zero for any purpose of a weight's noise. */
+static inline float softplus_and_sigmoid(float rho, float *sigmoid) {
+    float e = expf(fmaxf(-fabsf(rho), -80.0f));
+    *sigmoid = (rho > 0.0f ? 1.0f : e) / (1.0f + e);
+    return fmaxf(rho, 0.0f) + log1pf(e);
+}
+
+static inline float softplus(float rho) {
+    float unused;
+    return softplus_and_sigmoid(rho, &unused);
+}
+
+/* The priors (priors.py's kernel_args) and the KL estimates (family/kl.py's kernel_code). */
+enum { GAUSSIAN_PRIOR = 0, SCALE_MIXTURE_PRIOR = 1 };
+enum { MONTE_CARLO_KL = 0, CLOSED_FORM_KL = 1 };
+
+/* The prior's log density as the KL loops take it: log(weight_k N(x | 0, s_k^2)) = c_k - k_k x^2
+ * for component k (a Gaussian prior has only the first). */
+struct prior_terms { float k1, k2, c1, c2; };
+
+static struct prior_terms prior_terms_of(int prior, float pi, float s1, float s2) {
+    struct prior_terms t = {0.5f / (s1 * s1), 0.5f / (s2 * s2), -logf(s1) - LOG_SQRT_2PI, 0.0f};
+    if (prior == SCALE_MIXTURE_PRIOR) {
+        t.c1 += logf(pi);
+        t.c2 = log1pf(-pi) - logf(s2) - LOG_SQRT_2PI;
+    }
+    return t;
+}
+
+/* Uniforms of one chunk: 2 * half of them, two per Philox word; (k + 0.5) / 2^24 lies in (0, 1). */
+static void chunk_uniforms(int64_t chunk, int64_t half, uint64_t k0, uint64_t k1,
+                           uint64_t stream, float *uniforms) {
+    uint64_t block[4];
+    const float scale = 1.0f / 16777216.0f;
+    for (int64_t q = 0; q < half; q += 4) {
+        philox4x64_10((uint64_t)chunk * BLOCKS_PER_CHUNK + 1 + (uint64_t)(q / 4), stream, 0, 0,
+                      k0, k1, block);
+        for (int j = 0; j < 4 && q + j < half; ++j) {
+            uniforms[2 * (q + j)] = ((float)(block[j] >> 40) + 0.5f) * scale;
+            uniforms[2 * (q + j) + 1] = ((float)((block[j] >> 8) & 0xFFFFFF) + 0.5f) * scale;
+        }
+    }
+}
+
+/* Standard normals of one chunk of `length` entries by Box-Muller on the uniforms u[0..2 half):
+ * radius from u[m], angle from u[half + m]; the cosines fill entries [0, half), the sines
+ * entries [half, length). If mu and rho are given, also w = mu + softplus(rho) * eps. */
+VECTOR_CLONES
+static void chunk_normals(int64_t length, int64_t half, float *u, float *eps,
+                          const float *mu, const float *rho, float *w) {
+    for (int64_t m = 0; m < half; ++m) {
+        u[m] = sqrtf(-2.0f * logf(u[m]));
+        u[half + m] *= TWO_PI;
+    }
+    for (int64_t m = 0; m < half; ++m) eps[m] = u[m] * cosf(u[half + m]);
+    for (int64_t m = 0; m < length - half; ++m) eps[half + m] = u[m] * sinf(u[half + m]);
+    if (w)
+        for (int64_t i = 0; i < length; ++i) w[i] = mu[i] + softplus(rho[i]) * eps[i];
+}
+
+static void sample(int64_t n, const float *mu, const float *rho, uint64_t k0, uint64_t k1,
+                   uint64_t stream, float *eps, float *w) {
+    int64_t chunks = (n + CHUNK - 1) / CHUNK;
+#pragma omp parallel for schedule(static)
+    for (int64_t c = 0; c < chunks; ++c) {
+        float uniforms[CHUNK];
+        int64_t lo = c * CHUNK, length = (n - lo < CHUNK) ? n - lo : CHUNK;
+        int64_t half = (length + 1) / 2;
+        chunk_uniforms(c, half, k0, k1, stream, uniforms);
+        chunk_normals(length, half, uniforms, eps + lo, w ? mu + lo : 0, w ? rho + lo : 0,
+                      w ? w + lo : 0);
+    }
+}
+
+/* n standard normals of stream `stream` under key (k0, k1). */
+void bbb_normals(int64_t n, uint64_t k0, uint64_t k1, uint64_t stream, float *eps) {
+    sample(n, 0, 0, k0, k1, stream, eps, 0);
+}
+
+/* eps: n standard normals of stream `stream`; w = mu + softplus(rho) * eps. */
+void bbb_sample_weights(int64_t n, const float *mu, const float *rho, uint64_t k0,
+                        uint64_t k1, uint64_t stream, float *eps, float *w) {
+    sample(n, mu, rho, k0, k1, stream, eps, w);
+}
+
+/* One entry of the Monte Carlo KL, given log P(x) and d log P / dx at x = w[i]: writes
+ * grad_mu[i] = g and grad_rho[i] = (g eps - kl_weight / sigma) sigmoid(rho) with
+ * g = dNLL/dw + kl_weight * (-d log P / dx), and returns log q(x) - log P(x). */
+static inline float kl_entry(int64_t i, const float *rho, const float *eps,
+                             const float *grad_w, float kl_weight, float log_prior,
+                             float dlog_prior, float *grad_mu, float *grad_rho) {
+    float sigmoid, sigma = softplus_and_sigmoid(rho[i], &sigmoid);
+    float z = eps[i], g = grad_w[i] - kl_weight * dlog_prior;
+    grad_mu[i] = g;
+    grad_rho[i] = (g * z - kl_weight / sigma) * sigmoid;
+    return -logf(sigma) - 0.5f * z * z - LOG_SQRT_2PI - log_prior;
+}
+
+/* Gaussian prior N(0, s^2): log P = -x^2 / (2 s^2) - log s - log sqrt(2 pi). */
+static inline float gaussian_entry(int64_t i, const float *rho, const float *eps,
+                                   const float *w, const float *grad_w, float kl_weight,
+                                   struct prior_terms t, float *grad_mu, float *grad_rho) {
+    float x = w[i];
+    return kl_entry(i, rho, eps, grad_w, kl_weight, t.c1 - t.k1 * x * x, -2.0f * t.k1 * x,
+                    grad_mu, grad_rho);
+}
+
+/* Scale mixture pi N(0, s1^2) + (1 - pi) N(0, s2^2) in log space: with a, b the two
+ * components' log densities and d = a - b, log P = max(a, b) + log1p(exp(-|d|)), and the
+ * first component's share of the density is sigmoid(d), the second's sigmoid(-d). */
+static inline float mixture_entry(int64_t i, const float *rho, const float *eps,
+                                  const float *w, const float *grad_w, float kl_weight,
+                                  struct prior_terms t, float *grad_mu, float *grad_rho) {
+    float x = w[i], x2 = x * x;
+    float a = t.c1 - t.k1 * x2, b = t.c2 - t.k2 * x2, d = a - b;
+    /* exp(-80) is already negligible next to 1; larger arguments would take libmvec's
+     * slow scalar path for underflowing lanes */
+    float ed = expf(fmaxf(-fabsf(d), -80.0f));
+    /* the components' shares of the density, each computed directly: 1 - share1 would
+     * lose all precision where share1 is near 1, and k2 is large */
+    float share1 = (d > 0.0f ? 1.0f : ed) / (1.0f + ed);
+    float share2 = (d > 0.0f ? ed : 1.0f) / (1.0f + ed);
+    return kl_entry(i, rho, eps, grad_w, kl_weight, fmaxf(a, b) + log1pf(ed),
+                    -2.0f * x * (t.k1 * share1 + t.k2 * share2), grad_mu, grad_rho);
+}
+
+/* Closed-form KL(N(mu, sigma^2) || N(0, s^2)) = log(s / sigma) + (sigma^2 + mu^2) / (2 s^2) - 1/2,
+ * with d/dmu = mu / s^2 and d/dsigma = sigma / s^2 - 1 / sigma. */
+static inline float closed_form_entry(int64_t i, const float *mu, const float *rho,
+                                      const float *eps, const float *grad_w, float kl_weight,
+                                      float inv, float c, float *grad_mu, float *grad_rho) {
+    float sigmoid, sigma = softplus_and_sigmoid(rho[i], &sigmoid);
+    float m = mu[i];
+    grad_mu[i] = grad_w[i] + kl_weight * m * inv;
+    grad_rho[i] = (grad_w[i] * eps[i] + kl_weight * (sigma * inv - 1.0f / sigma)) * sigmoid;
+    return c - logf(sigma) + 0.5f * (sigma * sigma + m * m) * inv;
+}
+
+/* The loops sit in the VECTOR_CLONES functions themselves so that OpenMP's outlined bodies
+ * get the avx2 clone too. */
+#define SUM_ENTRIES(ENTRY)                                                              \
+    _Pragma("omp parallel for simd reduction(+ : total) schedule(static)")              \
+    for (int64_t i = 0; i < n; ++i) total += ENTRY
+
+/* The Monte Carlo KL for either prior; the prior is chosen outside the loops, which then
+ * run without a test per entry. */
+VECTOR_CLONES
+static double kl_monte_carlo(int64_t n, const float *rho, const float *eps, const float *w,
+                             const float *grad_w, float kl_weight, struct prior_terms t,
+                             int mixture, float *grad_mu, float *grad_rho) {
+    double total = 0.0;
+    if (mixture) {
+        SUM_ENTRIES(mixture_entry(i, rho, eps, w, grad_w, kl_weight, t, grad_mu, grad_rho));
+    } else {
+        SUM_ENTRIES(gaussian_entry(i, rho, eps, w, grad_w, kl_weight, t, grad_mu, grad_rho));
+    }
+    return total;
+}
+
+VECTOR_CLONES
+static double kl_closed_form(int64_t n, const float *mu, const float *rho, const float *eps,
+                             const float *grad_w, float kl_weight, float sigma_p,
+                             float *grad_mu, float *grad_rho) {
+    const float inv = 1.0f / (sigma_p * sigma_p), c = logf(sigma_p) - 0.5f;
+    double total = 0.0;
+    SUM_ENTRIES(closed_form_entry(i, mu, rho, eps, grad_w, kl_weight, inv, c, grad_mu,
+                                  grad_rho));
+    return total;
+}
+
+/* The data term's gradients (the negative log-likelihood's, NLL) as an estimator gives them:
+ * WEIGHTS_SAMPLED: dNLL/dw, which is dNLL/dmu and, times eps, dNLL/dsigma; EPS_COEFFICIENT:
+ * dNLL/dmu, and the coefficient of eps in dNLL/dsigma (Flipout's dNLL/d(sigma eps));
+ * SIGMA_GIVEN: dNLL/dmu and dNLL/dsigma (the local reparametrization). */
+struct data_gradients { const float *mu, *sigma; };
+enum { WEIGHTS_SAMPLED = 0, EPS_COEFFICIENT = 1, SIGMA_GIVEN = 2 };
+
+/* The entries above take weight sampling's dNLL/dw; the other estimators' gradients go through
+ * them too, as dNLL/dw the one of their two arrays the entry uses where it matters most (the
+ * eps coefficient for Flipout, dNLL/dmu for the local reparametrization), and the other term
+ * corrected here. Weight sampling's arithmetic is left as it is: the presets' runs stay the
+ * same to the bit. */
+static inline void correct_for_data(int64_t i, const float *rho, const float *eps,
+                                    struct data_gradients data, int kind, float *grad_mu,
+                                    float *grad_rho) {
+    float sigmoid;
+    softplus_and_sigmoid(rho[i], &sigmoid);
+    if (kind == EPS_COEFFICIENT)
+        grad_mu[i] += data.mu[i] - data.sigma[i];
+    else
+        grad_rho[i] += (data.sigma[i] - data.mu[i] * eps[i]) * sigmoid;
+}
+
+VECTOR_CLONES
+static void correct_all_for_data(int64_t n, const float *rho, const float *eps,
+                                 struct data_gradients data, int kind, float *grad_mu,
+                                 float *grad_rho) {
+#pragma omp parallel for simd schedule(static)
+    for (int64_t i = 0; i < n; ++i) correct_for_data(i, rho, eps, data, kind, grad_mu, grad_rho);
+}
+
+/* The KL term of the step and the gradients of the whole loss with respect to mu and rho, for
+ * the prior GAUSSIAN_PRIOR, N(0, s1^2), or SCALE_MIXTURE_PRIOR, (pi, s1, s2) with 0 < pi < 1,
+ * estimated by MONTE_CARLO_KL (the sum of log q(w) - log P(w)) or CLOSED_FORM_KL (the sum of
+ * KL(q || P) per entry; the Gaussian prior only), at w = mu + sigma * eps, given the data
+ * term's gradients grad_data_mu and grad_data_sigma of the ``kind`` ``struct data_gradients``
+ * describes. Writes grad_mu and grad_rho = dL/dsigma * sigmoid(rho) of
+ * L = NLL + kl_weight * KL, and returns the KL term's sum (in double). */
+/* Every kernel here reads sigma as softplus(rho), the one parametrization they serve. */
+enum { SOFTPLUS_PARAMETRIZATION = 0 };
+
+/* 1 where bbb_kl_gradients implements the data term ``kind``, the KL estimate, the prior and
+ * the parametrization these codes name, 0 otherwise: a code it does not know, or the
+ * closed-form KL of a prior that has none. Its answers are kernels.py's table of what the
+ * kernels serve: native.py checks the two agree over every code when it loads this library,
+ * and asks before every call. */
+int bbb_serves(int kind, int kl_estimate, int prior, int parametrization) {
+    int known = (kind == WEIGHTS_SAMPLED || kind == EPS_COEFFICIENT || kind == SIGMA_GIVEN)
+        && (kl_estimate == MONTE_CARLO_KL || kl_estimate == CLOSED_FORM_KL)
+        && (prior == GAUSSIAN_PRIOR || prior == SCALE_MIXTURE_PRIOR)
+        && parametrization == SOFTPLUS_PARAMETRIZATION;
+    return known && !(kl_estimate == CLOSED_FORM_KL && prior != GAUSSIAN_PRIOR);
+}
+
+double bbb_kl_gradients(int64_t n, const float *mu, const float *rho, const float *eps,
+                        const float *w, const float *grad_data_mu, const float *grad_data_sigma,
+                        int kind, float kl_weight, int kl_estimate, int prior,
+                        int parametrization, float pi, float s1, float s2, float *grad_mu,
+                        float *grad_rho) {
+    if (!bbb_serves(kind, kl_estimate, prior, parametrization)) {
+        /* never another prior's or estimate's formulas: NaN everywhere, which stops training */
+        for (int64_t i = 0; i < n; ++i) grad_mu[i] = grad_rho[i] = NAN;
+        return NAN;
+    }
+    struct data_gradients data = {grad_data_mu, grad_data_sigma};
+    const float *grad_w = kind == EPS_COEFFICIENT ? grad_data_sigma : grad_data_mu;
+    double total;
+    if (kl_estimate == CLOSED_FORM_KL)
+        total = kl_closed_form(n, mu, rho, eps, grad_w, kl_weight, s1, grad_mu, grad_rho);
+    else
+        total = kl_monte_carlo(n, rho, eps, w, grad_w, kl_weight,
+                               prior_terms_of(prior, pi, s1, s2), prior == SCALE_MIXTURE_PRIOR,
+                               grad_mu, grad_rho);
+    if (kind != WEIGHTS_SAMPLED)
+        correct_all_for_data(n, rho, eps, data, kind, grad_mu, grad_rho);
+    return total;
+}
+
+/* sigma = softplus(rho) and, where delta is given, delta = sigma * eps and w = mu + delta: the
+ * weights and the weight perturbation of given noise eps (the estimators that draw more than
+ * the weights take their noise in one vector, drawn beforehand). */
+VECTOR_CLONES
+void bbb_perturb(int64_t n, const float *mu, const float *rho, const float *eps, float *sigma,
+                 float *delta, float *w) {
+#pragma omp parallel for simd schedule(static)
+    for (int64_t i = 0; i < n; ++i) {
+        float s = softplus(rho[i]);
+        if (sigma) sigma[i] = s;
+        if (delta) {
+            float d = s * eps[i];
+            delta[i] = d;
+            w[i] = mu[i] + d;
+        }
+    }
+}
+
+/* MXNet's sgd_update (no momentum) and adam_update, in place, for float32 vectors:
+ *   g = rescale_grad * grad + wd * param   (Adam; SGD decays the weight as (1 - lr * wd))
+ *   SGD:  param = (1 - lr * wd) * param - lr * rescale_grad * grad
+ *   Adam: mean = beta1 mean + (1 - beta1) g;  var = beta2 var + (1 - beta2) g^2;
+ *         param -= lr * mean / (sqrt(var) + epsilon)
+ * with lr already bias-corrected for Adam, as mx.optimizer.Adam passes it. */
+VECTOR_CLONES
+void bbb_sgd_update(int64_t n, float *param, const float *grad, float lr, float wd,
+                    float rescale_grad) {
+    const float decay = 1.0f - lr * wd, step = lr * rescale_grad;
+#pragma omp parallel for simd schedule(static)
+    for (int64_t i = 0; i < n; ++i) param[i] = decay * param[i] - step * grad[i];
+}
+
+VECTOR_CLONES
+void bbb_adam_update(int64_t n, float *param, const float *grad, float *mean, float *var,
+                     float lr, float wd, float rescale_grad, float beta1, float beta2,
+                     float epsilon) {
+#pragma omp parallel for simd schedule(static)
+    for (int64_t i = 0; i < n; ++i) {
+        float g = rescale_grad * grad[i] + wd * param[i];
+        float m = beta1 * mean[i] + (1.0f - beta1) * g;
+        float v = beta2 * var[i] + (1.0f - beta2) * g * g;
+        mean[i] = m;
+        var[i] = v;
+        param[i] -= lr * m / (sqrtf(v) + epsilon);
+    }
+}

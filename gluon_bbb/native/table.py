@@ -1,0 +1,46 @@
+"""What the C kernels (``_fused.c``, loaded by ``native/library.py``) serve, declared once: the codes
+Python hands them for each estimator's data term, KL estimate, prior and parametrization, and
+the table of the combinations they implement. Everything else trains on the ndarray backend.
+
+The C code answers the same question itself (``bbb_serves``); ``native/library.py`` compares its
+answers with ``SERVED`` over every code (and some it does not know) when it loads the library,
+and does not use a library that disagrees. The objects take their codes from here
+(``Estimator.kernel_data_kind``, ``KLEstimate.kernel_code``,
+``priors.Prior.kernel_args``, ``parametrizations.Parametrization.kernel_code``).
+
+Adding a prior the kernels serve is then its class, one C function beside ``prior_terms_of``
+and a row here. A leaf module: it imports nothing.
+"""
+import itertools
+
+# the data term's gradients as an estimator gives them (the C enum of that name)
+DATA_TERMS = {"sample": 0,    # WEIGHTS_SAMPLED: dNLL/dw
+              "flipout": 1,   # EPS_COEFFICIENT: dNLL/dmu and the coefficient of eps
+              "lrt": 2}       # SIGMA_GIVEN: dNLL/dmu and dNLL/dsigma
+# the KL estimates, reverse direction KL(q || P) only
+KL_ESTIMATES = {"mc": 0, "analytic": 1}
+PRIORS = {"gaussian": 0, "scale_mixture": 1}
+PARAMETRIZATIONS = {"softplus": 0}
+
+# (estimator, KL estimate, prior, parametrization) by name: every estimator with the Monte
+# Carlo KL under either prior, and with the closed form under the Gaussian (the scale
+# mixture's has none), sigma = softplus(rho) throughout.
+SERVED = frozenset(
+    [(estimator, "mc", prior, "softplus") for estimator in DATA_TERMS for prior in PRIORS]
+    + [(estimator, "analytic", "gaussian", "softplus") for estimator in DATA_TERMS])
+
+SERVED_CODES = frozenset((DATA_TERMS[e], KL_ESTIMATES[k], PRIORS[p], PARAMETRIZATIONS[s])
+                         for e, k, p, s in SERVED)
+
+
+def serves(data_term, kl_estimate, prior, parametrization):
+    """Whether the table holds these codes (None: an object the kernels do not know)."""
+    return (data_term, kl_estimate, prior, parametrization) in SERVED_CODES
+
+
+def codes_to_check():
+    """Every combination of known codes, and one unknown code (-1, and one past the largest) in
+    each place: what ``native/library.py`` asks the C code about when it loads it."""
+    ranges = [range(-1, max(table.values()) + 2)
+              for table in (DATA_TERMS, KL_ESTIMATES, PRIORS, PARAMETRIZATIONS)]
+    return itertools.product(*ranges)

@@ -1,0 +1,564 @@
+"""Network descriptions: an ordered list of layers, from which the parameter shapes and the
+forward pass (``net``) follow. A new layer type is one class here: ``param_shapes(input_shape)``
+gives its parameters' shapes and its output shape per example, ``layer(F, h, params,
+input_shape)`` its output for a batch ``h``.
+
+Parameters are a flat list in layer order, each layer with weights adding ``[W, b]`` in the
+layouts of MXNet's operators: ``Dense`` W (units, inputs) as ``FullyConnected``, ``Conv2D``
+W (channels, input channels, kernel, kernel) as ``Convolution``; b (units,) or (channels,).
+``LogVariance`` adds one vector, the learned log variance of a Gaussian likelihood.
+
+This module imports no MXNet when it is imported (``F`` brings the operators), so that a config
+can be checked where MXNet is not loaded (the sweep's own process).
+
+A description is also a string, as a run's config.json records it and ``--network`` takes it:
+``mlp`` (the tutorial's MLP, shaped by the config's hidden layers and units), ``lenet``, or
+layers separated by commas, e.g. ``conv:20:5,relu,pool:2,dense:500,relu,dense:10``
+(``conv:CHANNELS:KERNEL``, ``pool:SIZE``, ``dense:UNITS``, ``relu``, ``flatten``,
+``dropout:RATE``, ``gate``: one learned factor per unit or channel of the layer before it,
+group sparsity's switch). ``logvar`` (a Gaussian likelihood's learned noise) is appended by the
+likelihood that asks for it, not written.
+"""
+import math
+
+from ..errors import ConfigError
+
+
+def _whole_number(value, what, layer):
+    """``value`` if it is a whole number >= 1; ValueError naming the layer otherwise."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError("%s: %s must be a whole number >= 1" % (layer, what))
+    return value
+
+
+class Dense:
+    """A fully connected layer; takes (batch, ...) and flattens what is past the batch axis."""
+    has_weights = True
+    num_params = 2  # W and b
+
+    def __init__(self, units):
+        self.units = _whole_number(units, "UNITS", "dense:%s" % (units,))
+
+    def param_shapes(self, input_shape):
+        return [(self.units, math.prod(input_shape)), (self.units,)], (self.units,)
+
+    def __call__(self, F, h, params, input_shape):
+        W, b = params
+        return F.FullyConnected(h, W, b, num_hidden=self.units)
+
+    def __str__(self):
+        return "dense:%d" % self.units
+
+
+class Conv2D:
+    """A 2-D convolution, stride 1, no padding; takes (batch, channels, height, width)."""
+    has_weights = True
+    num_params = 2  # W and b
+
+    def __init__(self, channels, kernel):
+        layer = "conv:%s:%s" % (channels, kernel)
+        self.channels = _whole_number(channels, "CHANNELS", layer)
+        self.kernel = _whole_number(kernel, "KERNEL", layer)
+
+    def param_shapes(self, input_shape):
+        if len(input_shape) != 3:
+            raise ValueError("conv:%d:%d takes images (channels, height, width), not %s"
+                             % (self.channels, self.kernel, input_shape))
+        channels, height, width = input_shape
+        if min(height, width) < self.kernel:
+            raise ValueError("conv:%d:%d does not fit %dx%d inputs" % (
+                self.channels, self.kernel, height, width))
+        side = (height - self.kernel + 1, width - self.kernel + 1)
+        return ([(self.channels, channels, self.kernel, self.kernel), (self.channels,)],
+                (self.channels,) + side)
+
+    def __call__(self, F, h, params, input_shape):
+        W, b = params
+        return convolution(F, h, W, b, self.channels, (self.kernel, self.kernel),
+                           in_channels=input_shape[0])
+
+    def __str__(self):
+        return "conv:%d:%d" % (self.channels, self.kernel)
+
+
+def convolution(F, h, W, b, num_filter, kernel, in_channels, stride=(1, 1), pad=(0, 0),
+                dilate=(1, 1)):
+    """MXNet's ``Convolution`` of NCHW inputs ``h`` with W (num_filter, in_channels, kh, kw)
+    and b (num_filter,). Where the gradient is taken (a symbolic graph: the training step's, a
+    hybridized block's; NDArrays while autograd records), a one-channel input is convolved as
+    a 1x1 convolution of its patches: ``im2col`` lays the kh * kw values under each output
+    position out as kh * kw channels of an image of the output's sides, and W is read as
+    (channels, kh * kw, 1, 1): the same sums in another order. MXNet 1.9.1's oneDNN backward
+    pass for a single input channel takes 25 ms of a 44 ms LeNet graph on this project's CPU;
+    with the patches the graph takes 17-18 ms. Its forward pass alone is as fast as the
+    patches' (docs/PERFORMANCE.md)."""
+    options = dict(kernel=kernel, stride=stride, pad=pad, dilate=dilate)
+    if in_channels != 1 or not _differentiated(F):
+        if _imperative(F):
+            # MXNet 1.9.1's oneDNN convolution, outside training, reorders its weight array in
+            # place into the blocked layout it picks (for output channels a multiple of 8 on
+            # AVX2 and AVX-512 machines). On a view of a flat vector (a TrainingStep's mu) that
+            # rewrites the whole vector with garbage; on a copy it rewrites the copy.
+            W = W.copy()
+        return F.Convolution(h, W, b, num_filter=num_filter, **options)
+    # the output's height and width: those of a pooling window of the kernel's extent over
+    # one example (a pooling over the whole batch would cost a fifth of a LeNet step)
+    extent = tuple(d * (k - 1) + 1 for k, d in zip(kernel, dilate))
+    sides = F.BlockGrad(F.Pooling(F.slice_axis(h, axis=0, begin=0, end=1), kernel=extent,
+                                  stride=stride, pad=pad, pool_type="max"))
+    # The product stays a convolution, NCHW in and out: the layer after it may hand back its
+    # gradient in a oneDNN blocked layout (channels a multiple of 8), which a convolution's
+    # backward pass takes and which no reshape to (N, channels, positions) can (the dense
+    # product over patches this replaced failed there: "could not create a primitive
+    # descriptor for a reorder primitive").
+    patches = F.reshape_like(F.im2col(h, **options), sides, lhs_begin=2, rhs_begin=2)
+    return F.Convolution(patches, F.reshape(W, shape=(num_filter, -1, 1, 1)), b,
+                         num_filter=num_filter, kernel=(1, 1))
+
+
+def _imperative(F):
+    """True for MXNet's NDArray operators (not its symbols, not NumPy's)."""
+    return F.__name__.startswith("mxnet.ndarray")
+
+
+def _differentiated(F):
+    """True for operators whose result may be differentiated: symbols, or NDArrays while
+    autograd records (never NumPy's operators, ``compressed.NumPyOperators``)."""
+    if F.__name__.startswith("mxnet.symbol"):
+        return True
+    if not F.__name__.startswith("mxnet"):
+        return False
+    from mxnet import autograd
+    return autograd.is_recording()
+
+
+class MaxPool2D:
+    """Max pooling over size x size windows with stride size."""
+    has_weights = False
+
+    def __init__(self, size):
+        self.size = _whole_number(size, "SIZE", "pool:%s" % (size,))
+
+    def param_shapes(self, input_shape):
+        if len(input_shape) != 3:
+            raise ValueError("pool:%d pools images (channels, height, width), a conv layer's "
+                             "output; its input here is flat, %s: put a conv layer before it"
+                             % (self.size, input_shape))
+        if min(input_shape[1:]) < self.size:
+            raise ValueError("pool:%d takes images of at least %dx%d, not %s"
+                             % (self.size, self.size, self.size, input_shape))
+        return [], (input_shape[0],) + tuple(side // self.size for side in input_shape[1:])
+
+    def __call__(self, F, h, params, input_shape):
+        return F.Pooling(h, kernel=(self.size, self.size), stride=(self.size, self.size),
+                         pool_type="max")
+
+    def __str__(self):
+        return "pool:%d" % self.size
+
+
+class ReLU:
+    has_weights = False
+
+    def param_shapes(self, input_shape):
+        return [], input_shape
+
+    def __call__(self, F, h, params, input_shape):
+        return F.relu(h)
+
+    def __str__(self):
+        return "relu"
+
+
+class Flatten:
+    has_weights = False
+
+    def param_shapes(self, input_shape):
+        return [], (math.prod(input_shape),)
+
+    def __call__(self, F, h, params, input_shape):
+        return F.flatten(h)
+
+    def __str__(self):
+        return "flatten"
+
+
+class Dropout:
+    """Inverted dropout at ``rate``, on in training and in Monte Carlo prediction alike (each
+    call draws a new mask from MXNet's generator); ``Network.without_dropout`` drops it for
+    the deterministic prediction with all units. MXNet takes the rate as a float32 and scales
+    the units kept by 1 / (1 - rate): ``RATES`` are the rates for which both are finite and
+    not 0 (float32's smallest normal number to 1 - 2^-24)."""
+    has_weights = False
+    RATES = (1.1754943508222875e-38, 1.0 - 2.0 ** -24)
+
+    def __init__(self, rate):
+        if isinstance(rate, bool) or not isinstance(rate, (int, float)) or not (
+                self.RATES[0] <= rate <= self.RATES[1]):
+            raise ValueError("dropout:%s: RATE must be in (0, 1) (from %.3g to 1 - 2^-24)"
+                             % (rate, self.RATES[0]))
+        self.rate = rate
+
+    def param_shapes(self, input_shape):
+        return [], input_shape
+
+    def __call__(self, F, h, params, input_shape):
+        return F.Dropout(h, p=self.rate, mode="always")
+
+    def __str__(self):
+        return "dropout:%g" % self.rate
+
+
+class Gate:
+    """One learned factor per unit of a dense layer or channel of a convolution, multiplying the
+    layer's outputs (batch, units) or (batch, channels, height, width): placed right after the
+    layer, before its activation, it is the unit's switch. Under the log-uniform prior its
+    posterior N(theta, sigma^2) drives whole units to zero (group sparsity: the gate's log alpha
+    above the pruning threshold removes the unit with every weight into and out of it), and
+    ``compression`` folds the gates into the layer before them. Its mean starts at 1 (the
+    network as it was), its parameter is a weight like any other.
+
+    The estimators that draw noise per example draw the gate per example: ``perturbed`` gives
+    ``h * (theta + scale * noise)``, noise one value per example and unit (per channel, the
+    same at every position), so the draws of a channel's positions are one gate's."""
+    has_weights = True
+    num_params = 1  # the factors
+
+    def param_shapes(self, input_shape):
+        return [(input_shape[0],)], input_shape
+
+    def __call__(self, F, h, params, input_shape):
+        gate, = params
+        return F.broadcast_mul(h, F.reshape(gate, shape=self._per_unit((1,), input_shape)))
+
+    def noise_shape(self, batch_size, input_shape):
+        """The shape of one draw of the gates for a mini-batch: (batch, units) or (batch,
+        channels, 1, 1)."""
+        return self._per_unit((batch_size,), input_shape, input_shape[0])
+
+    def perturbed(self, F, h, mu, scale, noise, input_shape):
+        """``h * (mu + scale * noise)``: gates drawn per example (``noise`` of ``noise_shape``),
+        mean ``mu`` and ``scale`` (sigma, with standard normals; a flipout perturbation, with
+        signs) per unit."""
+        shape = self._per_unit((1,), input_shape)
+        gates = F.broadcast_add(F.reshape(mu, shape=shape),
+                                F.broadcast_mul(F.reshape(scale, shape=shape), noise))
+        return F.broadcast_mul(h, gates)
+
+    @staticmethod
+    def _per_unit(lead, input_shape, units=-1):
+        return lead + (units,) + (1,) * (len(input_shape) - 1)
+
+    def __str__(self):
+        return "gate"
+
+
+class LogVariance:
+    """Appends one learned log variance per output, the same for every input, to the outputs
+    (batch, D) -> (batch, 2D): a Gaussian likelihood's noise learned as a scalar. Its parameter
+    is a weight like any other (with the prior and, under Bayes by Backprop, a posterior)."""
+    has_weights = True
+
+    def param_shapes(self, input_shape):
+        if len(input_shape) != 1:
+            raise ValueError("logvar takes the outputs of a dense layer, not %s"
+                             % (input_shape,))
+        return [input_shape], (2 * input_shape[0],)
+
+    def __call__(self, F, h, params, input_shape):
+        log_variance, = params
+        return F.concat(h, F.broadcast_like(F.reshape(log_variance, shape=(1, -1)), h), dim=1)
+
+    def __str__(self):
+        return "logvar"
+
+
+LAYERS = {"dense": Dense, "conv": Conv2D, "pool": MaxPool2D, "relu": ReLU, "flatten": Flatten,
+          "dropout": Dropout, "gate": Gate}
+# the numbers each layer of a description takes, as SPEC_HELP names them
+LAYER_NUMBERS = {"dense": ("UNITS",), "conv": ("CHANNELS", "KERNEL"), "pool": ("SIZE",),
+                 "relu": (), "flatten": (), "dropout": ("RATE",), "gate": ()}
+# the layers whose outputs the estimators that draw per example perturb: each draws its own
+NOISY_LAYERS = (Dense, Conv2D, Gate)
+
+
+class Network:
+    """``layers`` applied in order to inputs of ``input_shape`` (per example); called as
+    ``network(X, params, F=mx.nd)`` it gives the logits. X may be (batch, prod(input_shape)), as
+    MNIST's rows are: it is reshaped to (batch,) + input_shape first."""
+
+    def __init__(self, layers, input_shape=(784,)):
+        self.layers, self.input_shape = list(layers), tuple(input_shape)
+        shapes, self.output_shapes, self._param_counts, shape = [], [], [], self.input_shape
+        for layer in self.layers:
+            layer_shapes, shape = layer.param_shapes(shape)
+            shapes += layer_shapes
+            self.output_shapes.append(shape)
+            self._param_counts.append(len(layer_shapes))
+        self._param_shapes = shapes
+        # each layer's first parameter's position in the parameter list
+        self._param_offsets = [sum(self._param_counts[:i]) for i in range(len(self.layers))]
+        self._order = self._computing_order()
+
+    def param_shapes(self):
+        """``[W1, b1, W2, b2, ...]`` shapes, in layer order."""
+        return list(self._param_shapes)
+
+    @property
+    def num_outputs(self):
+        return math.prod(self.output_shapes[-1]) if self.layers else math.prod(self.input_shape)
+
+    @property
+    def activation_size(self):
+        """Floats one example's forward pass holds (every layer's output)."""
+        return sum(math.prod(shape) for shape in self.output_shapes)
+
+    @property
+    def linear_layers_only(self):
+        """True where every layer with weights is dense, a convolution or a gate (what the
+        estimators that draw per example take)."""
+        return all(isinstance(layer, NOISY_LAYERS) or not layer.has_weights
+                   for layer in self.layers)
+
+    def __call__(self, X, params, F=None):
+        """The logits for X with ``params``. Where F has ``ConvolutionMaxPool`` (NumPy's
+        operators, ``compressed.NumPyOperators``), a convolution right before a max pooling is
+        computed with it, in one step."""
+        if F is None:
+            from mxnet import nd as F
+        pooled = None
+        if getattr(F, "ConvolutionMaxPool", None) is not None:
+            def pooled(conv, pool, h, index):
+                W, b = params[index:index + conv.num_params]
+                return F.ConvolutionMaxPool(h, W, b, num_filter=conv.channels,
+                                            kernel=(conv.kernel, conv.kernel), pool=pool.size)
+        return self.run(X, lambda layer, h, k, index, shape: layer(
+            F, h, params[index:index + layer.num_params], shape), F,
+            weightless=lambda layer, h, index, count, shape: layer(
+                F, h, params[index:index + count], shape), pooled=pooled)
+
+    def run(self, X, weighted, F=None, weightless=None, pooled=None):
+        """The network's output for X, each dense, convolution or gate layer computed by
+        ``weighted(layer, h, k, index, input_shape)`` (``k``: the k-th such layer; ``index``: its
+        first parameter's position in the parameter list: W and b, or a gate's one vector);
+        other layers as they are, or by ``weightless(layer, h, index, count, input_shape)``
+        where given; a convolution that the computing order puts right before a max pooling,
+        with the pooling, by ``pooled(conv, pool, h, index)`` where given."""
+        if F is None:
+            from mxnet import nd as F
+        h = X
+        if len(self.input_shape) > 1:
+            h = F.reshape(h, shape=(-1,) + self.input_shape)
+        k, skip = 0, None
+        for step, position in enumerate(self._order):
+            if position == skip:
+                continue
+            layer, index = self.layers[position], self._param_offsets[position]
+            shape = self.input_shapes[position]
+            following = (self.layers[self._order[step + 1]]
+                         if step + 1 < len(self._order) else None)
+            if (pooled is not None and isinstance(layer, Conv2D)
+                    and isinstance(following, MaxPool2D)):
+                h, skip = pooled(layer, following, h, index), self._order[step + 1]
+                k += 1
+            elif isinstance(layer, NOISY_LAYERS):
+                h = weighted(layer, h, k, index, shape)
+                k += 1
+            elif weightless is not None:
+                h = weightless(layer, h, index, self._param_counts[position], shape)
+            else:
+                h = layer(F, h, [], shape)
+        return h
+
+    def _computing_order(self):
+        """The order ``run`` computes the layers in: as listed, but for a ReLU right before a
+        max pooling, which comes after it. The two commute exactly (relu is monotonic, so the
+        largest of the rectified values is the rectified largest, gradients included), and the
+        ReLU then takes a quarter of the values (pool:2): 12% of a LeNet's Monte Carlo pass
+        was its ReLUs."""
+        order = list(range(len(self.layers)))
+        for i in range(len(order) - 1):
+            if (isinstance(self.layers[order[i]], ReLU)
+                    and isinstance(self.layers[order[i + 1]], MaxPool2D)):
+                order[i], order[i + 1] = order[i + 1], order[i]
+        return order
+
+    def linear_layers(self):
+        """(layer, input shape, output shape), shapes per example, of each dense, convolution
+        or gate layer (the layers ``run`` hands to ``weighted``)."""
+        return [(layer, shape, out) for layer, shape, out in zip(self.layers, self.input_shapes,
+                                                                self.output_shapes)
+                if isinstance(layer, NOISY_LAYERS)]
+
+    def gate_positions(self):
+        """The positions of the gates' vectors in the parameter list."""
+        positions, index = [], 0
+        for layer, count in zip(self.layers, self._param_counts):
+            if isinstance(layer, Gate):
+                positions.append(index)
+            index += count
+        return positions
+
+    def initial_means(self, mus, ones_like):
+        """``mus`` with each gate's vector replaced by ones (``ones_like(array)``): a gate
+        starts as the network without it."""
+        gates = set(self.gate_positions())
+        return [ones_like(mu) if i in gates else mu for i, mu in enumerate(mus)]
+
+    def multiply_adds(self):
+        """Multiply-adds of one example's forward pass through the dense and convolution
+        layers (a gate's are folded into the layer before it by compression)."""
+        total = 0
+        for layer, inp, out in self.linear_layers():
+            if isinstance(layer, Dense):
+                total += math.prod(inp) * layer.units
+            elif isinstance(layer, Conv2D):
+                total += math.prod(out) * inp[0] * layer.kernel ** 2
+        return total
+
+    @property
+    def input_shapes(self):
+        """Each layer's input shape per example, in layer order."""
+        return [self.input_shape] + self.output_shapes[:-1]
+
+    @property
+    def has_convolution(self):
+        return any(isinstance(layer, Conv2D) for layer in self.layers)
+
+    @property
+    def has_dropout(self):
+        return any(isinstance(layer, Dropout) for layer in self.layers)
+
+    def without_dropout(self):
+        """This network with every unit kept (inverted dropout's deterministic prediction);
+        the same parameters."""
+        if not self.has_dropout:
+            return self
+        return Network([layer for layer in self.layers if not isinstance(layer, Dropout)],
+                       self.input_shape)
+
+    def without_gates(self, params):
+        """This network without its gates, and ``params`` without the gates' vectors: the dense
+        network a gated one was grown from (the baseline group sparsity's speed is measured
+        against)."""
+        gates = set(self.gate_positions())
+        return (Network([layer for layer in self.layers if not isinstance(layer, Gate)],
+                        self.input_shape),
+                [param for i, param in enumerate(params) if i not in gates])
+
+    def with_dropout(self, rate):
+        """This network with dropout at ``rate`` after every ReLU, the hidden units (Monte
+        Carlo dropout, Gal and Ghahramani 2016); unchanged where it has dropout already."""
+        if self.has_dropout:
+            return self
+        layers = []
+        for layer in self.layers:
+            layers += [layer, Dropout(rate)] if isinstance(layer, ReLU) else [layer]
+        return Network(layers, self.input_shape)
+
+    def __str__(self):
+        return ",".join(str(layer) for layer in self.layers)
+
+
+def mlp(num_inputs=784, num_hidden=400, num_layers=2, num_outputs=10):
+    """The tutorial's MLP: ``num_layers`` ReLU layers of ``num_hidden`` units, then a linear
+    output layer."""
+    layers = []
+    for _ in range(num_layers):
+        layers += [Dense(num_hidden), ReLU()]
+    return Network(layers + [Dense(num_outputs)], input_shape=(num_inputs,))
+
+
+def mlp_of(layer_params):
+    """The MLP whose parameters are ``layer_params`` ``[W1, b1, ...]`` (weights (outputs,
+    inputs); arrays, symbols or shapes), as the tutorial's ``net`` takes them: a ReLU after
+    every layer but the last."""
+    layers = []
+    for i in range(0, len(layer_params), 2):
+        layers += [Dense(rows_of(layer_params[i])), ReLU()]
+    return Network(layers[:-1], input_shape=(_columns(layer_params[0]),))
+
+
+def _shape(weight):
+    """The shape of a weight: a shape itself, an NDArray, or a symbol whose shape is known."""
+    if isinstance(weight, tuple):
+        return weight
+    if hasattr(weight, "infer_shape"):  # a symbol
+        return weight.infer_shape()[1][0]
+    return weight.shape
+
+
+def rows_of(weight):
+    """Rows (outputs) of a weight: a shape, an NDArray or a symbol whose shape is known."""
+    return _shape(weight)[0]
+
+
+def _columns(weight):
+    return _shape(weight)[1]
+
+
+def lenet(num_inputs=784, num_outputs=10):
+    """LeNet-5 as Caffe's MNIST example has it: conv 5x5x20, pool, conv 5x5x50, pool, dense 500,
+    dense 10, ReLUs after the convolutions and the hidden dense layer, on 1 x 28 x 28 images."""
+    side = _image_side(num_inputs)
+    return Network([Conv2D(20, 5), ReLU(), MaxPool2D(2), Conv2D(50, 5), ReLU(), MaxPool2D(2),
+                    Dense(500), ReLU(), Dense(num_outputs)], input_shape=(1, side, side))
+
+
+def _image_side(num_inputs):
+    side = math.isqrt(num_inputs)
+    if side * side != num_inputs:
+        raise ValueError("a convolutional network takes square one-channel images; %d inputs "
+                         "are not" % num_inputs)
+    return side
+
+
+NETWORKS = {"lenet": lenet}
+SPEC_HELP = ("mlp, lenet, or layers such as conv:20:5,relu,pool:2,dense:500,relu,dense:10 "
+             "(conv:CHANNELS:KERNEL, pool:SIZE, dense:UNITS, relu, flatten, dropout:RATE, gate)")
+
+
+def parse_network(spec, num_inputs=784, num_outputs=10):
+    """The ``Network`` a description names (not ``mlp``, which the config's sizes shape):
+    ``lenet`` or a comma-separated list of layers; ConfigError naming ``network`` otherwise.
+    A network with convolutions takes square one-channel images."""
+    if spec in NETWORKS:
+        return NETWORKS[spec](num_inputs, num_outputs)
+    try:
+        layers = [_parse_layer(item.strip()) for item in str(spec).split(",")]
+        for before, layer in zip([None] + layers, layers):
+            if isinstance(layer, Gate) and not isinstance(before, (Dense, Conv2D)):
+                # compression folds a gate into the layer it scales
+                raise ValueError("a gate comes right after a dense or conv layer, whose units "
+                                 "it scales")
+        if any(isinstance(layer, Conv2D) for layer in layers):
+            side = _image_side(num_inputs)
+            input_shape = (1, side, side)
+        else:
+            input_shape = (num_inputs,)
+        network = Network(layers, input_shape)
+    except ValueError as exc:
+        raise ConfigError("network", spec, "%s; %s" % (SPEC_HELP, exc)) from None
+    if not layers or not isinstance(layers[-1], Dense) or network.num_outputs != num_outputs:
+        raise ConfigError("network", spec, "a description ending in dense:%d (the %d outputs "
+                          "the likelihood takes)"
+                          % (num_outputs, num_outputs))
+    return network
+
+
+def _parse_layer(item):
+    """One layer of a description, ``NAME[:NUMBER...]``; ValueError saying what is wrong."""
+    name, *numbers = item.split(":")
+    if name not in LAYERS:
+        raise ValueError("unknown layer %r" % item)
+    wanted = LAYER_NUMBERS[name]
+    if len(numbers) != len(wanted):
+        raise ValueError("%s takes %s" % (name, ":".join([name] + list(wanted))))
+    values = []
+    for number, what in zip(numbers, wanted):
+        try:
+            values.append(float(number) if name == "dropout" else int(number))
+        except ValueError:
+            raise ValueError("%s: %s must be %s" % (
+                item, what, "a number" if name == "dropout" else "a whole number >= 1")) from None
+    return LAYERS[name](*values)

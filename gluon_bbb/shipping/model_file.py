@@ -1,0 +1,487 @@
+"""A compressed model, read and run with NumPy alone: the file ``gluon_bbb.commands.compress`` writes,
+and the predictor that a program without MXNet uses (``load``, ``CompressedModel.predict``).
+
+The file: ``MAGIC``, a format version (uint16), the CRC-32 of the rest (uint32), then LZMA2
+(raw) of a JSON header (its length a uint32 before it) and the arrays it names, back to back.
+The header holds all a predictor needs: the network as a description (``networks/layers.py``) of the
+layers left after pruning, the likelihood, the class count, how inputs are scaled, the
+entropy above which a prediction is flagged unsure, and per parameter array (``tensors``,
+weight then bias of each layer with weights, in the network's order) how it is stored:
+
+- ``indices``: the kept (nonzero) entries' flat positions, as the gaps between them (each
+  position minus the one before, the first minus -1) in LEB128 varints (one byte for a gap
+  below 128);
+- ``values``: the kept means as integers ``q`` of the narrowest signed type, the mean being
+  ``q * step``; float32 means where ``step`` is 0;
+- ``sigmas`` (where the file keeps them): ``sigma_bits``-bit codes of log sigma, evenly spaced
+  over ``log_sigma_range``, for a Monte Carlo predictive.
+
+Pruned entries are exactly 0 and draw no noise. The same file loads into MXNet with
+``compression.load_compressed``.
+"""
+import json
+import lzma
+import math
+import struct
+import zlib
+
+import numpy as np
+
+from ..errors import GluonBBBError
+from ..networks.layers import parse_network
+
+MAGIC = b"GLUONBBB"
+VERSION = 1
+# raw LZMA2 with a dictionary of 1 MiB: the payloads are far smaller, and a raw stream has no
+# container header (an .xz file spends about 60 bytes on one)
+FILTERS = [{"id": lzma.FILTER_LZMA2, "preset": 9 | lzma.PRESET_EXTREME, "dict_size": 1 << 20}]
+DECODE_FILTERS = [{"id": lzma.FILTER_LZMA2, "dict_size": 1 << 20}]
+FORMAT_NAME = "gluon-bbb compressed model"
+# A prediction whose class has a probability below this is flagged unsure in absolute terms
+# (see ``unsure``); files may name another in their header's ``unsure_probability``.
+UNSURE_PROBABILITY = 0.5
+
+
+class ModelFileError(GluonBBBError):
+    """A file that is not a compressed model of a version this package reads."""
+
+
+# LEB128 varints, vectorized.
+
+def encode_varints(values):
+    """Non-negative integers as LEB128: 7 bits a byte, low bits first, the high bit set on every
+    byte but a number's last. Returns bytes."""
+    values = np.asarray(values, dtype=np.uint64)
+    if values.size == 0:
+        return b""
+    lengths = np.ones(values.size, dtype=np.int64)
+    rest = values >> np.uint64(7)
+    while np.any(rest):
+        lengths += rest > 0
+        rest >>= np.uint64(7)
+    starts = np.concatenate([[0], np.cumsum(lengths)[:-1]])
+    out = np.empty(int(lengths.sum()), dtype=np.uint8)
+    for k in range(int(lengths.max())):
+        has = lengths > k
+        byte = ((values[has] >> np.uint64(7 * k)) & np.uint64(0x7F)).astype(np.uint8)
+        byte |= np.where(lengths[has] > k + 1, 0x80, 0).astype(np.uint8)
+        out[starts[has] + k] = byte
+    return out.tobytes()
+
+
+def decode_varints(data, count):
+    """``count`` integers from LEB128 bytes ``data`` (int64)."""
+    raw = np.frombuffer(data, dtype=np.uint8)
+    ends = np.flatnonzero(raw < 0x80)
+    if ends.size != count or (count and ends[-1] != raw.size - 1):
+        raise ModelFileError("the file's indices do not hold %d varints", count)
+    starts = np.concatenate([[0], ends[:-1] + 1])
+    values = np.zeros(count, dtype=np.int64)
+    for k in range(int((ends - starts).max()) + 1 if count else 0):
+        has = starts + k <= ends
+        values[has] |= (raw[starts[has] + k].astype(np.int64) & 0x7F) << (7 * k)
+    return values
+
+
+def positions_from_gaps(gaps):
+    return np.cumsum(gaps) - 1
+
+
+def gaps_from_positions(positions):
+    return np.diff(np.concatenate([[-1], positions]))
+
+
+# The operators a network description's layers call, on NumPy arrays.
+
+# The most multiply-adds, as a multiple of the convolution's, that ConvolutionMaxPool's product
+# may take: (kh + pool - 1) * (kw + pool - 1) / (kh * kw), 1.44 for 5x5 kernels under pool:2.
+# Measured on 100 images, one thread: at 1.4-2.8 the one product took 1.0-3.7 times less time
+# than a convolution then a pooling; at 4 and 9 (1x1 and 2x2 kernels under pool:3) 8 input
+# channels took up to 1.4 times more.
+FUSED_MULTIPLY_ADDS = 3.0
+
+
+class NumPyOperators:
+    """The few MXNet operators that ``network.Network`` calls, written in NumPy (float32, NCHW),
+    so that the same network description runs without MXNet."""
+
+    @staticmethod
+    def reshape(h, shape):
+        return h.reshape(shape)
+
+    @staticmethod
+    def flatten(h):
+        return h.reshape(h.shape[0], -1)
+
+    @staticmethod
+    def relu(h):
+        return np.maximum(h, 0.0)
+
+    @staticmethod
+    def broadcast_mul(a, b):  # a gate's factors (compress scores the unpruned gated network)
+        return np.multiply(a, b)
+
+    @staticmethod
+    def FullyConnected(h, W, b, num_hidden, flatten=True):
+        if flatten:
+            h = h.reshape(h.shape[0], -1)
+        return h @ W.T + b
+
+    @staticmethod
+    def Convolution(h, W, b, num_filter, kernel, stride=(1, 1), pad=(0, 0), dilate=(1, 1)):
+        if any(p for p in pad):
+            h = np.pad(h, ((0, 0), (0, 0), (pad[0], pad[0]), (pad[1], pad[1])))
+        (kh, kw), (sh, sw), (dh, dw) = kernel, stride, dilate
+        out_h = (h.shape[2] - dh * (kh - 1) - 1) // sh + 1
+        out_w = (h.shape[3] - dw * (kw - 1) - 1) // sw + 1
+        patches = _patches(h, kernel, (out_h, out_w), stride, dilate)
+        out = np.tensordot(W, patches, axes=([1, 2, 3], [1, 2, 3]))  # (filters, n, oh, ow)
+        out += b[:, None, None, None]  # in place: the product is a new array
+        return out.transpose(1, 0, 2, 3)
+
+    @staticmethod
+    def ConvolutionMaxPool(h, W, b, num_filter, kernel, pool):
+        """``Pooling(Convolution(h, W, b), (pool, pool) windows at stride pool)`` in one product
+        (a convolution of stride 1, no padding; ``network.Network`` calls it for a ``conv``
+        right before a ``pool``): the pool x pool outputs under a window all come from one patch
+        of (kh + pool - 1) x (kw + pool - 1) inputs, so the patches are taken at stride pool
+        and multiplied by pool * pool copies of W, each shifted to its output's place in the
+        patch; the window's largest is then the largest of the pool * pool products. Against a
+        convolution at every position then a pooling, the patches hold 2.8 times fewer values
+        (5x5 kernels, pool:2) and the product has pool * pool times more rows, for 1.44 times
+        the multiply-adds: a 3-18-144 LeNet's prediction of 1,000 images takes 1.3-1.5 times
+        less time (bench/bench_compress.py). The shifted copies are built at each call: 0.3 ms
+        of a 20-50-500 LeNet's one image. ``num_filter`` is W's first axis (MXNet's
+        signature)."""
+        n, channels, height, width = h.shape
+        kh, kw = kernel
+        rows, cols = (height - kh + 1) // pool, (width - kw + 1) // pool
+        extent = (kh + pool - 1, kw + pool - 1)
+        if extent[0] * extent[1] > FUSED_MULTIPLY_ADDS * kh * kw:
+            # a small kernel under a wide window: the shifted copies' zeros would cost more
+            # than the patches save
+            return NumPyOperators.Pooling(
+                NumPyOperators.Convolution(h, W, b, num_filter, kernel), (pool, pool),
+                (pool, pool))
+        shifted = np.zeros((pool, pool, num_filter, channels) + extent, dtype=np.float32)
+        for i in range(pool):
+            for j in range(pool):
+                shifted[i, j, :, :, i:i + kh, j:j + kw] = W
+        patches = _patches(h, extent, (rows, cols), (pool, pool))
+        # (pool * pool, filters, n, rows, cols): each offset's convolution outputs
+        outputs = np.tensordot(shifted.reshape((-1, channels) + extent), patches,
+                               axes=([1, 2, 3], [1, 2, 3])).reshape(
+                                   (pool * pool, num_filter, n, rows, cols))
+        out = np.maximum(outputs[0], outputs[1]) if pool > 1 else outputs[0]
+        for offset in range(2, pool * pool):
+            np.maximum(out, outputs[offset], out=out)
+        out += b[:, None, None, None]  # the bias is the same under the window: added once
+        return out.transpose(1, 0, 2, 3)
+
+    @staticmethod
+    def Pooling(h, kernel, stride, pool_type="max"):
+        if pool_type != "max" or tuple(kernel) != tuple(stride):
+            raise ValueError("the NumPy operators pool with non-overlapping max windows only")
+        k0, k1 = kernel
+        height, width = h.shape[2] // k0 * k0, h.shape[3] // k1 * k1
+        # the maximum of strided views, one elementwise pass each: first over a window's rows
+        # (whole rows, so the pass reads runs of adjacent values), then over its columns at half
+        # the size; a max over reshaped window axes took three quarters of a LeNet's prediction,
+        # and the k0 x k1 passes at full size 1.6 times the time of these
+        rows = h[:, :, 0:height:k0, :width]
+        for i in range(1, k0):
+            rows = np.maximum(rows, h[:, :, i:height:k0, :width])
+        out = rows[:, :, :, 0::k1]
+        for j in range(1, k1):
+            out = np.maximum(out, rows[:, :, :, j::k1])
+        return out
+
+
+def _patches(h, extent, sides, stride, dilate=(1, 1)):
+    """The patches of NCHW ``h`` as a view (n, channels, extent rows, extent columns, sides):
+    the values under each of sides[0] x sides[1] positions, ``stride`` apart, of a window of
+    ``extent`` values ``dilate`` apart."""
+    s = h.strides
+    return np.lib.stride_tricks.as_strided(
+        h, h.shape[:2] + tuple(extent) + tuple(sides),
+        (s[0], s[1], s[2] * dilate[0], s[3] * dilate[1], s[2] * stride[0], s[3] * stride[1]),
+        writeable=False)
+
+
+class SeparateOperators(NumPyOperators):
+    """NumPy's operators with every convolution and max pooling computed apart (no
+    ``ConvolutionMaxPool``): the plain reference the one product is measured against."""
+    ConvolutionMaxPool = None
+
+
+# The model.
+
+class CompressedModel:
+    """A compressed model: ``network`` (a ``network.Network``), ``mus`` and, where the file
+    keeps them, ``sigmas`` (dense float32 arrays, pruned entries 0), the positions of the kept
+    entries (``kept``) and the file's ``header``."""
+
+    def __init__(self, header, network, mus, sigmas, kept):
+        self.header, self.network, self.mus, self.sigmas, self.kept = (
+            header, network, mus, sigmas, kept)
+
+    @property
+    def num_classes(self):
+        return self.header["classes"]
+
+    @property
+    def unsure_entropy(self):
+        """The predictive entropy (bits) above which a prediction is flagged unsure."""
+        return self.header["unsure_entropy_bits"]
+
+    @property
+    def unsure_probability(self):
+        """The probability of the predicted class below which a prediction is flagged unsure,
+        whatever its entropy (``UNSURE_PROBABILITY`` unless the file says otherwise)."""
+        return self.header.get("unsure_probability", UNSURE_PROBABILITY)
+
+    def unsure(self, probs):
+        """Which predictive distributions (N, classes) are flagged unsure (N,): ``unsure(probs,
+        self.unsure_entropy, self.unsure_probability)``."""
+        return unsure(probs, self.unsure_entropy, self.unsure_probability)
+
+    def inputs(self, pixels):
+        """Raw pixel values (N, H, W) or (N, H * W), 0 to 255, as the network takes them;
+        ValueError for values that are not such pixels (``pixel_problem``)."""
+        problem = pixel_problem(pixels)
+        if problem:
+            raise ValueError("pixel values: " + problem)
+        pixels = np.asarray(pixels, dtype=np.float32)
+        return pixels.reshape(pixels.shape[0], -1) / np.float32(self.header["input"]["pixel_scale"])
+
+    def logits(self, X, params=None, operators=NumPyOperators):
+        """The network's outputs for scaled inputs X (N, features), with the mean weights."""
+        return self.network(X, self.mus if params is None else params, F=operators)
+
+    def predict(self, X, num_samples=0, seed=0, batch_size=100, operators=NumPyOperators):
+        """The predictive probabilities (N, classes) for scaled inputs ``X``: softmax of the
+        mean network (``num_samples=0``), or the mean of ``num_samples`` draws of the kept
+        weights from N(mu, sigma^2) (the file must keep sigmas), computed with ``operators``
+        (``SeparateOperators``: each convolution and max pooling apart, to compare). Batches of
+        100: with each convolution apart, a batch's patches then stay in the cache (the
+        20-50-500 LeNet over 1,000 images, two threads: 205 ms, 270 in batches of 1,000); with
+        the convolution and its pooling in one product the batch matters less (162 and 154)."""
+        if num_samples and self.sigmas is None:
+            raise ModelFileError("this file keeps no sigmas: it predicts with its mean weights "
+                                 "only (num_samples 0)")
+        X = np.asarray(X, dtype=np.float32)
+        if num_samples == 0:
+            return np.concatenate([softmax(self.logits(X[i:i + batch_size], None, operators))
+                                   for i in range(0, X.shape[0], batch_size)])
+        rng = np.random.default_rng(seed)
+        total = np.zeros((X.shape[0], self.num_classes), dtype=np.float64)
+        for _ in range(num_samples):
+            weights = []
+            for mu, sigma, kept in zip(self.mus, self.sigmas, self.kept):
+                w = mu.copy().reshape(-1)
+                w[kept] += sigma.reshape(-1)[kept] * rng.standard_normal(kept.size,
+                                                                        dtype=np.float32)
+                weights.append(w.reshape(mu.shape))
+            for i in range(0, X.shape[0], batch_size):
+                total[i:i + batch_size] += softmax(self.logits(X[i:i + batch_size], weights,
+                                                               operators))
+        return (total / num_samples).astype(np.float32)
+
+
+def pixel_problem(pixels):
+    """What keeps ``pixels`` from being raw pixel values 0 to 255 as MNIST's, in words (None
+    where nothing does): NaN or infinity, values outside 0-255, or values within 0-1 that are
+    not all 0, which are images scaled to [0, 1] (floats, or a binary image of 0s and 1s):
+    every one would be read as nearly black."""
+    pixels = np.asarray(pixels)
+    if not np.issubdtype(pixels.dtype, np.number) or np.issubdtype(pixels.dtype,
+                                                                   np.complexfloating):
+        return "they hold %s, not numbers" % pixels.dtype
+    values = pixels.astype(np.float64)
+    if not np.isfinite(values).all():
+        return "%d of them are NaN or infinite" % int(np.sum(~np.isfinite(values)))
+    if values.size == 0:
+        return None
+    low, high = values.min(), values.max()
+    if low < 0 or high > 255:
+        return "they must lie in [0, 255] (MNIST's raw values), these run from %g to %g" % (
+            low, high)
+    if 0 < high <= 1:
+        return ("they run from %g to %g, as images scaled to [0, 1] do; the model takes MNIST's "
+                "raw values 0 to 255 (multiply the array by 255)" % (low, high))
+    return None
+
+
+def unsure(probs, entropy_bits_above, probability_below=UNSURE_PROBABILITY):
+    """Which predictive distributions (N, classes) are unsure (N,): those whose entropy passes
+    the model's calibrated threshold (relative: the entropy that 5% of its validation digits
+    exceed; None for none), and those whose predicted class has a probability below
+    ``probability_below`` (absolute: a model that is poor everywhere, and so calibrated to its
+    own poor entropies, still says so)."""
+    probs = np.asarray(probs)
+    flagged = probs.max(axis=1) < probability_below
+    if entropy_bits_above is not None:
+        flagged |= entropy_bits(probs) > entropy_bits_above
+    return flagged
+
+
+def softmax(logits):
+    shifted = logits - logits.max(axis=1, keepdims=True)
+    e = np.exp(shifted)
+    return e / e.sum(axis=1, keepdims=True)
+
+
+def entropy_bits(probs):
+    """The entropy of each predictive distribution (N,), in bits."""
+    p = np.asarray(probs, dtype=np.float64)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return -np.where(p > 0, p * np.log2(p), 0.0).sum(axis=1)
+
+
+# Reading and writing the file.
+
+def pack(header, blobs):
+    """The file's bytes for ``header`` (a dict; each tensor's blobs named in it) and ``blobs``
+    (bytes, in order)."""
+    text = json.dumps(header, separators=(",", ":"), sort_keys=True).encode()
+    payload = lzma.compress(struct.pack("<I", len(text)) + text + b"".join(blobs),
+                            format=lzma.FORMAT_RAW, filters=FILTERS)
+    return MAGIC + struct.pack("<HI", VERSION, zlib.crc32(payload)) + payload
+
+
+def unpack(data, source="the file"):
+    """``(header, body)`` of a file's bytes; ModelFileError saying what is wrong."""
+    if len(data) < len(MAGIC) + 6 or not data.startswith(MAGIC):
+        raise ModelFileError("%s is not a compressed gluon-bbb model (it does not start with "
+                             "%r)", source, MAGIC.decode())
+    version, crc = struct.unpack("<HI", data[len(MAGIC):len(MAGIC) + 6])
+    if version != VERSION:
+        raise ModelFileError("%s is a compressed model of format version %d; this gluon-bbb "
+                             "reads version %d", source, version, VERSION)
+    payload = data[len(MAGIC) + 6:]
+    if zlib.crc32(payload) != crc:
+        raise ModelFileError("%s is damaged: its checksum does not match its contents", source)
+    try:
+        raw = lzma.decompress(payload, format=lzma.FORMAT_RAW, filters=DECODE_FILTERS)
+        (length,) = struct.unpack("<I", raw[:4])
+        header = json.loads(raw[4:4 + length])
+    except (lzma.LZMAError, struct.error, ValueError) as exc:
+        raise ModelFileError("%s cannot be read: %s", source, exc) from None
+    return header, raw[4 + length:]
+
+
+def read(path):
+    """The ``CompressedModel`` in the file ``path``."""
+    from ..outputs import path_problem
+    problem = path_problem(path)
+    if problem:
+        raise ModelFileError("%s is %s, not a compressed model's file", path, problem)
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+    except OSError as exc:
+        raise ModelFileError("cannot read %s: %s", path, exc.strerror or exc) from None
+    return decode(data, path)
+
+
+load = read
+
+
+def decode(data, source="the file"):
+    """The ``CompressedModel`` of a file's bytes."""
+    header, body = unpack(data, source)
+    if not isinstance(header, dict) or header.get("format") != FORMAT_NAME:
+        raise ModelFileError("%s holds no compressed model", source)
+    try:
+        _check_header(header)
+        network = parse_network(header["network"], header["input"]["features"],
+                                header["classes"])
+        shapes = network.param_shapes()
+        tensors = header["tensors"]
+        if len(tensors) != len(shapes):
+            raise ValueError("%d arrays for a network of %d" % (len(tensors), len(shapes)))
+        mus, sigmas, kept, offset = [], [], [], 0
+        for shape, tensor in zip(shapes, tensors):
+            mu, sigma, positions, offset = _decode_tensor(tuple(shape), tensor, body, offset)
+            mus.append(mu)
+            sigmas.append(sigma)
+            kept.append(positions)
+    except (KeyError, TypeError, ValueError, GluonBBBError) as exc:
+        raise ModelFileError("%s is not a model this gluon-bbb can read: %s", source,
+                             exc.describe() if isinstance(exc, GluonBBBError) else exc) from None
+    for i, (mu, sigma) in enumerate(zip(mus, sigmas)):
+        for name, array in (("means", mu), ("sigmas", sigma)):
+            if array is not None and not np.isfinite(array).all():
+                raise ModelFileError("%s holds non-finite %s in array %d; nothing is computed "
+                                     "on them", source, name, i)
+    return CompressedModel(header, network, mus,
+                           sigmas if all(s is not None for s in sigmas) else None, kept)
+
+
+def _is_number(value):
+    return (isinstance(value, (int, float)) and not isinstance(value, bool)
+            and math.isfinite(value))
+
+
+def _check_header(header):
+    """ValueError saying which entry of a header that passed its checksum is not as this
+    package writes it."""
+    needs = (("network", str), ("classes", int), ("input", dict), ("tensors", list))
+    for name, kind in needs:
+        if not isinstance(header.get(name), kind) or isinstance(header.get(name), bool):
+            raise ValueError("its header's %r is missing or not a %s" % (name, kind.__name__))
+    if header["classes"] < 2:
+        raise ValueError("its header's 'classes' is %d" % header["classes"])
+    scale, features = header["input"].get("pixel_scale"), header["input"].get("features")
+    if not _is_number(scale) or scale <= 0:
+        raise ValueError("its header's input 'pixel_scale' is not a positive number")
+    if not isinstance(features, int) or isinstance(features, bool) or features < 1:
+        raise ValueError("its header's input 'features' is not a positive integer")
+    if "unsure_entropy_bits" not in header or not (
+            header["unsure_entropy_bits"] is None or _is_number(header["unsure_entropy_bits"])):
+        raise ValueError("its header's 'unsure_entropy_bits' is missing or not a number")
+    floor = header.get("unsure_probability", UNSURE_PROBABILITY)
+    if not _is_number(floor) or not 0 <= floor < 1:
+        raise ValueError("its header's 'unsure_probability' is not a number in [0, 1)")
+    samples = header.get("predictive_samples", 0)
+    if not isinstance(samples, int) or isinstance(samples, bool) or not 0 <= samples <= 1000:
+        raise ValueError("its header's 'predictive_samples' is not an integer in [0, 1000]")
+    for tensor in header["tensors"]:
+        if not isinstance(tensor, dict):
+            raise ValueError("its header's tensors are not all objects")
+
+
+def _take(body, offset, size):
+    if offset + size > len(body):
+        raise ValueError("the file ends %d bytes early" % (offset + size - len(body)))
+    return body[offset:offset + size], offset + size
+
+
+def _decode_tensor(shape, tensor, body, offset):
+    size = math.prod(shape)
+    count = tensor["kept"]
+    if not isinstance(count, int) or not 0 <= count <= size or not _is_number(tensor["step"]) \
+            or tensor["value_dtype"] not in ("int8", "int16", "int32", "float32"):
+        raise ValueError("a tensor's 'kept', 'step' or 'value_dtype' is not as written")
+    data, offset = _take(body, offset, tensor["index_bytes"])
+    positions = positions_from_gaps(decode_varints(data, count))
+    if count != positions.size or (count and (positions[0] < 0 or positions[-1] >= size)):
+        raise ValueError("kept positions outside an array of %d entries" % size)
+    dtype = np.dtype(tensor["value_dtype"])
+    data, offset = _take(body, offset, count * dtype.itemsize)
+    values = np.frombuffer(data, dtype=dtype).astype(np.float32)
+    if tensor["step"]:
+        values = values * np.float32(tensor["step"])
+    mu = np.zeros(size, dtype=np.float32)
+    mu[positions] = values
+    sigma = None
+    if "sigma_bits" in tensor:
+        data, offset = _take(body, offset, count)
+        codes = np.frombuffer(data, dtype=np.uint8).astype(np.float32)
+        low, high = tensor["log_sigma_range"]
+        levels = (1 << tensor["sigma_bits"]) - 1
+        sigma = np.zeros(size, dtype=np.float32)
+        sigma[positions] = np.exp(low + codes * np.float32((high - low) / levels if levels
+                                                           else 0.0))
+        sigma = sigma.reshape(shape)
+    return mu.reshape(shape), sigma, positions, offset

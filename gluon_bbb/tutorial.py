@@ -1,0 +1,237 @@
+"""The Bayes-by-Backprop model, step by step as in the tutorial.
+
+The tutorial's functions: ``sample_epsilons``, ``transform_rhos`` (softplus),
+``transform_gaussian_samples`` (w = mu + sigma * eps), ``net``, the priors (``family/priors.py``),
+``log_gaussian``, the likelihoods (``log_softmax_likelihood``, ``gaussian_log_likelihood``:
+``family/likelihoods.py``) and ``combined_loss``, the mini-batch loss
+
+    (1/M) (sum log q(w | mu, sigma) - sum log P(w)) - sum_i log P(y_i | x_i, w).
+
+Parameters are plain lists ``[W1, b1, W2, b2, ...]`` with ``W`` of shape (outputs, inputs), the
+layout of MXNet's ``FullyConnected`` and Gluon's ``Dense``, and ``b`` of shape (outputs,). Every
+function works on the context of its inputs; nothing reads a global. The MLP is the tutorial's
+network; ``net`` and the functions built on it take any network described in ``networks/layers.py``
+(a convolutional one too) through their ``network`` argument.
+
+The training step computes the same loss on flat parameter vectors with its gradient written
+out (``ndarray_backend.py``, and the C kernels of ``native/library.py``); the tests check both against
+autograd of ``combined_loss``.
+"""
+import numpy as np
+from mxnet import nd
+
+# the tutorial's names, from the modules that own them
+from .family.elementwise import (LOG_SQRT_2PI, LRT_VARIANCE_FLOOR, SOFTPLUS_FLOOR,  # noqa: F401
+                          log_gaussian, sigmoid, softplus, total)
+from .family.likelihoods import gaussian_log_likelihood, log_softmax_likelihood  # noqa: F401
+from .networks.layers import Conv2D, Gate, mlp, mlp_of
+from .family.priors import (GaussianPrior, ScaleMixturePrior, gaussian_prior, prior_for,  # noqa: F401
+                     scale_mixture_prior)
+
+
+# The tutorial's functions take what a notebook gives them: each checks its arguments and says
+# which one is wrong in a one-line ValueError, where the arithmetic would quietly return
+# something else (zip stops at the shorter list; a negative sigma gives NaN).
+
+def _check_count(name, value, minimum):
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < minimum:
+        raise ValueError("%s must be an integer >= %d, got %r" % (name, minimum, value))
+
+
+def _check_lengths(**lists):
+    """ValueError unless the lists (one array per parameter) have one length."""
+    lengths = {name: len(value) for name, value in lists.items()}
+    if len(set(lengths.values())) > 1:
+        raise ValueError("%s must hold one array per parameter each, got %s" % (
+            ", ".join(lengths), ", ".join("%d %s" % (n, name) for name, n in lengths.items())))
+
+
+def _check_sigmas(sigmas, zero_allowed=False, name="sigmas"):
+    """ValueError unless every NDArray of ``sigmas`` holds finite values > 0 (>= 0 where
+    ``zero_allowed``: a weight taken out of the network draws no noise), with one read of
+    their smallest and largest values; symbols, in a hybridized block, are not read."""
+    arrays = [sigma for sigma in sigmas if isinstance(sigma, nd.NDArray)]
+    if not arrays:
+        return
+    from mxnet import autograd
+    with autograd.pause():
+        bounds = nd.concat(*[nd.concat(nd.min(a), nd.max(a), dim=0) for a in arrays],
+                           dim=0).asnumpy()
+    for i in range(len(arrays)):
+        low, high = bounds[2 * i:2 * i + 2]
+        if not ((low >= 0 if zero_allowed else low > 0) and np.isfinite(high)):
+            raise ValueError("%s must be finite standard deviations %s (sigma = "
+                             "transform_rhos(rho)); %s[%d] holds %s" % (
+                                 name, ">= 0" if zero_allowed else "> 0", name, i,
+                                 "NaN" if np.isnan(low) or np.isnan(high)
+                                 else "%g" % (high if np.isinf(high) else low)))
+
+
+def layer_param_shapes(num_inputs=784, num_hidden=400, num_layers=2, num_outputs=10):
+    """Shapes ``[W1 (hidden, in), b1 (hidden,), ..., W_out (out, hidden), b_out (out,)]``.
+
+    ``num_layers`` is the number of hidden layers (0 gives a linear softmax model): the shapes
+    of ``network.mlp``.
+    """
+    _check_count("num_inputs", num_inputs, 1)
+    _check_count("num_hidden", num_hidden, 1)
+    _check_count("num_layers", num_layers, 0)
+    _check_count("num_outputs", num_outputs, 1)
+    return mlp(num_inputs, num_hidden, num_layers, num_outputs).param_shapes()
+
+
+def init_variational_params(shapes, ctx, mu_scale=0.1, rho_offset=-3.0, seed=None):
+    """Initial ``(mus, rhos)``: mu ~ N(0, mu_scale^2), rho = rho_offset, one array per shape.
+
+    Drawn with NumPy so that a given ``seed`` gives the same start on every device.
+    Gradients are attached, ready for ``autograd.record()``.
+    """
+    if not (isinstance(mu_scale, (int, float)) and 0 < mu_scale < float("inf")):
+        raise ValueError("mu_scale must be a finite number > 0, got %r" % (mu_scale,))
+    if not (isinstance(rho_offset, (int, float)) and np.isfinite(rho_offset)):
+        raise ValueError("rho_offset must be a finite number, got %r" % (rho_offset,))
+    rng = np.random.default_rng(seed)
+    mus = [nd.array(rng.normal(0.0, mu_scale, size=shape), ctx=ctx, dtype="float32")
+           for shape in shapes]
+    rhos = [nd.full(shape, rho_offset, ctx=ctx, dtype="float32") for shape in shapes]
+    for param in mus + rhos:
+        param.attach_grad()
+    return mus, rhos
+
+
+def sample_epsilons(param_shapes, ctx, noise=None):
+    """One standard-normal NDArray per shape, on ``ctx``: from ``noise`` (a source of
+    ``noise.py``, seeded per run) if given, else from MXNet's sampler, as in the tutorial."""
+    if noise is not None:
+        return [noise.normal(shape) for shape in param_shapes]
+    return [nd.random.normal(shape=shape, ctx=ctx, dtype="float32") for shape in param_shapes]
+
+
+def transform_rhos(rhos, F=nd):
+    """Standard deviations ``sigma = softplus(rho)`` (always > 0) for each rho array."""
+    return [softplus(rho, F) for rho in rhos]
+
+
+def transform_gaussian_samples(mus, sigmas, epsilons):
+    """Reparametrized weights ``w = mu + sigma * eps``, one array per parameter."""
+    _check_lengths(mus=mus, sigmas=sigmas, epsilons=epsilons)
+    _check_sigmas(sigmas, zero_allowed=True)
+    return [mu + sigma * eps for mu, sigma, eps in zip(mus, sigmas, epsilons)]
+
+
+def net(X, layer_params, F=nd, network=None):
+    """Logits of the network: by default the MLP the parameters shape (ReLU hidden layers,
+    linear output), else ``network`` (a ``network.Network``); X (batch, inputs).
+
+    With ``F=mx.sym`` and symbols for X and the parameters it builds the same network as a
+    graph (``NetworkGraph`` trains with it).
+    """
+    return (network or mlp_of(layer_params))(X, layer_params, F)
+
+
+def lrt_net(X, mus, sigmas, noise, F=nd, network=None):
+    """Logits with the local reparametrization trick (Kingma et al. 2015): each dense or
+    convolution layer's pre-activations are drawn from their Gaussian, mean ``layer(h, mu_W,
+    mu_b)`` and variance ``layer(h^2, sigma_W^2, sigma_b^2)`` (plus ``LRT_VARIANCE_FLOOR``),
+    instead of drawing weights; each
+    gate (``network.Gate``) is drawn per example, ``h * (mu + sigma * eps)``. ``noise``: one
+    standard-normal array per such layer, (batch,) + its output shape, or a gate's
+    ``noise_shape``."""
+    network = network or mlp_of(mus)
+
+    def draw(layer, h, k, i, shape):
+        if isinstance(layer, Gate):
+            return layer.perturbed(F, h, mus[i], sigmas[i], noise[k], shape)
+        mean = layer(F, h, mus[i:i + 2], shape)
+        variance = layer(F, F.square(h), [F.square(sigmas[i]), F.square(sigmas[i + 1])], shape)
+        return mean + F.sqrt(variance + LRT_VARIANCE_FLOOR) * noise[k]
+    return network.run(X, draw, F)
+
+
+def flipout_net(X, mus, deltas, noise, F=nd, network=None):
+    """Logits with Flipout (Wen et al. 2018): one weight perturbation ``deltas`` (sigma * eps)
+    for the mini-batch, made example by example independent by random signs: a dense or
+    convolution layer gives ``layer(h, mu) + layer(h * s, delta) * r`` with s and r of +-1
+    over its input and output units (channels: the same sign at every position), a gate
+    ``h * (mu + delta * r)``. ``noise``: per dense or convolution layer two standard-normal
+    arrays whose signs are s and r, (batch, inputs) and (batch, outputs), or (batch, channels,
+    1, 1) for a convolution; per gate one, of its ``noise_shape``."""
+    network = network or mlp_of(mus)
+    # each layer's first noise array: a gate takes one, the others two
+    starts, start = [], 0
+    for layer, _, _ in network.linear_layers():
+        starts.append(start)
+        start += 1 if isinstance(layer, Gate) else 2
+
+    def draw(layer, h, k, i, shape):
+        if isinstance(layer, Gate):
+            return layer.perturbed(F, h, mus[i], deltas[i], F.sign(noise[starts[k]]), shape)
+        signs_in, signs_out = F.sign(noise[starts[k]]), F.sign(noise[starts[k] + 1])
+        flipped = F.broadcast_mul(h if isinstance(layer, Conv2D) else F.flatten(h), signs_in)
+        return layer(F, h, mus[i:i + 2], shape) + F.broadcast_mul(
+            layer(F, flipped, deltas[i:i + 2], shape), signs_out)
+    return network.run(X, draw, F)
+
+
+def combined_loss(output, label_one_hot, params, mus, sigmas, log_prior, log_likelihood,
+                  num_batches, kl_weight=None):
+    """Mini-batch loss (1/M)(sum log q(w|mu,sigma) - sum log P(w)) - sum_i log P(y_i|x_i,w).
+
+    ``log_prior`` maps one weight NDArray to its summed log density; ``log_likelihood``
+    maps (logits, one-hot labels) to per-example log-likelihoods. ``num_batches`` is M;
+    ``kl_weight``, if given, replaces 1/M (the paper's section 3.4 weighting). Shape (1,).
+    """
+    _check_lengths(params=params, mus=mus, sigmas=sigmas)
+    _check_count("num_batches", num_batches, 1)
+    if kl_weight is not None and not (isinstance(kl_weight, (int, float))
+                                      and 0 <= kl_weight < float("inf")):
+        raise ValueError("kl_weight must be a finite number >= 0, got %r" % (kl_weight,))
+    _check_sigmas(sigmas)
+    weight = 1.0 / num_batches if kl_weight is None else kl_weight
+    log_likelihood_sum = nd.sum(log_likelihood(output, label_one_hot))
+    log_prior_sum = nd.add_n(*[log_prior(w) for w in params])
+    log_posterior_sum = nd.add_n(*[nd.sum(log_gaussian(w, mu, sigma))
+                                   for w, mu, sigma in zip(params, mus, sigmas)])
+    return weight * (log_posterior_sum - log_prior_sum) - log_likelihood_sum
+
+
+def evaluate_accuracy(data, labels, layer_params, batch_size=1000, network=None):
+    """Fraction of ``data`` (N, num_inputs) whose argmax logit equals ``labels`` (N,), for
+    ``net`` with ``layer_params`` (and ``network``, default the MLP they shape; with every unit
+    kept where it has dropout).
+
+    Runs on the context of ``layer_params``; data and labels may be NumPy arrays or
+    NDArrays on any context. Returns a Python float in [0, 1].
+    """
+    correct = sum(nd.sum(nd.argmax(output, axis=1) == y)
+                  for output, y in _batched_outputs(data, labels, layer_params, batch_size,
+                                                    network))
+    return float(correct.asscalar()) / data.shape[0]
+
+
+def evaluate_nll(data, labels, layer_params, batch_size=1000, network=None):
+    """Mean negative log-likelihood (nats) of ``labels`` under the softmax of ``net``'s
+    outputs, for ``data`` and ``layer_params`` as ``evaluate_accuracy`` takes them."""
+    nll_sum = sum(-nd.sum(nd.pick(nd.log_softmax(output, axis=1), y, axis=1))
+                  for output, y in _batched_outputs(data, labels, layer_params, batch_size,
+                                                    network))
+    return float(nll_sum.asscalar()) / data.shape[0]
+
+
+def _batched_outputs(data, labels, layer_params, batch_size, network):
+    """(outputs, labels as float32) of ``net`` batch by batch, on the parameters' context."""
+    ctx = layer_params[0].context
+    if data.shape[0] == 0:
+        raise ValueError("evaluating a network needs at least one example")
+    network = network.without_dropout() if network is not None else None
+    for start in range(0, data.shape[0], batch_size):
+        X = as_nd(data[start:start + batch_size], ctx)
+        y = as_nd(labels[start:start + batch_size], ctx).astype("float32")
+        yield net(X, layer_params, network=network), y
+
+
+def as_nd(array, ctx):
+    """``array`` (NumPy or NDArray) as an NDArray on ``ctx``; float64 NumPy becomes float32."""
+    if isinstance(array, nd.NDArray):
+        return array.as_in_context(ctx)
+    return nd.array(array, ctx=ctx, dtype=array.dtype if array.dtype != np.float64 else "float32")
