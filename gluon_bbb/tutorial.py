@@ -24,7 +24,7 @@ from mxnet import nd
 from .family.elementwise import (LOG_SQRT_2PI, LRT_VARIANCE_FLOOR, SOFTPLUS_FLOOR,  # noqa: F401
                           log_gaussian, sigmoid, softplus, total)
 from .family.likelihoods import gaussian_log_likelihood, log_softmax_likelihood  # noqa: F401
-from .networks.layers import Conv2D, Gate, mlp, mlp_of
+from .networks.layers import mlp, mlp_of
 from .family.priors import (GaussianPrior, ScaleMixturePrior, gaussian_prior, prior_for,  # noqa: F401
                      scale_mixture_prior)
 
@@ -133,19 +133,11 @@ def lrt_net(X, mus, sigmas, noise, F=nd, network=None):
     """Logits with the local reparametrization trick (Kingma et al. 2015): each dense or
     convolution layer's pre-activations are drawn from their Gaussian, mean ``layer(h, mu_W,
     mu_b)`` and variance ``layer(h^2, sigma_W^2, sigma_b^2)`` (plus ``LRT_VARIANCE_FLOOR``),
-    instead of drawing weights; each
-    gate (``network.Gate``) is drawn per example, ``h * (mu + sigma * eps)``. ``noise``: one
-    standard-normal array per such layer, (batch,) + its output shape, or a gate's
-    ``noise_shape``."""
-    network = network or mlp_of(mus)
-
-    def draw(layer, h, k, i, shape):
-        if isinstance(layer, Gate):
-            return layer.perturbed(F, h, mus[i], sigmas[i], noise[k], shape)
-        mean = layer(F, h, mus[i:i + 2], shape)
-        variance = layer(F, F.square(h), [F.square(sigmas[i]), F.square(sigmas[i + 1])], shape)
-        return mean + F.sqrt(variance + LRT_VARIANCE_FLOOR) * noise[k]
-    return network.run(X, draw, F)
+    instead of drawing weights; each gate (``networks.layers.Gate``) is drawn per example,
+    ``h * (mu + sigma * eps)``. ``noise``: one standard-normal array per such layer, (batch,) +
+    its output shape, or a gate's ``noise_shape``. The formulas are the layers'
+    (``networks.layers.local_reparametrization``), which the Gluon blocks use too."""
+    return (network or mlp_of(mus)).noisy_run(X, "lrt", mus, sigmas, noise, F)
 
 
 def flipout_net(X, mus, deltas, noise, F=nd, network=None):
@@ -155,22 +147,9 @@ def flipout_net(X, mus, deltas, noise, F=nd, network=None):
     over its input and output units (channels: the same sign at every position), a gate
     ``h * (mu + delta * r)``. ``noise``: per dense or convolution layer two standard-normal
     arrays whose signs are s and r, (batch, inputs) and (batch, outputs), or (batch, channels,
-    1, 1) for a convolution; per gate one, of its ``noise_shape``."""
-    network = network or mlp_of(mus)
-    # each layer's first noise array: a gate takes one, the others two
-    starts, start = [], 0
-    for layer, _, _ in network.linear_layers():
-        starts.append(start)
-        start += 1 if isinstance(layer, Gate) else 2
-
-    def draw(layer, h, k, i, shape):
-        if isinstance(layer, Gate):
-            return layer.perturbed(F, h, mus[i], deltas[i], F.sign(noise[starts[k]]), shape)
-        signs_in, signs_out = F.sign(noise[starts[k]]), F.sign(noise[starts[k] + 1])
-        flipped = F.broadcast_mul(h if isinstance(layer, Conv2D) else F.flatten(h), signs_in)
-        return layer(F, h, mus[i:i + 2], shape) + F.broadcast_mul(
-            layer(F, flipped, deltas[i:i + 2], shape), signs_out)
-    return network.run(X, draw, F)
+    1, 1) for a convolution; per gate one, of its ``noise_shape``
+    (``networks.layers.flipout``, which the Gluon blocks use too)."""
+    return (network or mlp_of(mus)).noisy_run(X, "flipout", mus, deltas, noise, F)
 
 
 def combined_loss(output, label_one_hot, params, mus, sigmas, log_prior, log_likelihood,

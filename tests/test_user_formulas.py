@@ -153,3 +153,57 @@ def test_the_run_says_which_fast_paths_a_users_formula_retires(ctx, mnist):
     assert not LaplaceAsGaussian(0.3).has_closed_form_kl  # --kl analytic is refused for it
     with pytest.raises(ConfigError, match="kl must be mc with the test-laplace-as-gaussian"):
         Config(prior=LaplaceAsGaussian(0.3), kl="analytic")
+
+
+USERS_MODULE = '''
+from gluon_bbb.family.estimators import WeightSampling
+from gluon_bbb.family.parametrizations import Softplus
+
+
+class Halving(WeightSampling):
+    name = "users_halving_sample"
+
+    def draw(self, graph, X, y, mu, sigma, eps, kl):
+        return super().draw(graph, X, y, mu, sigma, eps * 0.5, kl)
+
+
+class Twice(Softplus):
+    name = "users_twice_softplus"
+
+    def sigma(self, rho, F=None):
+        return 2.0 * super().sigma(rho, F)
+'''
+
+
+@pytest.mark.slow
+def test_every_command_reads_a_run_of_the_users_classes_or_names_the_module(tmp_path):
+    from commands import EVALUATE, PRUNE, PYTHON, TRAIN, assert_one_line_error, run
+    (tmp_path / "users_formulas.py").write_text(USERS_MODULE)
+    (tmp_path / "train_it.py").write_text(
+        "import sys\nfrom gluon_bbb import Config, load_mnist, train\n"
+        "from users_formulas import Halving, Twice\n"
+        "train(Config(estimator=Halving(), parametrization=Twice(), epochs=1, train_size=500, "
+        "num_hidden_units=10, seed=0), load_mnist(), __import__('mxnet').cpu(), "
+        "out_dir=sys.argv[1], log=lambda line: None)\n")
+    proc = run([PYTHON, "train_it.py", "run"], cwd=str(tmp_path))
+    assert proc.returncode == 0, proc.stderr
+    with open(tmp_path / "run" / "config.json") as f:
+        assert __import__("json").load(f)["classes"] == {
+            "estimator": "users_formulas:Halving", "parametrization": "users_formulas:Twice"}
+    # a command in another directory cannot import the module: one line naming it
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    proc = run(PRUNE, "--checkpoint", tmp_path / "run", "--proportions", "0", cwd=str(elsewhere))
+    assert_one_line_error(proc, "was trained with estimator users_halving_sample, a class of "
+                                "the user's own (Halving in module users_formulas)")
+    assert "--import users_formulas" in proc.stderr
+    # named with --import (or run where Python finds it), every command reads the run
+    for cmd, args in ((PRUNE, ["--checkpoint", "run", "--proportions", "0", "0.5"]),
+                      (EVALUATE, ["--checkpoint", "run", "--test-samples", "2"]),
+                      (TRAIN, ["--out", "run", "--resume", "--epochs", "2",
+                               "--test-samples", "0"])):
+        proc = run(cmd, *args, "--import", "users_formulas", cwd=str(tmp_path))
+        assert proc.returncode == 0, proc.stderr
+    assert_one_line_error(run(PRUNE, "--checkpoint", "run", "--import", "no_such_module",
+                              cwd=str(tmp_path)),
+                          "--import must be a module Python can import here")

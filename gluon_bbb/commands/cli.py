@@ -32,7 +32,7 @@ import warnings
 from ..errors import GluonBBBError, Interrupted
 
 # fields whose flag is not the field's name with dashes
-_FLAGS = {"out_dir": "--out"}
+_FLAGS = {"out_dir": "--out", "import_modules": "--import"}
 
 
 class ArgumentParser(argparse.ArgumentParser):
@@ -73,6 +73,31 @@ def say_for(json_wanted):
     JSON alone."""
     stream = sys.stderr if json_wanted else sys.stdout
     return lambda line: (stream.write(line + "\n"), stream.flush())
+
+
+def add_import_flag(parser):
+    """``--import MODULE`` (repeatable): a module of the user's own to import first, where a
+    run was trained with a prior, estimator or parametrization class defined there."""
+    parser.add_argument("--import", dest="import_modules", action="append", default=[],
+                        metavar="MODULE", help="import this module first: the one that defines "
+                        "a prior, estimator or parametrization class of your own the run was "
+                        "trained with (repeatable)")
+
+
+def import_modules(names):
+    """Import the modules ``names`` (``--import``), from the working directory too; one line
+    (ConfigError) for one that cannot be imported."""
+    import importlib
+    from ..errors import ConfigError
+    if names and os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    for name in names:
+        try:
+            importlib.import_module(name)
+        except Exception as exc:  # the user's module: any error of its own is its
+            raise ConfigError("import_modules", name, "a module Python can import here (%s: "
+                              "%s)" % (type(exc).__name__, str(exc).splitlines()[0]
+                                       if str(exc) else "")) from None
 
 
 def print_json(value):

@@ -16,7 +16,8 @@ than that is written with a warning that names the figure.
 import os
 import sys
 
-from .cli import ArgumentParser, add_json_flag, load_mxnet, print_json, run_command, say_for
+from .cli import (ArgumentParser, add_import_flag, add_json_flag, import_modules, load_mxnet,
+                  print_json, run_command, say_for)
 
 PROG = "gluon-bbb compress"
 # The error a compress without --proportion may add to the unpruned mean network's, in
@@ -57,11 +58,13 @@ def build_parser(prog=PROG):
                         "one the run was trained on)")
     parser.add_argument("--out", required=True, help="the file to write")
     add_json_flag(parser)
+    add_import_flag(parser)
     return parser
 
 
 def main(argv=None, prog=PROG):
     args = build_parser(prog).parse_args(argv)
+    import_modules(args.import_modules)
     from .. import outputs
     from ..shipping.writer import check_precision
     from ..learning.config import check_proportion

@@ -10,7 +10,8 @@ report as a table (``summary``), or with ``--json`` the report's JSON.
 import os
 import sys
 
-from .cli import ArgumentParser, add_json_flag, load_mxnet, print_json, run_command, table
+from .cli import (ArgumentParser, add_import_flag, add_json_flag, import_modules, load_mxnet,
+                  print_json, run_command, table)
 from ..learning.config import MAX_TEST_SAMPLES
 
 PROG = "gluon-bbb evaluate"
@@ -35,6 +36,7 @@ def build_parser(prog=PROG):
     parser.add_argument("--ctx", default="cpu", help="device to evaluate on: cpu, gpu or "
                         "gpu:N (default: cpu)")
     add_json_flag(parser)
+    add_import_flag(parser)
     return parser
 
 
@@ -59,6 +61,7 @@ def summary(report, name=None):
 
 def main(argv=None, prog=PROG):
     args = build_parser(prog).parse_args(argv)
+    import_modules(args.import_modules)
     load_mxnet()
     from ..learning.context import parse_context
     from ..analysis.report import evaluate_run, load_ood_images, report_files

@@ -23,7 +23,7 @@ import os
 import sys
 import warnings
 
-from .cli import ArgumentParser, load_mxnet, run_command
+from .cli import ArgumentParser, add_import_flag, import_modules, load_mxnet, run_command
 from ..errors import GluonBBBError
 from ..outputs import path_problem
 
@@ -49,6 +49,7 @@ def build_parser(prog=PROG):
     parser.add_argument("--samples", type=int, help="draws of the Monte Carlo predictive (default: "
                         "the model's: 10 where it has sigmas, else 0, its mean weights)")
     parser.add_argument("--json", action="store_true", help="print one JSON document")
+    add_import_flag(parser)
     return parser
 
 
@@ -230,6 +231,7 @@ class RunPredictor:
 
 def main(argv=None, prog=PROG):
     args = build_parser(prog).parse_args(argv)
+    import_modules(args.import_modules)
     import numpy as np
     from ..shipping.model_file import entropy_bits, unsure
     from ..errors import ConfigError

@@ -9,7 +9,8 @@ import os
 import sys
 import time
 
-from .cli import ArgumentParser, add_json_flag, load_mxnet, print_json, run_command, say_for
+from .cli import (ArgumentParser, add_import_flag, add_json_flag, import_modules, load_mxnet,
+                  print_json, run_command, say_for)
 
 PROG = "gluon-bbb prune"
 DEFAULT_PROPORTIONS = (0.0, 0.1, 0.25, 0.5, 0.75, 0.95, 0.98, 0.99, 1.0)
@@ -34,6 +35,7 @@ def build_parser(prog=PROG):
     parser.add_argument("--save-pruned", type=float, metavar="P",
                         help="also write the mean weights pruned at proportion P, sparse")
     add_json_flag(parser)
+    add_import_flag(parser)
     return parser
 
 
@@ -49,6 +51,7 @@ def markdown_table(rows, criterion):
 
 def main(argv=None, prog=PROG):
     args = build_parser(prog).parse_args(argv)
+    import_modules(args.import_modules)
     from ..learning.config import check_proportion
     for p in args.proportions:
         check_proportion(p)

@@ -12,7 +12,8 @@ directory the first run was trained on, else as ``load_mnist`` finds it.
 import os
 import sys
 
-from .cli import ArgumentParser, add_json_flag, load_mxnet, print_json, run_command, table
+from .cli import (ArgumentParser, add_import_flag, add_json_flag, import_modules, load_mxnet,
+                  print_json, run_command, table)
 from ..learning.config import MAX_TEST_SAMPLES
 from ..analysis.robustness import SHIFTS
 
@@ -44,6 +45,7 @@ def build_parser(prog=PROG):
                         "mean entropy on its images and the AUROC of telling them from the "
                         "unshifted test images")
     add_json_flag(parser)
+    add_import_flag(parser)
     return parser
 
 
@@ -88,6 +90,7 @@ def load_model(path, samples):
 
 def main(argv=None, prog=PROG):
     args = build_parser(prog).parse_args(argv)
+    import_modules(args.import_modules)
     from ..errors import ConfigError
     if args.test_samples is not None and not 0 <= args.test_samples <= MAX_TEST_SAMPLES:
         raise ConfigError("test_samples", args.test_samples,

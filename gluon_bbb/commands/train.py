@@ -15,8 +15,8 @@ import sys
 import time
 from typing import Optional
 
-from .cli import (ArgumentParser, add_json_flag, flag_for, load_mxnet, print_json, run_command,
-                  say_for)
+from .cli import (ArgumentParser, add_import_flag, add_json_flag, flag_for, import_modules,
+                  load_mxnet, print_json, run_command, say_for)
 from ..learning.config import MAX_SAMPLES, MAX_TEST_SAMPLES, PRESETS, Config
 from ..errors import CheckpointError, ConfigError
 from ..family.choices import names
@@ -136,6 +136,7 @@ def build_parser(prog=PROG, raise_errors=False):
                         "operators (any context, everything); default: native where it serves, "
                         "and the run says why where it does not")
     add_json_flag(parser)
+    add_import_flag(parser)
     types = {field.name: FLAG_TYPES[field.type] for field in dataclasses.fields(Config)
              if field.name in CONFIG_FLAGS}
     for field, text in CONFIG_FLAGS.items():
@@ -187,6 +188,7 @@ CONVOLUTION_DEFAULTS = dict(optimizer="adam", learning_rate=2e-3, rho_offset=-5.
 
 def main(argv=None, prog=PROG):
     args = build_parser(prog).parse_args(argv)
+    import_modules(args.import_modules)
     from ..learning.rundir import RunDirectory
     if args.resume and args.out is None:
         raise CheckpointError("{resume} needs {out_dir} naming the run to continue")

@@ -102,9 +102,8 @@ class LocalReparametrization(_NoisyNetwork):
         return lrt_net
 
     def noise_shapes(self, network, batch_size):
-        from ..networks.layers import Gate
-        return [layer.noise_shape(batch_size, inp) if isinstance(layer, Gate)
-                else (batch_size,) + tuple(out) for layer, inp, out in network.linear_layers()]
+        return [shape for layer, inp, out in network.linear_layers()
+                for shape in layer.lrt_noise_shapes(batch_size, inp, out)]
 
     def noise_size(self, graph, batch_size, kl):
         return self.data_noise_size(graph, batch_size) + (graph.layout.size if kl.per_draw else 0)
@@ -116,14 +115,12 @@ class LocalReparametrization(_NoisyNetwork):
         return nll, grad_mu, grad_sigma, mu + sigma * eps_w if kl.per_draw else None, eps_w
 
     def block_output(self, F, apply, x, mus, sigmas, epsilons, convolution):
-        mean = apply(F, x, *mus)
-        variance = apply(F, F.square(x), F.square(sigmas[0]), F.square(sigmas[1]))
+        from ..networks.layers import local_reparametrization
         # no noise while the block uses its mean weights (its weight sample all zeros); the
         # products with ones tie the samples' shapes to the means' (deferred initialization)
         drawing = F.sign(sum(F.sum(F.abs(eps * F.ones_like(mu)))
                              for eps, mu in zip(epsilons, mus)))
-        return mean + F.broadcast_mul(F.sqrt(variance + LRT_VARIANCE_FLOOR)
-                                      * F.random.normal_like(mean), drawing)
+        return local_reparametrization(F, apply, x, mus, sigmas, drawing=drawing)
 
 
 class Flipout(_NoisyNetwork):
@@ -141,16 +138,8 @@ class Flipout(_NoisyNetwork):
         return flipout_net
 
     def noise_shapes(self, network, batch_size):
-        from ..networks.layers import Conv2D, Gate
-        shapes = []
-        for layer, inp, out in network.linear_layers():
-            if isinstance(layer, Gate):
-                shapes.append(layer.noise_shape(batch_size, inp))
-            elif isinstance(layer, Conv2D):
-                shapes += [(batch_size, inp[0], 1, 1), (batch_size, out[0], 1, 1)]
-            else:
-                shapes += [(batch_size, math.prod(inp)), (batch_size, math.prod(out))]
-        return shapes
+        return [shape for layer, inp, out in network.linear_layers()
+                for shape in layer.flipout_noise_shapes(batch_size, inp, out)]
 
     def noise_size(self, graph, batch_size, kl):
         return graph.layout.size + self.data_noise_size(graph, batch_size)
@@ -163,20 +152,17 @@ class Flipout(_NoisyNetwork):
         return nll, grad_mu, grad_delta * eps_w, mu + delta, eps_w
 
     def block_output(self, F, apply, x, mus, sigmas, epsilons, convolution):
-        deltas = [sigma * eps for sigma, eps in zip(sigmas, epsilons)]
-        mean = apply(F, x, *mus)
-        # signs over the inputs' channels (a convolution's, the same at every position) or
-        # features, and over the outputs'
-        inputs = x if convolution else F.flatten(x)
-        shaped_in = F.mean(inputs, axis=(2, 3), keepdims=True) if convolution else inputs
-        signs_in = F.sign(F.random.normal_like(shaped_in))
-        perturbation = apply(F, F.broadcast_mul(inputs, signs_in), *deltas)
-        shaped_out = (F.mean(perturbation, axis=(2, 3), keepdims=True) if convolution
-                      else perturbation)
-        return mean + F.broadcast_mul(perturbation, F.sign(F.random.normal_like(shaped_out)))
+        from ..networks.layers import flipout
+        return flipout(F, apply, x, mus, [sigma * eps for sigma, eps in zip(sigmas, epsilons)],
+                       convolution)
 
 
 ESTIMATORS = (WeightSampling(), LocalReparametrization(), Flipout())
+
+
+def names_known():
+    """The names of the estimators known in this process, built-in ones first."""
+    return tuple(_ESTIMATOR_KINDS)
 
 
 def estimator(name):

@@ -447,3 +447,8 @@ class GatedPrior(Prior):
 
     def describe(self):
         return "%s with %s gates" % (self.weights.describe(), self.gates.describe())
+
+
+def prior_names():
+    """The names of the priors known in this process, built-in ones first."""
+    return tuple(_KNOWN)

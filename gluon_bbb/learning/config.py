@@ -1,20 +1,33 @@
 """One config object holding every hyper-parameter of a run, validated on construction."""
 import dataclasses
+import functools
 import json
 import math
 from dataclasses import dataclass
 from typing import Optional, Union
 
+from ..errors import ConfigError
+from ..family import parametrizations
 from ..family.estimators import estimator
 from ..family.kl import kl_estimate, kl_weighting
-from ..family.model_kinds import model_kind
-from ..family.priors import prior_words
-from .schedules import lr_schedule
-from ..family import parametrizations
-from ..errors import ConfigError
 from ..family.likelihoods import parse_likelihood
+from ..family.model_kinds import model_kind
+from ..family.priors import PRIORS, Prior, describe_prior, prior_for, prior_kind, prior_words
 from ..networks.layers import Dropout, Network, mlp, parse_network
-from ..family.priors import PRIORS, Prior, describe_prior, prior_for, prior_kind
+from .schedules import lr_schedule
+
+
+def _once(build):
+    """A config's method whose object is built once: a config is never changed after it is
+    made (``dataclasses.replace`` makes another), so each of its choices is resolved from its
+    names once, and every module is handed that object."""
+    @functools.wraps(build)
+    def built(self):
+        key = "_built_" + build.__name__
+        if key not in self.__dict__:
+            self.__dict__[key] = build(self)
+        return self.__dict__[key]
+    return built
 
 OPTIMIZERS = ("sgd", "adam")
 # the networks that a config's size fields shape, by the name ``network`` gives them (any other
@@ -134,6 +147,7 @@ class Config:
     gate_rho_offset: Optional[float] = None
     remove_switched_off: bool = False
     init_best_units: bool = False
+    classes: Optional[dict] = None
 
     def __post_init__(self):
         self._take_prior()
@@ -141,6 +155,7 @@ class Config:
         self.model = self.model_kind.name
         self.estimator = self.estimator_kind.name
         self.parametrization = self.parametrization_kind.name
+        self._record_classes()
         for name in ("num_inputs", "num_outputs", "num_hidden_units", "batch_size"):
             _require_int(name, getattr(self, name), minimum=1)
         _require_int("num_samples", self.num_samples, minimum=1, maximum=MAX_SAMPLES)
@@ -235,6 +250,20 @@ class Config:
                               "no rule that switches weights off; the log-uniform prior's is "
                               "log alpha > 3)" % prior_words(self.build_prior()))
 
+    def _record_classes(self):
+        """``classes``: where each class of the user's own among the run's choices (its prior,
+        estimator, parametrization) is defined, ``{"estimator": "module:Class"}``, so that
+        another process reading the run knows which module to import
+        (``import_recorded_classes``); None for a run of built-in classes alone."""
+        recorded = dict(self.classes or {})
+        found = {"estimator": type(self.estimator_kind),
+                 "parametrization": type(self.parametrization_kind),
+                 "prior": prior_kind(self.prior) if self.prior_defined else None}
+        for field, cls in found.items():
+            if cls is not None and not cls.__module__.startswith("gluon_bbb."):
+                recorded[field] = "%s:%s" % (cls.__module__, cls.__qualname__)
+        self.classes = recorded or None
+
     def _take_prior(self):
         """``prior`` as its name: a prior object's name and settings; a name spelt as
         config.json keeps it (scale-mixture either way). A name with ``prior_settings`` is a
@@ -273,13 +302,34 @@ class Config:
                                   "prior %s (%s)" % (self.prior, exc)) from None
 
     # the choices' objects (family/, learning/schedules.py), from the names config.json keeps
-    model_kind = property(lambda self: model_kind(self.model))
-    estimator_kind = property(lambda self: estimator(self.estimator))
-    kl_kind = property(lambda self: kl_estimate(self.kl, self.kl_direction))
-    kl_weighting_kind = property(lambda self: kl_weighting(self.kl_weighting))
-    lr_schedule_kind = property(lambda self: lr_schedule(self.lr_schedule))
-    parametrization_kind = property(
-        lambda self: parametrizations.parametrization(self.parametrization))
+    @property
+    @_once
+    def model_kind(self):
+        return model_kind(self.model)
+
+    @property
+    @_once
+    def estimator_kind(self):
+        return estimator(self.estimator)
+
+    @property
+    @_once
+    def kl_kind(self):
+        return kl_estimate(self.kl, self.kl_direction)
+
+    @property
+    @_once
+    def kl_weighting_kind(self):
+        return kl_weighting(self.kl_weighting)
+
+    @property
+    @_once
+    def lr_schedule_kind(self):
+        return lr_schedule(self.lr_schedule)
+    @property
+    @_once
+    def parametrization_kind(self):
+        return parametrizations.parametrization(self.parametrization)
 
     @property
     def prior_defined(self):
@@ -291,6 +341,7 @@ class Config:
             return False
         return True
 
+    @_once
     def build_prior(self):
         """The prior object (``family/priors.py``): the config's ``prior`` with its scales, or with
         ``prior_settings``. ConfigError for a user's prior whose class this process lacks."""
@@ -335,6 +386,7 @@ class Config:
             return 1.0
         return min(1.0, epoch / self.kl_warmup_epochs)
 
+    @_once
     def build_network(self):
         """The ``network.Network`` this config describes: the described layers, the
         likelihood's head (``logvar`` for a learned noise) and, for ``mcdropout``, dropout
@@ -354,6 +406,7 @@ class Config:
         ``num_hidden_units`` size (rather than describing its layers)."""
         return self.network in SIZED_BY_FIELDS
 
+    @_once
     def build_likelihood(self):
         """The ``family/likelihoods.py`` object this config names."""
         return parse_likelihood(self.likelihood)
@@ -375,8 +428,9 @@ class Config:
         """The fields as config.json keeps them (``prior_settings`` only for a prior that has
         them)."""
         values = dataclasses.asdict(self)
-        if values["prior_settings"] is None:
-            del values["prior_settings"]
+        for name in ("prior_settings", "classes"):
+            if values[name] is None:
+                del values[name]
         return values
 
     @classmethod
@@ -387,6 +441,37 @@ class Config:
         if unknown:
             raise ConfigError("config", unknown, "known fields only")
         return cls(**values)
+
+
+def import_recorded_classes(values, where):
+    """Import the modules that ``values`` (a run's config.json) records for the classes of the
+    user's own among its choices (``Config.classes``), where this process does not define them
+    yet. CheckpointError on one line, naming the module, where one cannot be imported: a
+    script's (``__main__``) or a module not on the path."""
+    import importlib
+    from ..errors import CheckpointError
+    from ..family import estimators, parametrizations, priors
+    known = {"prior": priors.prior_names, "estimator": estimators.names_known,
+             "parametrization": parametrizations.names}
+    classes = values.get("classes") or {}
+    if not isinstance(classes, dict):
+        return
+    for field, place in sorted(classes.items()):
+        name = values.get(field)
+        if field not in known or not isinstance(place, str) or not isinstance(name, str):
+            continue
+        if name.replace("-", "_") in known[field]():
+            continue
+        module, _, qualname = place.partition(":")
+        try:
+            if module == "__main__":
+                raise ImportError("a script's own module")
+            importlib.import_module(module)
+        except ImportError as exc:
+            raise CheckpointError("%s was trained with %s %s, a class of the user's own (%s in "
+                                  "module %s), which this process cannot import (%s): import "
+                                  "that module first (a command's {import_modules} %s)", where,
+                                  field, name, qualname, module, exc, module) from None
 
 
 def check_proportion(proportion, field="proportions"):

@@ -31,7 +31,7 @@ import fcntl
 import json
 import os
 
-from .config import Config
+from .config import Config, import_recorded_classes
 from .. import outputs
 from ..errors import CheckpointError, ConfigError, DataError, OutputError, RunDirectoryBusy
 
@@ -185,6 +185,7 @@ class RunDirectory:
         unknown = sorted(set(values) - names)
         if unknown:
             raise CheckpointError("%s: unknown field(s) %s", path, ", ".join(unknown))
+        import_recorded_classes(values, self.path)
         try:
             return Config(**values)
         except ConfigError as exc:

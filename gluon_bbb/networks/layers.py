@@ -22,6 +22,62 @@ likelihood that asks for it, not written.
 import math
 
 from ..errors import ConfigError
+from ..family.elementwise import LRT_VARIANCE_FLOOR
+
+
+# How the estimators that draw per example give a dense or convolution layer's output, written
+# once: the layers of a ``Network`` (``lrt_net``, ``flipout_net``, the training graph) and the
+# Gluon blocks (``blocks.py``) all call these, with the layer's operator as
+# ``apply(F, h, W, b)``.
+
+def local_reparametrization(F, apply, h, mus, sigmas, noise=None, drawing=None):
+    """The pre-activations drawn from their Gaussian (Kingma et al. 2015): mean
+    ``apply(h, mu_W, mu_b)``, variance ``apply(h^2, sigma_W^2, sigma_b^2)`` (plus
+    ``LRT_VARIANCE_FLOOR``), times standard normals ``noise`` of the output's shape (None: from
+    MXNet's generator); ``drawing``, where given, scales the noise (0: the mean)."""
+    mean = apply(F, h, *mus)
+    variance = apply(F, F.square(h), F.square(sigmas[0]), F.square(sigmas[1]))
+    spread = F.sqrt(variance + LRT_VARIANCE_FLOOR) * (
+        F.random.normal_like(mean) if noise is None else noise)
+    return mean + (spread if drawing is None else F.broadcast_mul(spread, drawing))
+
+
+def flipout(F, apply, h, mus, deltas, convolution, signs_in=None, signs_out=None):
+    """One weight perturbation ``deltas`` for the mini-batch, made example by example
+    independent by signs (Wen et al. 2018): ``apply(h, mu) + apply(h * s, delta) * r``, s and r
+    of +-1 over the input and output units (a convolution's channels, the same at every
+    position); None: drawn from MXNet's generator."""
+    inputs = h if convolution else F.flatten(h)
+    if signs_in is None:
+        shaped = F.mean(inputs, axis=(2, 3), keepdims=True) if convolution else inputs
+        signs_in = F.sign(F.random.normal_like(shaped))
+    perturbation = apply(F, F.broadcast_mul(inputs, signs_in), *deltas)
+    if signs_out is None:
+        shaped = (F.mean(perturbation, axis=(2, 3), keepdims=True) if convolution
+                  else perturbation)
+        signs_out = F.sign(F.random.normal_like(shaped))
+    return apply(F, h, *mus) + F.broadcast_mul(perturbation, signs_out)
+
+
+class _Linear:
+    """What a dense and a convolution layer share: ``W`` and ``b``, and their outputs under the
+    estimators that draw per example, through the layer's own operator."""
+    has_weights = True
+    num_params = 2  # W and b
+    convolution = False
+
+    def _apply(self, input_shape):
+        return lambda F, h, W, b: self(F, h, [W, b], input_shape)
+
+    def lrt_noise_shapes(self, batch_size, input_shape, output_shape):
+        return [(batch_size,) + tuple(output_shape)]
+
+    def lrt_output(self, F, h, mus, sigmas, noise, input_shape):
+        return local_reparametrization(F, self._apply(input_shape), h, mus, sigmas, noise[0])
+
+    def flipout_output(self, F, h, mus, deltas, noise, input_shape):
+        return flipout(F, self._apply(input_shape), h, mus, deltas, self.convolution,
+                       F.sign(noise[0]), F.sign(noise[1]))
 
 
 def _whole_number(value, what, layer):
@@ -31,10 +87,8 @@ def _whole_number(value, what, layer):
     return value
 
 
-class Dense:
+class Dense(_Linear):
     """A fully connected layer; takes (batch, ...) and flattens what is past the batch axis."""
-    has_weights = True
-    num_params = 2  # W and b
 
     def __init__(self, units):
         self.units = _whole_number(units, "UNITS", "dense:%s" % (units,))
@@ -46,14 +100,19 @@ class Dense:
         W, b = params
         return F.FullyConnected(h, W, b, num_hidden=self.units)
 
+    def flipout_noise_shapes(self, batch_size, input_shape, output_shape):
+        return [(batch_size, math.prod(input_shape)), (batch_size, self.units)]
+
+    def multiply_adds(self, input_shape, output_shape):
+        return math.prod(input_shape) * self.units
+
     def __str__(self):
         return "dense:%d" % self.units
 
 
-class Conv2D:
+class Conv2D(_Linear):
     """A 2-D convolution, stride 1, no padding; takes (batch, channels, height, width)."""
-    has_weights = True
-    num_params = 2  # W and b
+    convolution = True
 
     def __init__(self, channels, kernel):
         layer = "conv:%s:%s" % (channels, kernel)
@@ -76,6 +135,12 @@ class Conv2D:
         W, b = params
         return convolution(F, h, W, b, self.channels, (self.kernel, self.kernel),
                            in_channels=input_shape[0])
+
+    def flipout_noise_shapes(self, batch_size, input_shape, output_shape):
+        return [(batch_size, input_shape[0], 1, 1), (batch_size, self.channels, 1, 1)]
+
+    def multiply_adds(self, input_shape, output_shape):
+        return math.prod(output_shape) * input_shape[0] * self.kernel ** 2
 
     def __str__(self):
         return "conv:%d:%d" % (self.channels, self.kernel)
@@ -235,6 +300,20 @@ class Gate:
         """The shape of one draw of the gates for a mini-batch: (batch, units) or (batch,
         channels, 1, 1)."""
         return self._per_unit((batch_size,), input_shape, input_shape[0])
+
+    def lrt_noise_shapes(self, batch_size, input_shape, output_shape):
+        return [self.noise_shape(batch_size, input_shape)]
+
+    flipout_noise_shapes = lrt_noise_shapes
+
+    def lrt_output(self, F, h, mus, sigmas, noise, input_shape):
+        return self.perturbed(F, h, mus[0], sigmas[0], noise[0], input_shape)
+
+    def flipout_output(self, F, h, mus, deltas, noise, input_shape):
+        return self.perturbed(F, h, mus[0], deltas[0], F.sign(noise[0]), input_shape)
+
+    def multiply_adds(self, input_shape, output_shape):
+        return 0  # folded into the layer before it by compression
 
     def perturbed(self, F, h, mu, scale, noise, input_shape):
         """``h * (mu + scale * noise)``: gates drawn per example (``noise`` of ``noise_shape``),
@@ -408,13 +487,21 @@ class Network:
     def multiply_adds(self):
         """Multiply-adds of one example's forward pass through the dense and convolution
         layers (a gate's are folded into the layer before it by compression)."""
-        total = 0
+        return sum(layer.multiply_adds(inp, out) for layer, inp, out in self.linear_layers())
+
+    def noisy_run(self, X, estimator, mus, seconds, noise, F):
+        """The output for X under ``estimator`` (``lrt`` or ``flipout``) that draws per
+        example: each dense, convolution or gate layer's ``ESTIMATOR_output`` with its means,
+        its second parameters (sigma, or the perturbation sigma * eps) and its noise arrays
+        (``ESTIMATOR_noise_shapes``, in layer order)."""
+        arrays, start = [], 0
         for layer, inp, out in self.linear_layers():
-            if isinstance(layer, Dense):
-                total += math.prod(inp) * layer.units
-            elif isinstance(layer, Conv2D):
-                total += math.prod(out) * inp[0] * layer.kernel ** 2
-        return total
+            count = len(getattr(layer, estimator + "_noise_shapes")(1, inp, out))
+            arrays.append(noise[start:start + count])
+            start += count
+        return self.run(X, lambda layer, h, k, i, shape: getattr(layer, estimator + "_output")(
+            F, h, mus[i:i + layer.num_params], seconds[i:i + layer.num_params], arrays[k],
+            shape), F)
 
     @property
     def input_shapes(self):
