@@ -72,6 +72,10 @@ class _Linear:
     def lrt_noise_shapes(self, batch_size, input_shape, output_shape):
         return [(batch_size,) + tuple(output_shape)]
 
+    def compression_step(self, chain):
+        """How compression (``shipping/writer.py``) takes the layer: a layer with weights."""
+        chain.add_weights(self)
+
     def lrt_output(self, F, h, mus, sigmas, noise, input_shape):
         return local_reparametrization(F, self._apply(input_shape), h, mus, sigmas, noise[0])
 
@@ -105,6 +109,16 @@ class Dense(_Linear):
 
     def multiply_adds(self, input_shape, output_shape):
         return math.prod(input_shape) * self.units
+
+    def input_columns(self, previous_units, inputs):
+        """For each of the ``previous_units`` of the layer before, the indices of this layer's
+        ``inputs`` (W's axis 1) that read it, as a (units, k) array."""
+        import numpy as np
+        per_unit = inputs // previous_units
+        return np.arange(previous_units * per_unit).reshape(previous_units, per_unit)
+
+    def described_with(self, units):
+        return "dense:%d" % units
 
     def __str__(self):
         return "dense:%d" % self.units
@@ -141,6 +155,13 @@ class Conv2D(_Linear):
 
     def multiply_adds(self, input_shape, output_shape):
         return math.prod(output_shape) * input_shape[0] * self.kernel ** 2
+
+    def input_columns(self, previous_units, inputs):
+        import numpy as np
+        return np.arange(previous_units)[:, None]  # one input channel a unit
+
+    def described_with(self, units):
+        return "conv:%d:%d" % (units, self.kernel)
 
     def __str__(self):
         return "conv:%d:%d" % (self.channels, self.kernel)
@@ -218,6 +239,12 @@ class MaxPool2D:
         return F.Pooling(h, kernel=(self.size, self.size), stride=(self.size, self.size),
                          pool_type="max")
 
+    def compression_step(self, chain):
+        chain.add_after(self)
+
+    def constant_through(self, value):
+        return value
+
     def __str__(self):
         return "pool:%d" % self.size
 
@@ -231,6 +258,13 @@ class ReLU:
     def __call__(self, F, h, params, input_shape):
         return F.relu(h)
 
+    def compression_step(self, chain):
+        chain.add_after(self)
+
+    def constant_through(self, value):
+        """What a constant input ``value`` comes out as."""
+        return max(value, 0.0)
+
     def __str__(self):
         return "relu"
 
@@ -243,6 +277,12 @@ class Flatten:
 
     def __call__(self, F, h, params, input_shape):
         return F.flatten(h)
+
+    def compression_step(self, chain):
+        chain.add_after(self)
+
+    def constant_through(self, value):
+        return value
 
     def __str__(self):
         return "flatten"
@@ -269,6 +309,9 @@ class Dropout:
 
     def __call__(self, F, h, params, input_shape):
         return F.Dropout(h, p=self.rate, mode="always")
+
+    def compression_step(self, chain):
+        pass  # the compressed file predicts with every unit kept
 
     def __str__(self):
         return "dropout:%g" % self.rate
@@ -314,6 +357,9 @@ class Gate:
 
     def multiply_adds(self, input_shape, output_shape):
         return 0  # folded into the layer before it by compression
+
+    def compression_step(self, chain):
+        chain.add_gate(self)
 
     def perturbed(self, F, h, mu, scale, noise, input_shape):
         """``h * (mu + scale * noise)``: gates drawn per example (``noise`` of ``noise_shape``),

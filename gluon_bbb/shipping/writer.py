@@ -35,7 +35,7 @@ from . import model_file as compressed
 from .model_file import FORMAT_NAME, encode_varints, entropy_bits, gaps_from_positions
 from ..data import IMAGE_SHAPE, PIXEL_SCALE
 from ..errors import CheckpointError, ConfigError
-from ..networks.layers import Conv2D, Dense, Dropout, Flatten, Gate, MaxPool2D, ReLU, parse_network
+from ..networks.layers import parse_network
 
 # the proportions --max-error-increase chooses among
 SEARCH_PROPORTIONS = (0.5, 0.6, 0.7, 0.8, 0.85, 0.9, 0.92, 0.94, 0.95, 0.96, 0.97, 0.975, 0.98,
@@ -64,11 +64,11 @@ class _Stage:
         return ~np.any(self.W.reshape(self.units, -1) != 0, axis=1)
 
     def constant_output(self, unit):
-        """What unit ``unit`` puts out once its incoming weights are all 0: its bias after the
-        layers that follow (ReLU; max pooling and flattening keep a constant)."""
+        """What unit ``unit`` puts out once its incoming weights are all 0: its bias through the
+        layers that follow (a ReLU clips it; max pooling and flattening keep a constant)."""
         value = float(self.b[unit])
-        if any(isinstance(layer, ReLU) for layer in self.after):
-            value = max(value, 0.0)
+        for layer in self.after:
+            value = layer.constant_through(value)
         return value
 
     def keep_units(self, keep):
@@ -79,10 +79,7 @@ class _Stage:
     def columns_of(self, previous):
         """For each unit of ``previous``, the indices of this layer's inputs that read it (along
         axis 1 of W), as a (units, k) array."""
-        if isinstance(self.layer, Conv2D):
-            return np.arange(previous.units)[:, None]
-        per_unit = self.W.shape[1] // previous.units
-        return np.arange(previous.units * per_unit).reshape(previous.units, per_unit)
+        return self.layer.input_columns(previous.units, self.W.shape[1])
 
     def reads_nothing_of(self, previous):
         """Units of ``previous`` whose every weight in this layer is 0."""
@@ -103,29 +100,53 @@ class _Stage:
             self.sW = np.take(self.sW, cols, axis=1)
 
 
+class _Chain:
+    """The stages of a network as compression walks it, layer by layer: each layer kind says
+    which of these steps it takes (its ``compression_step``)."""
+
+    def __init__(self, mus, sigmas, fold_gates):
+        self.mus, self.sigmas, self.fold_gates = mus, sigmas, fold_gates
+        self.stages, self.index = [], 0
+
+    def _param(self, arrays, offset=0):
+        return None if arrays is None else arrays[self.index + offset]
+
+    def add_weights(self, layer):
+        self.stages.append(_Stage(layer, self.mus[self.index], self.mus[self.index + 1],
+                                  self._param(self.sigmas), self._param(self.sigmas, 1),
+                                  self.index))
+        self.index += 2
+
+    def add_gate(self, layer):
+        if not self.stages or self.stages[-1].after:
+            raise ValueError("a gate comes right after a layer with weights")
+        if self.fold_gates:
+            fold_gate(self.stages[-1], self.mus[self.index], self._param(self.sigmas))
+        self.stages[-1].gate = self.index
+        self.index += 1
+
+    def add_after(self, layer):
+        if not self.stages:
+            raise ValueError("%s before any layer with weights" % layer)
+        self.stages[-1].after.append(layer)
+
+
 def _stages(network, mus, sigmas, fold_gates=True):
     """The network's layers with weights as ``_Stage``s, each gate folded into the layer before
     it (``fold_gate``) unless ``fold_gates`` is False; ValueError for a layer compression cannot
     take."""
-    stages, index = [], 0
+    chain = _Chain(mus, sigmas, fold_gates)
     for layer in network.without_dropout().layers:
-        if isinstance(layer, (Dense, Conv2D)):
-            W, b = mus[index], mus[index + 1]
-            sW, sb = (sigmas[index], sigmas[index + 1]) if sigmas is not None else (None, None)
-            stages.append(_Stage(layer, W, b, sW, sb, index))
-            index += 2
-        elif isinstance(layer, Gate) and stages and not stages[-1].after:
-            if fold_gates:
-                fold_gate(stages[-1], mus[index], None if sigmas is None else sigmas[index])
-            stages[-1].gate = index
-            index += 1
-        elif isinstance(layer, (ReLU, MaxPool2D, Flatten)) and stages:
-            stages[-1].after.append(layer)
-        elif not isinstance(layer, Dropout):
+        step = getattr(layer, "compression_step", None)
+        try:
+            if step is None:
+                raise ValueError("it has no compression step")
+            step(chain)
+        except ValueError as exc:
             raise ValueError("compression takes dense, conv, gate, relu, pool, flatten and "
                              "dropout layers after a layer with weights (a gate right after "
-                             "one), not %s" % layer)
-    return stages
+                             "one), not %s (%s)" % (layer, exc)) from None
+    return chain.stages
 
 
 def fold_gate(stage, gate, gate_sigma):
@@ -177,16 +198,13 @@ def remove_units(stages):
 
 
 def _described(network, stages):
-    """The description of ``network`` with each layer's units as ``stages`` left them."""
+    """The description of ``network`` with each layer's units as ``stages`` left them (a gate
+    is folded into the layer before it)."""
     parts, stage = [], iter(stages)
     for layer in network.without_dropout().layers:
-        if isinstance(layer, Dense):
-            parts.append("dense:%d" % next(stage).units)
-        elif isinstance(layer, Conv2D):
-            parts.append("conv:%d:%d" % (next(stage).units, layer.kernel))
-        elif isinstance(layer, Gate):  # folded into the layer before it
-            continue
-        else:
+        if hasattr(layer, "described_with"):
+            parts.append(layer.described_with(next(stage).units))
+        elif hasattr(layer, "constant_through"):
             parts.append(str(layer))
     return ",".join(parts)
 
