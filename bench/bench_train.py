@@ -10,7 +10,8 @@
       our MXNet settings and, in a child process, with MXNet's defaults as the tutorial runs
 
 Also (a) on the ndarray backend (MXNet operators only), with the paper's scale-mixture prior
-and Adam (at 2x400 on both backends, and the paper-2x1200 preset's step), with the closed-form
+and Adam (at 2x400 on both backends, and the paper-2x1200 preset's step), IVON's step (the
+paper-2x1200-ivon preset's) beside a deterministic 2x1200 network's Adam step, with the closed-form
 KL, with the local reparametrization trick and with Flipout, and the local reparametrization's
 network graph alone (its floor). Then, in child processes, (d) the
 same algorithm in PyTorch where it is installed (it is not a dependency of gluon-bbb:
@@ -71,14 +72,18 @@ def bench_ours(data, config, ctx, steps, backend=None, **options):
                                    1.0 / STEPS_PER_EPOCH))
 
 
-def bench_deterministic(data, config, ctx, steps):
+def bench_deterministic(data, config, ctx, steps, optimizer="sgd", **options):
+    """A deterministic MLP of ``config``'s shape (with ``options`` replacing its fields), the
+    usual MXNet way, trained by ``optimizer``."""
+    import dataclasses
+    config = dataclasses.replace(config, **options)
     model = gluon.nn.HybridSequential()
     for _ in range(config.num_hidden_layers):
         model.add(gluon.nn.Dense(config.num_hidden_units, activation="relu"))
     model.add(gluon.nn.Dense(10))
     model.initialize(mx.init.Normal(0.1), ctx=ctx)
     model.hybridize(static_alloc=True, static_shape=True)
-    trainer = gluon.Trainer(model.collect_params(), "sgd",
+    trainer = gluon.Trainer(model.collect_params(), optimizer,
                             {"learning_rate": config.learning_rate})
     loss_fn = gluon.loss.SoftmaxCrossEntropyLoss()
     b = config.batch_size
@@ -395,6 +400,8 @@ def main():
              "optimizer": "adam"}
     paper_2x1200 = {key: value for key, value in PRESETS["paper-2x1200"].items()
                     if key not in ("validation", "epochs")}
+    ivon_2x1200 = {key: value for key, value in PRESETS["paper-2x1200-ivon"].items()
+                   if key not in ("validation", "epochs")}
     # the sparse preset's step (ndarray backend), with and without removing what its prior
     # switches off
     sparse_vd = {key: value for key, value in PRESETS["lenet-sparse-vd"].items()
@@ -404,6 +411,10 @@ def main():
                 ("paper", bench_ours, paper),
                 ("paper-ops", bench_ours, dict(paper, backend="ndarray")),
                 ("paper-2x1200", bench_ours, paper_2x1200),
+                ("ivon-2x1200", bench_ours, dict(ivon_2x1200, ivon_ess=50000)),
+                ("adam-2x1200", bench_deterministic, {"optimizer": "adam",
+                                                      "num_hidden_units": 1200,
+                                                      "learning_rate": 1e-3}),
                 ("kl", bench_ours, {"kl": "analytic"}),
                 ("lrt", bench_ours, {"estimator": "lrt", "kl": "analytic"}),
                 ("lrt-mc", bench_ours, {"estimator": "lrt"}),
@@ -443,6 +454,9 @@ def main():
     print("    paper prior (scale mixture) and Adam:     %6.2f s/epoch" % per_epoch["paper"])
     print("      the same, ndarray backend:              %6.2f s/epoch" % per_epoch["paper-ops"])
     print("    --preset paper-2x1200:                    %6.2f s/epoch" % per_epoch["paper-2x1200"])
+    print("    --preset paper-2x1200-ivon (IVON):        %6.2f s/epoch" % per_epoch["ivon-2x1200"])
+    print("      deterministic 2x1200, gluon Trainer Adam: %6.2f s/epoch (IVON costs x%.2f)"
+          % (per_epoch["adam-2x1200"], per_epoch["ivon-2x1200"] / per_epoch["adam-2x1200"]))
     print("    --kl analytic:                            %6.2f s/epoch" % per_epoch["kl"])
     print("    --estimator lrt --kl analytic:            %6.2f s/epoch" % per_epoch["lrt"])
     print("    --estimator lrt, Monte Carlo KL:          %6.2f s/epoch" % per_epoch["lrt-mc"])

@@ -187,16 +187,19 @@ def plot_uncertainty(entropies, probs, labels, path):
 
 
 def sweep_figure(table, proportions):
-    """Test error against the proportion removed, one curve with error bars per setting."""
+    """Test error against the proportion removed, one curve per setting: the median over its
+    seeds, the bars their range."""
     fig = new_figure((6, 4))
     ax = fig.add_subplot(1, 1, 1)
     for row in table:
         stats = [row["test_error"]["%g" % p] for p in proportions]
-        ax.errorbar([100 * p for p in proportions], [100 * s["mean"] for s in stats],
-                    yerr=[100 * s["sd"] for s in stats], marker="o", capsize=3,
-                    label="%s (n=%d)" % (row["setting"], row["n"]))
+        medians = [100 * s["median"] for s in stats]
+        ax.errorbar([100 * p for p in proportions], medians,
+                    yerr=[[m - 100 * s["min"] for m, s in zip(medians, stats)],
+                          [100 * s["max"] - m for m, s in zip(medians, stats)]],
+                    marker="o", capsize=3, label="%s (n=%d)" % (row["setting"], row["n"]))
     ax.set_xlabel("parameters removed by signal-to-noise ratio (%)")
-    ax.set_ylabel("test error (%), mean +- sd over seeds")
+    ax.set_ylabel("test error (%), median and range over seeds")
     readable_log_axis(ax)
     ax.legend(fontsize=8)
     return fig

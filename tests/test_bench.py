@@ -26,6 +26,8 @@ def test_bench_train_runs_and_prints_ratios():
                    for line in lines)
     assert any(re.match(r"  the same, --no-remove-switched-off: +\d+\.\d\d s/epoch \(removal "
                         r"costs x\d+\.\d\d\)$", line) for line in lines)
+    assert any(re.match(r"      deterministic 2x1200, gluon Trainer Adam: +\d+\.\d\d s/epoch \(IVON "
+                        r"costs x\d+\.\d\d\)$", line) for line in lines)
     peak = [line for line in lines if line.startswith("peak RSS")]
     assert peak and 100 < float(peak[0].split()[-2]) < 4096
 

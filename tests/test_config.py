@@ -25,7 +25,7 @@ def test_prior_spelling_is_normalised():
     ("kl_weighting", "linear"), ("num_hidden_layers", -1), ("seed", -3),
     ("estimator", "reinforce"), ("kl", "exact"), ("lr_decay_every", -1),
     ("lr_decay_factor", 0.0), ("lr_decay_factor", 1.5), ("kl_scale", 0.0),
-    ("kl_scale", float("inf")), ("init_best_units", "yes"), ("lr_schedule", "cosine"),
+    ("kl_scale", float("inf")), ("init_best_units", "yes"), ("lr_schedule", "exponential"),
 ])
 def test_invalid_values_name_field_and_value(field, value):
     with pytest.raises(ConfigError) as info:

@@ -40,8 +40,9 @@ def test_the_pruning_curve_is_labelled_in_the_error_range():
 
 def test_the_sweep_curves_are_labelled_in_the_error_range():
     table = [{"setting": "prior=gaussian", "n": 3, "test_error": {
-        "0": {"mean": 0.019, "sd": 0.001}, "0.95": {"mean": 0.023, "sd": 0.002},
-        "0.98": {"mean": 0.049, "sd": 0.003}}}]
+        "0": {"median": 0.019, "min": 0.018, "max": 0.02},
+        "0.95": {"median": 0.023, "min": 0.021, "max": 0.025},
+        "0.98": {"median": 0.049, "min": 0.046, "max": 0.052}}}]
     fig = plots.sweep_figure(table, [0, 0.95, 0.98])
     assert_plain_numbers_in(fig.axes[0], 1.8, 5.2, {"2", "5"})
     assert fig.axes[0].get_ylabel()

@@ -14,7 +14,7 @@ from .. import outputs
 from .metrics import auroc, predictive_entropy, scores
 from ..tutorial import evaluate_accuracy
 from ..plots import plot_uncertainty
-from ..learning.rundir import RunDirectory, report_prefix, resolve_checkpoint
+from ..learning.rundir import UNCERTAINTY_FILE, RunDirectory, report_prefix, resolve_checkpoint
 from .uncertainty import noise_images, predict
 
 OOD_IMAGES = "t10k-images-idx3-ubyte"
@@ -24,7 +24,7 @@ def report_files(checkpoint_path):
     """``{name: outputs.FileKind}`` of the report on ``checkpoint_path``, its names prefixed
     as ``report_prefix`` says."""
     prefix = report_prefix(checkpoint_path)
-    return {prefix + "uncertainty.json": outputs.REPORT, prefix + "uncertainty.png": outputs.PNG}
+    return {prefix + UNCERTAINTY_FILE: outputs.REPORT, prefix + "uncertainty.png": outputs.PNG}
 
 
 def load_ood_images(directory):

@@ -1,5 +1,5 @@
 """The command ``gluon-bbb sweep SPEC --out DIR``: seeds x
-settings of training runs on Dask, each trial pruned, tabulated as mean and sd over seeds
+settings of training runs on Dask, each trial pruned, tabulated as median and range over seeds
 (``learning/trials.py`` holds the spec, the trials and the summary).
 
     gluon-bbb sweep SPEC --out runs/sweep [--workers N] [--threads-per-trial T]
@@ -27,8 +27,8 @@ CONNECT_SECONDS = 30
 
 def build_parser(prog=PROG):
     parser = ArgumentParser(prog=prog, description="Run seeds x settings of the training "
-                            "command on Dask, each trial pruned, and tabulate mean and sd over "
-                            "seeds.")
+                            "command on Dask, each trial pruned, and tabulate median and range "
+                            "over seeds.")
     parser.add_argument("spec", help="JSON file: {\"base\": {flags}, \"grid\": {flag: [values]}, "
                         "\"proportions\": [...]}")
     parser.add_argument("--out", required=True, help="directory of the trials' run "
@@ -75,7 +75,7 @@ def main(argv=None, prog=PROG):
         else:
             cluster = stack.enter_context(_local_cluster(LocalCluster, workers, logging.ERROR))
             client = stack.enter_context(Client(cluster))
-            where = "a local cluster of %d workers" % workers
+            where = "a local cluster of %d worker%s" % (workers, "" if workers == 1 else "s")
         outputs.make_directory(args.out, "out")
         say("sweep: %d trials on %s, %d thread%s each, into %s" % (
             len(planned[0]), where, args.threads_per_trial,

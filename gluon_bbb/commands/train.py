@@ -56,19 +56,29 @@ validation: hold out the last N training images, scored every epoch
 seed: seed of the initial weights, the shuffles and the noise
 network: the network: SPEC_HELP
 dropout: dropout rate after every hidden ReLU of --model mcdropout, in (0, 1)
+ivon_ess: --model ivon: the effective sample size (default: the training images)
+ivon_hess_init: --model ivon: the Hessian estimate's start
+ivon_beta1: --model ivon: the gradient's momentum
+ivon_beta2: --model ivon: the Hessian estimate's momentum
+ivon_weight_decay: --model ivon: weight decay, and the Hessian's floor in sigma = 1/sqrt(ess (h + it))
+ivon_clip_radius: --model ivon: clip each update's step to this (default: none)
+ivon_late_beta2: --model ivon: beta2 of the last --ivon-late-epochs epochs
+ivon_late_epochs: --model ivon: the last epochs whose Hessian estimate uses --ivon-late-beta2
 """.replace("MAX_SAMPLES", str(MAX_SAMPLES)).replace("SPEC_HELP", SPEC_HELP).strip().splitlines())
 # what a Config field's type annotation means for its flag
 FLAG_TYPES = {int: int, float: float, str: str, Optional[int]: int, Optional[str]: str,
               Optional[float]: float}
 # what a default of None means, in --help
 DEFAULT_WORDS = {"seed": "a fresh one, recorded in config.json", "train_size": "all",
+                 "ivon_ess": "the training images", "ivon_clip_radius": "none",
+                 "ivon_late_beta2": "none",
                  "init_from": "the seed's random means", "gate_rho_offset": "--rho-offset's"}
 CHOICE_DEFAULT_WORDS = {"gate_prior": "--prior's"}
 CHOICE_FLAGS = {
     "optimizer": (("sgd", "adam"), "update rule"),
     "lr_schedule": (names(LR_SCHEDULES), "the rate's schedule: step decay (--lr-decay-every, "
-                    "--lr-decay-factor), or falling linearly to 0 at the last epoch (sparse "
-                    "variational dropout's)"),
+                    "--lr-decay-factor), falling linearly to 0 at the last epoch (sparse "
+                    "variational dropout's), or a half cosine to 0 (IVON's)"),
     "prior": (tuple(name.replace("_", "-") for name in PRIORS), "prior over every weight"),
     "gate_prior": (tuple(name.replace("_", "-") for name in PRIORS), "prior over the factors "
                    "of the network's gate layers; log-uniform gates with --prior gaussian "
@@ -87,8 +97,9 @@ CHOICE_FLAGS = {
                         "sigma^2 (log-variance; ndarray backend)"),
     "model": (names(MODEL_KINDS) + ("mlp",), "Bayes by Backprop, Monte Carlo dropout (the "
               "mean weights trained with dropout and the prior as weight decay; predictions "
-              "average --test-samples dropout masks), or a deterministic network of the same "
-              "shape as a baseline (mlp: the same)"),
+              "average --test-samples dropout masks), a deterministic network of the same "
+              "shape as a baseline (mlp: the same), or the same posterior as bbb fitted by "
+              "IVON's natural-gradient update (--ivon-*)"),
 }
 
 

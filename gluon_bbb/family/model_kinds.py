@@ -13,6 +13,7 @@ class ModelKind(Choice):
     (None: it predicts with the mean weights only)."""
     learns_sigma = False
     prior_as_weight_decay = False
+    natural_gradient = False
     prediction_draws = None
     pruning_criterion = ("magnitude", "magnitude |w|")
 
@@ -79,11 +80,16 @@ class Deterministic(ModelKind):
     pruning_criterion = ("magnitude", "magnitude |w| (a deterministic network has no sigma)")
 
 
-MODEL_KINDS = (BayesByBackprop(), MCDropout(), Deterministic())
+class IVONKind(BayesByBackprop):
+    """The same posterior over every weight, fitted by IVON's natural-gradient update with an
+    online Hessian estimate (``learning/ivon.py``; Shen et al. 2024) instead of reparametrized
+    gradients: it predicts and prunes as Bayes by Backprop does."""
+    name = "ivon"
+    natural_gradient = True
+
+
+MODEL_KINDS = (BayesByBackprop(), MCDropout(), Deterministic(), IVONKind())
 
 
 def model_kind(name):
     return named(ModelKind, MODEL_KINDS, name, "model")
-
-
-# The weight estimator: how one draw of the noise gives the network's output.

@@ -92,6 +92,14 @@ class Prior:
         log_density.backward()
         return log_density.detach(), x.grad
 
+    def gradient_precision(self, x):
+        """-(d log P / dx) / x elementwise: the precision of the Gaussian about 0 whose log
+        density has P's slope at x (what IVON's update adds to the data's curvature); from
+        ``log_density_and_gradient``, taken at 1e-30 where |x| is smaller (the limit at 0)."""
+        nd = _nd()
+        safe = nd.where(nd.abs(x) < 1e-30, nd.ones_like(x) * 1e-30, x)
+        return -self.log_density_and_gradient(safe)[1] / safe
+
     kl = None  # a subclass's closed form: kl(self, mu, sigma, F=None), elementwise
 
     def switched_off(self, mu, sigma):
@@ -184,6 +192,11 @@ class GaussianPrior(Prior):
         """(the summed log density (1,), elementwise d log P / dx)."""
         return self(x), x * (-1.0 / self.sigma_p ** 2)
 
+    @accelerates("log_density")
+    def gradient_precision(self, x):
+        """1 / sigma_p^2 at every x."""
+        return _nd().ones_like(x) * (1.0 / self.sigma_p ** 2)
+
     @accelerates("kl", "log_density")
     def closed_form_kl(self, mu, sigma):
         """``kl`` with its derivatives written out: mu / sigma_p^2 and
@@ -256,16 +269,22 @@ class ScaleMixturePrior(Prior):
     def log_density_and_gradient(self, x):
         """(the summed log density (1,), elementwise d log P / dx), where
         d log P / dx = -x (share1 / s1^2 + share2 / s2^2)."""
-        nd = _nd()
-        x2 = nd.square(x)
+        x2 = _nd().square(x)
+        return total(self._log_density_of_square(x2, _nd())), x * -self._precision_of_square(x2)
+
+    @accelerates("log_density")
+    def gradient_precision(self, x):
+        """share1 / s1^2 + share2 / s2^2: each component's precision weighed by its share of
+        the density at x."""
+        return self._precision_of_square(_nd().square(x))
+
+    def _precision_of_square(self, x2):
         k1, k2 = 0.5 / self.sigma_p1 ** 2, 0.5 / self.sigma_p2 ** 2
-        log_density = total(self._log_density_of_square(x2, nd))
         # a - b from x^2 directly (not as a difference of two large numbers), and both shares
         # from it: 1 - share1 would lose all float32 precision where share1 is near 1
         log_ratio = (math.log(self.pi / (1.0 - self.pi)) + math.log(self.sigma_p2 / self.sigma_p1)
                      + (k2 - k1) * x2)
-        return log_density, x * -(sigmoid(log_ratio) * (2.0 * k1)
-                                  + sigmoid(-log_ratio) * (2.0 * k2))
+        return sigmoid(log_ratio) * (2.0 * k1) + sigmoid(-log_ratio) * (2.0 * k2)
 
     sample_normals = Keyed(2, "log_density")
 

@@ -148,6 +148,14 @@ class Config:
     remove_switched_off: bool = False
     init_best_units: bool = False
     classes: Optional[dict] = None
+    ivon_ess: Optional[int] = None
+    ivon_hess_init: float = 0.1
+    ivon_beta1: float = 0.9
+    ivon_beta2: float = 0.99999
+    ivon_weight_decay: float = 1e-4
+    ivon_clip_radius: Optional[float] = None
+    ivon_late_beta2: Optional[float] = None
+    ivon_late_epochs: int = 0
 
     def __post_init__(self):
         self._take_prior()
@@ -202,11 +210,12 @@ class Config:
             if not network.gate_positions():
                 raise ConfigError("gate_rho_offset", self.gate_rho_offset, "left unset for a "
                                   "network without gates (it is the gates' initial rho)")
-        if self.prior_defined:
+        if self.prior_defined and not self.model_kind.natural_gradient:  # IVON takes no KL
             self.kl_kind.check(self.build_prior())
         self.estimator_kind.check(network)
         self._check_remove_switched_off()
         self._check_init_best_units(network)
+        self._check_ivon()
 
     def _check_last_rate(self):
         """ConfigError where the schedule takes the learning rate below float32's smallest
@@ -216,12 +225,52 @@ class Config:
             return
         last = self.learning_rate_at(self.epochs - 1)
         if last < FLOAT32_TINY:
-            field = "lr_decay_factor" if self.lr_schedule == "step" else "learning_rate"
+            field = self.lr_schedule_kind.decaying_field
             raise ConfigError(field, getattr(self, field), "such that every epoch's learning "
                               "rate is at least float32's smallest normal number, %.3g: under "
                               "the %s schedule epoch %d's would be %.3g (a larger "
                               "{lr_decay_factor}, a longer {lr_decay_every} or fewer {epochs})"
                               % (FLOAT32_TINY, self.lr_schedule, self.epochs, last))
+
+    def _check_ivon(self):
+        """IVON's settings (``learning/ivon.py``); for ``--model ivon``: weights drawn (the
+        estimator ``sample``), rho as log sigma^2 (``log_variance``: sigma = 1 / sqrt(ess (h +
+        weight decay)) is stored so), and a prior with a density or none."""
+        if self.ivon_ess is not None:
+            _require_int("ivon_ess", self.ivon_ess, minimum=1)
+        _require_positive("ivon_hess_init", self.ivon_hess_init)
+        _require_positive("ivon_weight_decay", self.ivon_weight_decay)
+        for name in ("ivon_beta1", "ivon_beta2"):
+            if not (_is_real(getattr(self, name)) and 0.0 < getattr(self, name) < 1.0):
+                raise ConfigError(name, getattr(self, name), "in (0, 1)")
+        if self.ivon_clip_radius is not None:
+            _require_positive("ivon_clip_radius", self.ivon_clip_radius)
+        _require_int("ivon_late_epochs", self.ivon_late_epochs, minimum=0, maximum=self.epochs)
+        if self.ivon_late_beta2 is not None and not (_is_real(self.ivon_late_beta2)
+                                                     and 0.0 < self.ivon_late_beta2 < 1.0):
+            raise ConfigError("ivon_late_beta2", self.ivon_late_beta2, "in (0, 1)")
+        if (self.ivon_late_beta2 is None) != (self.ivon_late_epochs == 0):
+            raise ConfigError("ivon_late_epochs", self.ivon_late_epochs, "given with "
+                              "{ivon_late_beta2} (both or neither)")
+        if not self.model_kind.natural_gradient:
+            return
+        if self.estimator_kind != estimator("sample"):
+            raise ConfigError("estimator", self.estimator, "sample with model ivon (IVON draws "
+                              "weights)")
+        if self.parametrization_kind != parametrizations.LogVariance():
+            raise ConfigError("parametrization", self.parametrization, "log-variance with model "
+                              "ivon (its sigma is stored as rho = log sigma^2)")
+        if self.prior_defined and self.ivon_prior() is False:
+            raise ConfigError("prior", self.prior, "one with a density, or none, with model "
+                              "ivon (its gradient enters IVON's update)")
+
+    def ivon_prior(self):
+        """The prior IVON's update takes through its density: the prior object, None for
+        ``none`` (weight decay alone), False for one without a density (log-uniform)."""
+        prior = self.build_prior()
+        if prior.has_log_density:
+            return prior
+        return None if prior == prior_kind("none")() else False
 
     def _check_init_best_units(self, network):
         if not isinstance(self.init_best_units, bool):
@@ -378,6 +427,14 @@ class Config:
     def learning_rate_at(self, epoch):
         """The learning rate of epoch ``epoch`` (0-based) under the run's ``lr_schedule``."""
         return self.lr_schedule_kind.rate(self, epoch)
+
+    def ivon_beta2_at(self, epoch):
+        """IVON's beta2 in epoch ``epoch`` (0-based): ``ivon_late_beta2`` in the last
+        ``ivon_late_epochs`` epochs, where the learning rate has fallen and the Hessian estimate
+        can follow the curvature at the means without moving them, else ``ivon_beta2``."""
+        if self.ivon_late_epochs and epoch >= self.epochs - self.ivon_late_epochs:
+            return self.ivon_late_beta2
+        return self.ivon_beta2
 
     def kl_factor_at(self, epoch):
         """What the KL term's weight is multiplied by in epoch ``epoch`` (0-based): epoch /
@@ -569,8 +626,17 @@ LENET_GATED_NARROW = ("conv:3:5,gate,relu,pool:2,conv:18:5,gate,relu,pool:2,dens
                       "relu,dense:10")
 _GATED_NARROW = dict(_SPARSE_VD, **_GATE_PULL, network=LENET_GATED_NARROW, init_best_units=True,
                      epochs=30, lr_decay_every=20)
+# IVON (Shen et al. 2024) on the paper's 2x1200 protocol, its reference settings: the learning
+# rate 0.5 annealed by a cosine over 40 epochs, the effective sample size the training images,
+# the Hessian from 0.1, beta2 0.99999, weight decay 1e-4 and no other prior, the means from
+# N(0, 0.02^2), about the spread of PyTorch's default for these layers (from the presets'
+# N(0, 0.1^2) the first epoch diverges at this rate) (docs/RESULTS.md).
+_IVON = dict(_PAPER, model="ivon", parametrization="log_variance", prior="none",
+             learning_rate=0.5, lr_schedule="cosine", lr_decay_every=0, epochs=40,
+             mu_scale=0.02, ivon_hess_init=0.1, ivon_beta2=0.99999, ivon_weight_decay=1e-4)
 PRESETS = {
     "paper-2x1200": dict(_PAPER, num_hidden_units=1200),
+    "paper-2x1200-ivon": dict(_IVON, num_hidden_units=1200),
     "paper-2x400": dict(_PAPER, num_hidden_units=400),
     "lenet": _LENET,
     "lenet-sparse-vd": _SPARSE_VD_LENET,

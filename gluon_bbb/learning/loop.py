@@ -243,12 +243,13 @@ def _train(config, data, ctx, run, resume, eval_train, log, progress, check_ever
                          data_fingerprint=data.fingerprint)
     saved.epochs = start_epoch
     if state is None and config.init_from is not None:
-        step = TrainingStep(config, ctx, initial_means(config, ctx), backend=backend)
+        step = TrainingStep(config, ctx, initial_means(config, ctx), backend=backend,
+                            num_train=num_train)
     elif state is None:
-        step = TrainingStep(config, ctx, backend=backend)
+        step = TrainingStep(config, ctx, backend=backend, num_train=num_train)
     else:
         step = TrainingStep(config, ctx, state["mus"], state["rhos"], backend,
-                            num_update=state["num_update"])
+                            num_update=state["num_update"], num_train=num_train)
         step.load_state_arrays(state["optimizer_states"])
     log(step.describe())
     if start_epoch == config.epochs:

@@ -41,6 +41,7 @@ CHECKPOINT_FILE = "checkpoint.params"
 BEST_CHECKPOINT_FILE = "best.params"
 LOCK_FILE = ".lock"
 REGRESSION_METRICS_FILE = "metrics.json"
+UNCERTAINTY_FILE = "uncertainty.json"  # the uncertainty report (analysis/report.py), unprefixed
 RUN_FILES = (CONFIG_FILE, HISTORY_FILE, CHECKPOINT_FILE, BEST_CHECKPOINT_FILE, LOCK_FILE,
              REGRESSION_METRICS_FILE)
 # what a training run's own files hold, claimed before it writes them (``outputs.py``)

@@ -98,7 +98,9 @@ def choose_backend(config, ctx, backend=None):
         raise ConfigError("backend", backend, "one of %s" % ", ".join(BACKENDS))
     asked = BACKENDS.get(backend)
     why_not = None
-    if ctx.device_type != "cpu":
+    if config.model_kind.natural_gradient:
+        why_not = "IVON's update runs on MXNet operators"
+    elif ctx.device_type != "cpu":
         why_not = "the native kernels run on CPU contexts only"
     elif not native.available():
         why_not = native.unavailable_reason()
@@ -184,7 +186,7 @@ class TrainingStep:
     """
 
     def __init__(self, config, ctx, mus=None, rhos=None, backend=None, noise=None,
-                 num_update=0):
+                 num_update=0, num_train=None):
         self.config, self.ctx, self.noise_kind = config, ctx, noise
         self.backend, self.why_not_native = choose_backend(config, ctx, backend)
         self.network = config.build_network()
@@ -201,11 +203,16 @@ class TrainingStep:
             rhos = [nd.full(shape, value, ctx=ctx)
                     for shape, value in zip(self.layout.shapes, config.initial_rhos())]
         self.mu, self.rho = self.layout.flatten(mus), self.layout.flatten(rhos)
-        self.optimizer = mx.optimizer.create(
-            config.optimizer, learning_rate=config.learning_rate, rescale_grad=1.0, wd=0.0,
-            begin_num_update=num_update)
-        self.optimizer_states = [self.optimizer.create_state(i, p)
-                                 for i, p in enumerate((self.mu, self.rho))]
+        if self.model_kind.natural_gradient:
+            # IVON (learning/ivon.py): its own update of mu, sigma from its Hessian estimate
+            self.optimizer = ivon_optimizer(config, num_train, num_update)
+            self.optimizer_states = [self.optimizer.create_state(0, self.mu)]
+        else:
+            self.optimizer = mx.optimizer.create(
+                config.optimizer, learning_rate=config.learning_rate, rescale_grad=1.0, wd=0.0,
+                begin_num_update=num_update)
+            self.optimizer_states = [self.optimizer.create_state(i, p)
+                                     for i, p in enumerate((self.mu, self.rho))]
         self.workspace = self.backend.workspace(self.layout.size, ctx)
         self._kept = None  # remove_switched_off's mask of the parameters held, once known
         self.start_epoch(0)
@@ -225,6 +232,12 @@ class TrainingStep:
         """Set the epoch's learning rate and noise: the draws of an epoch depend on the seed and
         the epoch alone, so a resumed run draws what an uninterrupted one does."""
         self.optimizer.set_learning_rate(self.config.learning_rate_at(epoch))
+        if self.model_kind.natural_gradient:  # the prior's weight: the KL term's, warmed up
+            self.optimizer.prior_scale = self.config.kl_scale * self.config.kl_factor_at(epoch)
+            self.optimizer.beta2 = self.config.ivon_beta2_at(epoch)
+            # sigma from the state and the prior's weight this epoch (a run's first: from the
+            # Hessian's start); a resumed run has loaded its state before it starts an epoch
+            self.rho[:] = self.optimizer.log_variance(self.optimizer_states[0], self.mu)
         self.noise = noise_for(self.ctx, [self.config.seed, epoch, 1], self.noise_kind)
         if self.network.has_dropout:
             seed_generator(self.ctx, [self.config.seed, epoch, 2])
@@ -232,6 +245,8 @@ class TrainingStep:
     def __call__(self, X, targets, kl_weight):
         """One step on the mini-batch ``X`` with ``targets`` (what the likelihood scores) and
         the KL weight of this mini-batch; returns the loss, an NDArray (1,), not waited for."""
+        if self.model_kind.natural_gradient:
+            return self._ivon_step(X, targets)
         if not self.model_kind.learns_sigma:
             loss, grad_mu = self.graph.nll_and_grad(X, targets, self.mu)
             if self.model_kind.prior_as_weight_decay:
@@ -259,6 +274,23 @@ class TrainingStep:
             self.mu *= self._kept
         return loss
 
+    def _ivon_step(self, X, targets):
+        """IVON's step: ``num_samples`` draws of the weights from the posterior, the data
+        term's gradient at each (the prior's part added by the optimizer), one update of mu
+        and the Hessian estimate, and rho = log sigma^2 from it. The loss is the data term
+        -sum log P(y | X, w), the mean over the draws."""
+        state = self.optimizer_states[0]
+        self.optimizer.rescale_grad = 1.0 / X.shape[0]  # the mean loss's gradient
+        loss = None
+        for _ in range(self.config.num_samples):
+            noise = self.optimizer.draw(self.mu, state, self.noise.normal((self.layout.size,)))
+            nll, grad_w = self.graph.nll_and_grad(X, targets, self.mu + noise)
+            self.optimizer.accumulate(state, grad_w, noise)
+            loss = nll if loss is None else loss + nll
+        self.optimizer.update(0, self.mu, None, state)
+        self.rho[:] = self.optimizer.log_variance(state, self.mu)
+        return loss / self.config.num_samples
+
     def kept(self):
         """1 where the parameter is in the network, 0 where it is removed
         (``priors.removed``); a flat array of mu's shape."""
@@ -283,13 +315,15 @@ class TrainingStep:
         return self.optimizer.num_update
 
     def state_arrays(self):
-        """The optimizer's state: for mu and for rho, a list of flat arrays (none for SGD)."""
-        return [_state_arrays(state) for state in self.optimizer_states]
+        """The optimizer's state: for mu and for rho, a list of flat arrays (none for SGD; for
+        IVON, mu's momentum and Hessian estimate)."""
+        saved = getattr(self.optimizer, "saved_arrays", _state_arrays)
+        return [saved(state) for state in self.optimizer_states]
 
     def load_state_arrays(self, saved):
         """Copy ``state_arrays()`` of an earlier step (a checkpoint's) into this one's."""
         for i, state in enumerate(self.optimizer_states):
-            targets = _state_arrays(state)
+            targets = getattr(self.optimizer, "saved_arrays", _state_arrays)(state)
             arrays = saved[i] if i < len(saved) else []
             if [a.shape for a in arrays] != [t.shape for t in targets]:
                 raise CheckpointError("checkpoint optimizer state for parameter %d has shapes "
@@ -297,6 +331,21 @@ class TrainingStep:
                                       [a.shape for a in arrays], [t.shape for t in targets])
             for target, array in zip(targets, arrays):
                 target[:] = array.as_in_context(self.ctx)
+
+
+def ivon_optimizer(config, num_train, num_update=0):
+    """The ``IVON`` optimizer of a run of ``config`` (``--model ivon``): its settings, the
+    effective sample size ``num_train`` where the config names none, and the prior that enters
+    its update through its density (None for ``none``)."""
+    from .ivon import IVON
+    ess = config.ivon_ess or num_train
+    if ess is None:
+        raise ConfigError("ivon_ess", None, "given where the training images are not known")
+    return IVON(learning_rate=config.learning_rate, ess=ess, hess_init=config.ivon_hess_init,
+                beta1=config.ivon_beta1, beta2=config.ivon_beta2,
+                weight_decay=config.ivon_weight_decay,
+                clip_radius=config.ivon_clip_radius or float("inf"), prior=config.ivon_prior(),
+                begin_num_update=num_update)
 
 
 def _state_arrays(state):

@@ -49,8 +49,8 @@ from ..errors import CheckpointError, ConfigError, GluonBBBError
 from .. import outputs
 from ..outputs import write_json, write_text
 from ..plots import plot_sweep
-from .rundir import (CHECKPOINT_FILE, CONFIG_FILE, HISTORY_FILE, LOCK_FILE, RunDirectory,
-                     best_validation_epoch)
+from .rundir import (CHECKPOINT_FILE, CONFIG_FILE, HISTORY_FILE, LOCK_FILE, UNCERTAINTY_FILE,
+                     RunDirectory, best_validation_epoch)
 
 TRAIN_MODULE, PRUNE_MODULE = "gluon_bbb.commands.train", "gluon_bbb.commands.prune"
 TRIAL_FILE = "trial.json"          # a finished trial's flags, proportions and figures
@@ -353,26 +353,43 @@ def _wait_for_run_lock(trial_dir):
 
 def trial_figures(trial_dir):
     """A finished trial's figures from its files: the test error at each pruned proportion,
-    the epochs trained, and the best validation epoch's test error where there is one."""
+    the epochs trained and the seconds they took, the best validation epoch's test error where
+    there is one, and the Monte Carlo predictive's test error and ECE where the run wrote its
+    uncertainty report."""
     with open(os.path.join(trial_dir, "pruning.json")) as f:
         pruning = json.load(f)
     with open(os.path.join(trial_dir, HISTORY_FILE)) as f:
         history = json.load(f)
     figures = {"epochs": len(history),
+               "seconds": sum(record.get("epoch_seconds", 0.0) for record in history),
                "test_error": {"%g" % row["proportion"]: row["test_error"]
                               for row in pruning["rows"]}}
     best = best_validation_epoch(history)
     if best is not None:
         figures.update(best_validation_epoch=best["epoch"],
                        best_validation_test_error=1.0 - best["test_accuracy"])
+    report = os.path.join(trial_dir, UNCERTAINTY_FILE)
+    if os.path.isfile(report):
+        with open(report) as f:
+            in_distribution = json.load(f).get("in_distribution", {})
+        if "accuracy" in in_distribution and "ece" in in_distribution:
+            figures.update(predictive_test_error=1.0 - in_distribution["accuracy"],
+                           predictive_ece=in_distribution["ece"])
     return figures
 
 
 # The sweep's own process.
 
+# what a summary row holds beside the pruned test errors, where every trial has it
+_SUMMARY_FIGURES = ("best_validation_test_error", "predictive_test_error", "predictive_ece",
+                    "seconds")
+
+
 def summarize(records, proportions):
-    """Per setting, in the order first seen: n, and the mean and sample standard deviation over
-    its finished trials of each test error (pruned proportions, best validation epoch)."""
+    """Per setting, in the order first seen: n, and over its finished trials the median, range
+    (min, max), mean and sample standard deviation of each test error (pruned proportions, best
+    validation epoch, the Monte Carlo predictive's), of the predictive's ECE and of the
+    training seconds."""
     settings = {}
     for record in records:
         if record.get("figures"):
@@ -381,35 +398,50 @@ def summarize(records, proportions):
     for setting, figures in settings.items():
         row = {"setting": setting, "n": len(figures), "test_error": {}}
         for p in ["%g" % p for p in proportions]:
-            row["test_error"][p] = _mean_sd([f["test_error"][p] for f in figures])
-        best = [f["best_validation_test_error"] for f in figures
-                if "best_validation_test_error" in f]
-        if best:
-            row["best_validation_test_error"] = _mean_sd(best)
+            row["test_error"][p] = seed_statistics([f["test_error"][p] for f in figures])
+        for name in _SUMMARY_FIGURES:
+            if all(name in f for f in figures):
+                row[name] = seed_statistics([f[name] for f in figures])
         table.append(row)
     return table
 
 
-def _mean_sd(values):
+def seed_statistics(values):
+    """The median, min, max, mean and sample standard deviation (0 for one value) of
+    ``values``."""
+    ordered = sorted(values)
+    middle = len(ordered) // 2
+    median = (ordered[middle] if len(ordered) % 2
+              else (ordered[middle - 1] + ordered[middle]) / 2)
     mean = sum(values) / len(values)
     sd = (math.sqrt(sum((v - mean) ** 2 for v in values) / (len(values) - 1))
           if len(values) > 1 else 0.0)
-    return {"mean": mean, "sd": sd}
+    return {"median": median, "min": ordered[0], "max": ordered[-1], "mean": mean, "sd": sd}
 
 
 def markdown_table(table, proportions):
-    """The summary as a Markdown table of test errors in percent, mean +- sd over seeds."""
-    with_best = any("best_validation_test_error" in row for row in table)
+    """The summary as a Markdown table: each figure's median over seeds and its range
+    [min, max] where there are several; errors and ECE in percent, time in minutes."""
+    columns = [("best_validation_test_error", "best validation epoch", 100.0, "%.2f"),
+               ("predictive_test_error", "predictive (MC)", 100.0, "%.2f"),
+               ("predictive_ece", "ECE (MC)", 100.0, "%.2f"),
+               ("seconds", "minutes", 1 / 60.0, "%.1f")]
+    columns = [c for c in columns if any(c[0] in row for row in table)]
     header = (["setting", "n"] + ["%g%% removed" % (100 * p) for p in proportions]
-              + (["best validation epoch"] if with_best else []))
+              + [c[1] for c in columns])
     lines = ["| " + " | ".join(header) + " |", "|---|---:|" + "---:|" * (len(header) - 2)]
-    cell = lambda stat: "%.2f +- %.2f" % (100 * stat["mean"], 100 * stat["sd"])  # noqa: E731
+
+    def cell(stat, unit=100.0, number="%.2f"):
+        if stat is None:
+            return ""
+        if stat["min"] == stat["max"]:
+            return number % (unit * stat["median"])
+        return ("%s [%s, %s]" % (number, number, number)
+                % tuple(unit * stat[k] for k in ("median", "min", "max")))
     for row in table:
-        cells = [row["setting"], str(row["n"])] + [cell(row["test_error"]["%g" % p])
-                                                   for p in proportions]
-        if with_best:
-            cells.append(cell(row["best_validation_test_error"])
-                         if "best_validation_test_error" in row else "")
+        cells = ([row["setting"], str(row["n"])]
+                 + [cell(row["test_error"]["%g" % p]) for p in proportions]
+                 + [cell(row.get(name), unit, number) for name, _, unit, number in columns])
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
