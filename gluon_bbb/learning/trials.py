@@ -11,7 +11,7 @@ A spec is a JSON object: ``base``, the training flags every trial takes (a prese
      "grid": {"prior": ["scale-mixture", "gaussian"], "seed": [0, 1, 2]}}
 
 Each combination of the grid is a trial: a run directory ``OUT/NAME`` trained by
-``python -m gluon_bbb.commands.train`` (``OMP_NUM_THREADS`` = its threads), then pruned by
+``python -m gluon_bbb.commands.train`` (OpenMP and BLAS threads = its threads), then pruned by
 ``python -m gluon_bbb.commands.prune``; ``trial.json`` there holds its flags and figures.
 
 A trial is identified by the ``Config`` its flags train (every training flag, a preset's
@@ -239,11 +239,24 @@ def failed(record):
     return record["status"] == FAILED
 
 
+# the variables that set a process's threads: OpenMP's (MXNet's operators) and the BLAS
+# libraries' (its matrix products). A Dask worker's nanny sets each to 1 in the environment a
+# trial inherits, which made a 2x1200 trial's matrix products single-threaded (86 s an epoch
+# against 40 s)
+THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
+
+
+def trial_environment(environ, threads):
+    """The environment a trial's commands run in: ``environ`` with every variable of
+    THREAD_VARIABLES set to ``threads``."""
+    return dict(environ, **{name: str(threads) for name in THREAD_VARIABLES})
+
+
 def run_trial(trial_dir, train_args, proportions, threads, python=sys.executable):
     """Train, resume or skip the trial in ``trial_dir``, prune it, and return its record:
     ``status`` (``done``, ``skipped`` or ``failed``), ``error`` (one line) and ``figures``."""
     outputs.make_directory(trial_dir, "out")
-    env = dict(os.environ, OMP_NUM_THREADS=str(threads))
+    env = trial_environment(os.environ, threads)
     proportions = ["%g" % p for p in proportions]
     with _trial_lock(trial_dir):
         result_path = os.path.join(trial_dir, TRIAL_FILE)
