@@ -11,7 +11,9 @@ from hypothesis import given, strategies as st
 from mxnet import autograd, gluon, nd
 
 from gluon_bbb import Config, ConfigError, GaussianPrior, train
+from gluon_bbb.family.priors import ScaleMixturePrior
 from gluon_bbb.learning.ivon import IVON, predict_probabilities, sampled_params
+from gluon_bbb.learning.noise import PhiloxNoise
 from gluon_bbb.learning.rundir import RunDirectory
 
 QUIET = dict(log=lambda line: None, progress=False)
@@ -183,6 +185,112 @@ def test_each_priors_precision_is_its_slope_over_x(ctx, pi, sigma1, sigma2, sigm
                                1 / (sigma_p * np.abs(x.asnumpy())), rtol=1e-6)
 
 
+# the priors the kernels' tests draw from: none (weight decay alone), a Gaussian, the paper's
+# scale mixture (its precision spans five orders of magnitude over the means drawn)
+KERNEL_PRIORS = [None, GaussianPrior(0.3), ScaleMixturePrior(0.25, 1.0, math.exp(-6))]
+
+
+def random_ivon_state(optimizer, rng, size, ctx, steps_before):
+    """Float32 means, momentum and Hessian estimate as a run has them after ``steps_before``
+    steps (the Hessian a little below 0 in places: its estimate can go there)."""
+    mu = nd.array(rng.normal(scale=0.05, size=size), ctx=ctx)
+    state = optimizer.create_state(0, mu)
+    state[0][:] = nd.array(rng.normal(scale=1e-3, size=size), ctx=ctx)
+    state[1][:] = nd.array(rng.uniform(-optimizer.ivon_weight_decay / 2, 1.0, size=size),
+                           ctx=ctx)
+    for _ in range(steps_before):
+        optimizer._update_count(0)
+    optimizer.refresh(state, mu)
+    return mu, state
+
+
+@given(st.integers(1, 20000), st.sampled_from(range(len(KERNEL_PRIORS))), st.floats(0.01, 1.0),
+       st.floats(10.0, 1e5), st.floats(0.01, 2.0), st.floats(0.5, 0.99),
+       st.floats(0.9, 0.99999), st.floats(1e-6, 1e-2), st.sampled_from([math.inf, 0.01, 1.0]),
+       st.floats(1e-3, 1.0), st.floats(0.0, 2.0), st.integers(0, 3),
+       st.integers(0, 2 ** 32 - 1))
+def test_the_c_kernels_are_ivons_operators(native_kernels, ctx, size, prior, lr, ess, hess_init,
+                                           beta1, beta2, wd, clip, rescale, prior_scale,
+                                           steps_before, seed):
+    """A training step's draw (the normals of a Philox stream made in the kernel's pass) and
+    one-draw update on the C kernels (``draw_weights``, ``step_one_draw``) against IVON's
+    operators, one step from the same random state and stream: every array up to float32
+    rounding, and rho = log sigma^2 of the state the kernels left."""
+    results = []
+    for on_kernels in (True, False):
+        rng = np.random.default_rng(seed)
+        optimizer = IVON(learning_rate=lr, ess=ess, hess_init=hess_init, beta1=beta1,
+                         beta2=beta2, weight_decay=wd, clip_radius=clip,
+                         prior=KERNEL_PRIORS[prior], prior_scale=prior_scale,
+                         native=on_kernels)
+        optimizer.rescale_grad = rescale
+        mu, state = random_ivon_state(optimizer, rng, size, ctx, steps_before)
+        drawn, noise = optimizer.draw_weights(mu, state, PhiloxNoise(ctx, seed))
+        grad = nd.array(rng.normal(size=size), ctx=ctx)
+        rho = nd.zeros(size, ctx=ctx)
+        optimizer.step_one_draw(0, mu, state, grad, noise, rho)
+        results.append([a.asnumpy() for a in (drawn, noise, mu, state[0], state[1])])
+        if on_kernels:
+            np.testing.assert_allclose(rho.asnumpy(), optimizer.log_variance(
+                state, mu).asnumpy(), rtol=1e-6, atol=1e-6)
+            assert state[4][0] == 0 and optimizer._index_update_count[0] == steps_before + 1
+    for name, kernels, operators in zip(("w", "noise", "mu", "momentum", "hessian"), *results):
+        scale = np.max(np.abs(operators))
+        np.testing.assert_allclose(kernels, operators, rtol=1e-4, atol=1e-5 * scale,
+                                   err_msg=name)
+
+
+def test_a_subclass_that_changes_a_formula_loses_the_kernels(native_kernels, ctx):
+    """An IVON whose ``precision`` is its own draws and updates with it, on the kernels' context
+    and without them alike, and a run's first lines say which fast paths it does not use."""
+    from gluon_bbb.family.formulas import describe_lost
+
+    class FloorAtHessInit(IVON):
+        def precision(self, state, mean):
+            return nd.maximum(state[1] + self.ivon_weight_decay, self.hess_init)
+
+    found = {}
+    for cls, on_kernels in ((FloorAtHessInit, True), (FloorAtHessInit, False), (IVON, True)):
+        rng = np.random.default_rng(7)
+        optimizer = cls(ess=1000.0, hess_init=0.5, native=on_kernels)
+        optimizer.rescale_grad = 1.0
+        mu, state = random_ivon_state(optimizer, rng, 5000, ctx, 0)
+        drawn, noise = optimizer.draw_weights(mu, state, PhiloxNoise(ctx, 7))
+        rho = nd.zeros(5000, ctx=ctx)
+        optimizer.step_one_draw(0, mu, state, nd.array(rng.normal(size=5000), ctx=ctx), noise,
+                                rho)
+        found[cls, on_kernels] = [a.asnumpy() for a in (drawn, mu, state[1], rho)]
+    for own, plain in zip(found[FloorAtHessInit, True], found[FloorAtHessInit, False]):
+        np.testing.assert_array_equal(own, plain)
+    # its formula differs from IVON's where the Hessian is below hess_init
+    assert not np.allclose(found[FloorAtHessInit, True][0], found[IVON, True][0])
+    lost = describe_lost(FloorAtHessInit(ess=10.0))
+    assert "FloorAtHessInit overrides IVON's precision" in lost
+    assert "draw_weights" in lost and "step_one_draw" in lost
+    assert describe_lost(IVON()) is None
+
+
+def test_a_run_steps_the_same_on_both_backends(native_kernels, ctx):
+    """Five steps of ``--model ivon`` with the scale mixture, native and ndarray backends: the
+    same draws, so the same losses and parameters up to float rounding."""
+    from gluon_bbb.learning.step import TrainingStep
+    config = Config(**dict(IVON_RUN, prior="scale_mixture", pi=0.5, sigma_p1=1.0,
+                           sigma_p2=0.01))
+    rng = np.random.default_rng(0)
+    X = nd.array(rng.uniform(size=(100, 784)), ctx=ctx)
+    y = nd.one_hot(nd.array(rng.integers(0, 10, size=100), ctx=ctx), 10)
+    runs = {}
+    for backend in ("native", "ndarray"):
+        step = TrainingStep(config, ctx, backend=backend, num_train=3000)
+        assert step.backend.name == backend and step.optimizer.native == (backend == "native")
+        losses = [step(X, y, 1.0).asscalar() for _ in range(5)]
+        runs[backend] = losses, step.mu.asnumpy(), step.rho.asnumpy()
+    np.testing.assert_allclose(runs["native"][0], runs["ndarray"][0], rtol=1e-4)
+    for native_array, plain_array in zip(runs["native"][1:], runs["ndarray"][1:]):
+        np.testing.assert_allclose(native_array, plain_array, rtol=1e-3,
+                                   atol=1e-4 * np.max(np.abs(plain_array)))
+
+
 def test_settings_ivon_cannot_take_are_refused():
     for kwargs, field in ((dict(model="ivon", parametrization="softplus"), "parametrization"),
                           (dict(model="ivon", parametrization="log_variance",
@@ -284,7 +392,7 @@ def test_every_reader_takes_an_ivon_run(tmp_path):
                "--epochs", "2", "--train-size", "2000", "--validation", "5000",
                "--num-hidden-units", "30", "--test-samples", "3", "--seed", "0")
     assert proc.returncode == 0, proc.stderr
-    assert "native not used: IVON's update runs on MXNet operators" in proc.stdout
+    assert "backend: native (C kernels" in proc.stdout
     for cmd, args in ((PRUNE, ["--checkpoint", out, "--proportions", "0", "0.5"]),
                       (EVALUATE, ["--checkpoint", out, "--test-samples", "3"]),
                       (COMPRESS, [out, "--sigma-bits", "4", "--out", tmp_path / "m.gbbb"]),

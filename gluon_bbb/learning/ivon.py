@@ -36,18 +36,43 @@ import mxnet as mx
 from mxnet import nd
 
 from ..errors import ConfigError
+from ..family.formulas import accelerates
+from ..native import library as native
 from .config import FLOAT32_TINY
+from .noise import PhiloxNoise
+
+
+class Compositions(mx.optimizer.Optimizer):
+    """What a training step asks of IVON, composed of its formulas (``draw``, ``accumulate``,
+    ``update``, ``log_variance``): the generic versions of the fast paths ``IVON`` writes for
+    its own formulas, which a subclass that overrides one of those formulas falls back to."""
+
+    def draw_weights(self, weight, state, noise):
+        """``(weight + perturbation, perturbation)``: weights drawn from the posterior with the
+        next standard normals of ``noise`` (a ``noise.py`` source), and their perturbation
+        ``draw(weight, state, normals)``."""
+        perturbation = self.draw(weight, state, noise.normal(weight.shape))
+        return weight + perturbation, perturbation
+
+    def step_one_draw(self, index, weight, state, grad, noise, log_variance):
+        """A step of one draw: ``accumulate`` the gradient ``grad`` at ``weight + noise``,
+        ``update`` ``weight``, and fill ``log_variance`` with the new ``log_variance``."""
+        self.accumulate(state, grad, noise)
+        self.update(index, weight, None, state)
+        log_variance[:] = self.log_variance(state, weight)
 
 
 @mx.optimizer.register
-class IVON(mx.optimizer.Optimizer):
+class IVON(Compositions):
     """The IVON update of one parameter array (``update``) from the draws its step took
     (``accumulate``); ``sigma`` and ``draw`` give the posterior. ``prior``: a ``priors.Prior``
-    with a density whose gradient enters each draw's (None: weight decay alone)."""
+    with a density whose gradient enters each draw's (None: weight decay alone). ``native``:
+    whether a training step's draw and one-draw update (``draw_weights``,
+    ``step_one_draw``) run on the C kernels where they can (CPU, float32, the library built)."""
 
     def __init__(self, learning_rate=0.1, ess=50000, hess_init=0.1, beta1=0.9, beta2=0.99999,
                  weight_decay=1e-4, clip_radius=float("inf"), prior=None, prior_scale=1.0,
-                 **kwargs):
+                 native=True, **kwargs):
         super().__init__(learning_rate=learning_rate, **kwargs)
         for name, value, low, high in (("ess", ess, 0, math.inf), ("hess_init", hess_init, 0,
                                                                   math.inf),
@@ -60,6 +85,7 @@ class IVON(mx.optimizer.Optimizer):
                 raise ConfigError("ivon_" + name, value, "a number in (%g, %g)" % (low, high))
         self.ess, self.hess_init, self.beta1, self.beta2 = ess, hess_init, beta1, beta2
         self.ivon_weight_decay, self.clip_radius = weight_decay, clip_radius
+        self.native = native
         self._prior_version = 0  # counts changes of the prior or its weight
         self.prior, self.prior_scale = prior, prior_scale
         self._states = {}  # by parameter name, for a Gluon model's own draws
@@ -177,6 +203,47 @@ class IVON(mx.optimizer.Optimizer):
         for total in (grad_sum, noise_grad_sum):
             total[:] = 0.0
         count[0] = 0
+
+    # The fast paths of a training step: the formulas above in one pass each over the flat
+    # vectors, by the C kernels (native/_fused.c: bbb_ivon_draw, bbb_ivon_update)
+
+    def _kernels_take(self, *arrays):
+        return self.native and native.serves_arrays(*arrays)
+
+    @staticmethod
+    def _arrays(terms):
+        return [None if isinstance(term, float) else term for term in terms]
+
+    @accelerates("draw", "sigma", "precision", "prior_terms")
+    def draw_weights(self, weight, state, noise):
+        prior_gradient, prior_precision = self._arrays(self._prior_terms_of(state, weight))
+        if not (isinstance(noise, PhiloxNoise)
+                and self._kernels_take(weight, state[1], prior_precision)):
+            return super().draw_weights(weight, state, noise)
+        # the normals of the stream noise.normal would draw, made in the kernel's pass
+        perturbation, drawn = (nd.empty(weight.shape, ctx=weight.context) for _ in range(2))
+        native.ivon_draw(weight, state[1], prior_precision, self.ess, self.ivon_weight_decay,
+                         1e-3 * self.ivon_weight_decay, noise.key, noise.next_stream(),
+                         perturbation, drawn)
+        return drawn, perturbation
+
+    @accelerates("accumulate", "update", "precision", "prior_terms", "log_variance")
+    def step_one_draw(self, index, weight, state, grad, noise, log_variance):
+        momentum, hessian, _, _, count, _ = state
+        prior_gradient, prior_precision = self._arrays(self._prior_terms_of(state, weight))
+        if count[0] != 0 or not self._kernels_take(weight, momentum, hessian, grad, noise,
+                                                   prior_gradient, log_variance):
+            return super().step_one_draw(index, weight, state, grad, noise, log_variance)
+        self._update_count(index)
+        lr, wd, t = self._get_lr(index), self.ivon_weight_decay, self._index_update_count[index]
+        native.ivon_update(weight, momentum, hessian, grad, noise, prior_gradient,
+                           prior_precision, self.rescale_grad, self.ess, wd, 1e-3 * wd,
+                           self.beta1, self.beta2, 1.0 - self.beta1 ** t,
+                           lr * (self.hess_init + wd), self.clip_radius, log_variance)
+        self.refresh(state, weight)
+        if prior_precision is not None:
+            log_variance[:] = self.log_variance(state, weight)
+        return None
 
     # A Gluon model of the user's own: the trainer's parameters drawn, and the predictive.
 

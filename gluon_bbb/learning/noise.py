@@ -66,6 +66,11 @@ class PhiloxNoise:
     def normal(self, shape):
         """Standard normals of ``shape`` from the next stream, a float32 NDArray on ``ctx``."""
         size, stream = int(np.prod(shape)), self.next_stream()
+        if native.available() and self.ctx.device_type == "cpu":
+            # drawn where they are used, without a host copy
+            out = nd.empty(shape, ctx=self.ctx, dtype="float32")
+            native.normals_into(out, self.key, stream)
+            return out
         if native.available():
             draws = native.normals(size, self.key, stream)
         else:

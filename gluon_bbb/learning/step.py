@@ -22,6 +22,9 @@ The backend chosen for the whole run draws the noise and computes steps 2-4
   accelerator of the same formulas for the combinations ``kernels.SERVED`` declares, on CPU
   contexts; the tests check it against the ndarray backend and autograd.
 
+``--model ivon`` replaces steps 1-5 by IVON's draw and update (``learning/ivon.py``): its fast
+paths on the C kernels with the native backend, its operators with the ndarray one.
+
 On a CPU both draw the same noise, so they give the same run up to float rounding. The state
 (mu, rho, the optimizer's) is laid out by ``ndarray_backend.FlatLayout``.
 """
@@ -98,12 +101,12 @@ def choose_backend(config, ctx, backend=None):
         raise ConfigError("backend", backend, "one of %s" % ", ".join(BACKENDS))
     asked = BACKENDS.get(backend)
     why_not = None
-    if config.model_kind.natural_gradient:
-        why_not = "IVON's update runs on MXNet operators"
-    elif ctx.device_type != "cpu":
+    if ctx.device_type != "cpu":
         why_not = "the native kernels run on CPU contexts only"
     elif not native.available():
         why_not = native.unavailable_reason()
+    elif config.model_kind.natural_gradient:
+        pass  # IVON's kernels take the prior's terms as MXNet computes them: every prior
     elif config.remove_switched_off:
         why_not = "the native kernels do not remove switched-off weights while training"
     elif not native.serves(config.estimator_kind, config.kl_kind, config.build_prior(),
@@ -205,7 +208,8 @@ class TrainingStep:
         self.mu, self.rho = self.layout.flatten(mus), self.layout.flatten(rhos)
         if self.model_kind.natural_gradient:
             # IVON (learning/ivon.py): its own update of mu, sigma from its Hessian estimate
-            self.optimizer = ivon_optimizer(config, num_train, num_update)
+            self.optimizer = ivon_optimizer(config, num_train, num_update,
+                                            native=self.backend.native)
             self.optimizer_states = [self.optimizer.create_state(0, self.mu)]
         else:
             self.optimizer = mx.optimizer.create(
@@ -213,7 +217,8 @@ class TrainingStep:
                 begin_num_update=num_update)
             self.optimizer_states = [self.optimizer.create_state(i, p)
                                      for i, p in enumerate((self.mu, self.rho))]
-        self.workspace = self.backend.workspace(self.layout.size, ctx)
+        self.workspace = (None if self.model_kind.natural_gradient
+                          else self.backend.workspace(self.layout.size, ctx))
         self._kept = None  # remove_switched_off's mask of the parameters held, once known
         self.start_epoch(0)
 
@@ -222,7 +227,7 @@ class TrainingStep:
         the run's objects that overrides a formula a fast path was written for, and which fast
         paths it does not use (``family/formulas.py``)."""
         lines = [self.backend.describe(self.ctx, self.why_not_native)]
-        for chosen in (self.prior, self.parametrization, self.estimator):
+        for chosen in (self.prior, self.parametrization, self.estimator, self.optimizer):
             lost = describe_lost(chosen)
             if lost:
                 lines.append("  your formula: %s" % lost)
@@ -279,16 +284,19 @@ class TrainingStep:
         term's gradient at each (the prior's part added by the optimizer), one update of mu
         and the Hessian estimate, and rho = log sigma^2 from it. The loss is the data term
         -sum log P(y | X, w), the mean over the draws."""
-        state = self.optimizer_states[0]
-        self.optimizer.rescale_grad = 1.0 / X.shape[0]  # the mean loss's gradient
+        state, optimizer = self.optimizer_states[0], self.optimizer
+        optimizer.rescale_grad = 1.0 / X.shape[0]  # the mean loss's gradient
         loss = None
-        for _ in range(self.config.num_samples):
-            noise = self.optimizer.draw(self.mu, state, self.noise.normal((self.layout.size,)))
-            nll, grad_w = self.graph.nll_and_grad(X, targets, self.mu + noise)
-            self.optimizer.accumulate(state, grad_w, noise)
+        for sample in range(self.config.num_samples):
+            weights, noise = optimizer.draw_weights(self.mu, state, self.noise)
+            nll, grad_w = self.graph.nll_and_grad(X, targets, weights)
             loss = nll if loss is None else loss + nll
-        self.optimizer.update(0, self.mu, None, state)
-        self.rho[:] = self.optimizer.log_variance(state, self.mu)
+            if self.config.num_samples == 1:  # the update from this draw, in one pass
+                optimizer.step_one_draw(0, self.mu, state, grad_w, noise, self.rho)
+                return loss
+            optimizer.accumulate(state, grad_w, noise)
+        optimizer.update(0, self.mu, None, state)
+        self.rho[:] = optimizer.log_variance(state, self.mu)
         return loss / self.config.num_samples
 
     def kept(self):
@@ -333,10 +341,11 @@ class TrainingStep:
                 target[:] = array.as_in_context(self.ctx)
 
 
-def ivon_optimizer(config, num_train, num_update=0):
+def ivon_optimizer(config, num_train, num_update=0, native=True):
     """The ``IVON`` optimizer of a run of ``config`` (``--model ivon``): its settings, the
-    effective sample size ``num_train`` where the config names none, and the prior that enters
-    its update through its density (None for ``none``)."""
+    effective sample size ``num_train`` where the config names none, the prior that enters
+    its update through its density (None for ``none``), and whether its fast paths run on the
+    C kernels (``native``: the run's backend)."""
     from .ivon import IVON
     ess = config.ivon_ess or num_train
     if ess is None:
@@ -345,7 +354,7 @@ def ivon_optimizer(config, num_train, num_update=0):
                 beta1=config.ivon_beta1, beta2=config.ivon_beta2,
                 weight_decay=config.ivon_weight_decay,
                 clip_radius=config.ivon_clip_radius or float("inf"), prior=config.ivon_prior(),
-                begin_num_update=num_update)
+                native=native, begin_num_update=num_update)
 
 
 def _state_arrays(state):

@@ -9,6 +9,8 @@
  *   bbb_kl_gradients:   the KL term (Monte Carlo or closed form) and dL/dmu, dL/drho given
  *                       the data term's gradients
  *   bbb_sgd_update, bbb_adam_update: MXNet's optimizer updates, in place
+ *   bbb_ivon_draw, bbb_ivon_update: IVON's draw of the weights and its update from one draw
+ *                       (learning/ivon.py), about 30 operators of a step in two passes
  *
  * Normal draws: element i of stream s belongs to chunk c = i / CHUNK; chunk c takes its
  * uniforms from the 64-bit words of Philox4x64-10 blocks with counter (c * BLOCKS_PER_CHUNK + j
@@ -25,7 +27,7 @@
 
 /* native.py refuses a library whose version differs from its own ABI_VERSION: raise both
  * whenever a function's signature or meaning changes. */
-#define ABI_VERSION 6
+#define ABI_VERSION 7
 #define CHUNK 8192
 #define BLOCKS_PER_CHUNK 1024 /* CHUNK / 2 words per pair of normals / 4 words per block */
 #define LOG_SQRT_2PI 0.91893853320467274178f
@@ -365,5 +367,110 @@ void bbb_adam_update(int64_t n, float *param, const float *grad, float *mean, fl
         mean[i] = m;
         var[i] = v;
         param[i] -= lr * m / (sqrtf(v) + epsilon);
+    }
+}
+
+/* IVON (learning/ivon.py, class IVON), per entry, with p the prior's precision over ess at the
+ * means (prior_precision; NULL: none) and floor = wd / 1000:
+ *   precision = max(h + wd + p, floor),  sigma = 1 / sqrt(ess precision)
+ * bbb_ivon_draw (IVON.draw_weights): noise = z sigma, w = mu + noise, for the standard normals
+ * z of a Philox stream.
+ * bbb_ivon_update (IVON.step_one_draw): IVON.update from one draw, its gradient at w
+ * (g = rescale grad) and that draw's noise:
+ *   m = beta1 m + (1 - beta1) g
+ *   f = ess precision (rescale noise grad)
+ *   h = beta2 h + (1 - beta2) f + half_beta2c (h - f)^2 / precision   (the precision before)
+ *   direction = (m / bias_correction + wd mu + prior_gradient) / max(h + wd + p, floor),
+ *               clipped to [-clip_radius, clip_radius]
+ *   mu = mu - step_size direction, 0 where its magnitude is below FLT_MIN
+ * and log sigma^2 = -log(ess max(h + wd, floor)), the log-variance where there is no prior.
+ * Written in the order of IVON's operators, so the two differ by float rounding only. */
+/* Branch-free loops (the vectorizer takes no control flow): each kernel's loop is written once
+ * as a macro of the prior's terms, PRIOR_GRADIENT(i) and PRIOR_PRECISION(i), and expanded
+ * with the arrays' entries and with 0 (no prior). */
+#define IVON_PRECISION(h, i) fmaxf((h) + wd + PRIOR_PRECISION(i), floor)
+
+#define IVON_DRAW_LOOP                                                                      \
+    _Pragma("omp simd")                                                                      \
+    for (int64_t i = 0; i < n; ++i) {                                                      \
+        float d = z[i] * (1.0f / sqrtf(ess * IVON_PRECISION(hessian[i], i)));              \
+        noise[i] = d;                                                                        \
+        w[i] = mu[i] + d;                                                                    \
+    }
+
+/* clip_radius: FLT_MAX where the update is not clipped; log_variance is written always (with
+ * a prior, the caller writes it again from the prior's terms at the new means) */
+#define IVON_UPDATE_LOOP                                                                    \
+    _Pragma("omp parallel for simd schedule(static)")                                       \
+    for (int64_t i = 0; i < n; ++i) {                                                      \
+        float g = grad[i] * rescale, noise_grad = (noise[i] * grad[i]) * rescale;           \
+        float m = beta1 * momentum[i] + (1.0f - beta1) * g;                                 \
+        float damped = IVON_PRECISION(hessian[i], i);                                       \
+        float f = (ess * damped) * noise_grad;                                              \
+        float diff = hessian[i] - f;                                                        \
+        float h = beta2 * hessian[i] + (1.0f - beta2) * f                                   \
+                  + half_beta2c * (diff * diff) / damped;                                   \
+        float numerator = m / bias_correction + wd * mu[i] + PRIOR_GRADIENT(i);             \
+        float direction = fminf(fmaxf(numerator / IVON_PRECISION(h, i), -clip_radius),     \
+                                clip_radius);                                               \
+        float updated = mu[i] - step_size * direction;                                      \
+        momentum[i] = m;                                                                     \
+        hessian[i] = h;                                                                      \
+        mu[i] = updated * (float)(fabsf(updated) >= 1.17549435e-38f);                       \
+        log_variance[i] = -logf(ess * fmaxf(h + wd, floor));                                \
+    }
+
+VECTOR_CLONES
+static void ivon_draw(int64_t n, const float *mu, const float *hessian,
+                      const float *prior_precision, float ess, float wd, float floor,
+                      const float *z, float *noise, float *w) {
+    if (prior_precision) {
+#define PRIOR_PRECISION(i) prior_precision[i]
+        IVON_DRAW_LOOP
+#undef PRIOR_PRECISION
+    } else {
+#define PRIOR_PRECISION(i) 0.0f
+        IVON_DRAW_LOOP
+#undef PRIOR_PRECISION
+    }
+}
+
+/* z: the normals of stream `stream` under key (k0, k1), as bbb_normals draws them, chunk by
+ * chunk while they are in the cache; then the draw of each chunk (one thread a chunk). */
+void bbb_ivon_draw(int64_t n, const float *mu, const float *hessian,
+                   const float *prior_precision, float ess, float wd, float floor,
+                   uint64_t k0, uint64_t k1, uint64_t stream, float *noise, float *w) {
+    int64_t chunks = (n + CHUNK - 1) / CHUNK;
+#pragma omp parallel for schedule(static)
+    for (int64_t c = 0; c < chunks; ++c) {
+        float uniforms[CHUNK], z[CHUNK];
+        int64_t lo = c * CHUNK, length = (n - lo < CHUNK) ? n - lo : CHUNK;
+        int64_t half = (length + 1) / 2;
+        chunk_uniforms(c, half, k0, k1, stream, uniforms);
+        chunk_normals(length, half, uniforms, z, 0, 0, 0);
+        ivon_draw(length, mu + lo, hessian + lo, prior_precision ? prior_precision + lo : 0,
+                  ess, wd, floor, z, noise + lo, w + lo);
+    }
+}
+
+VECTOR_CLONES
+void bbb_ivon_update(int64_t n, float *mu, float *momentum, float *hessian, const float *grad,
+                     const float *noise, const float *prior_gradient,
+                     const float *prior_precision, float rescale, float ess, float wd,
+                     float floor, float beta1, float beta2, float half_beta2c,
+                     float bias_correction, float step_size, float clip_radius,
+                     float *log_variance) {
+    if (prior_gradient) {
+#define PRIOR_PRECISION(i) prior_precision[i]
+#define PRIOR_GRADIENT(i) prior_gradient[i]
+        IVON_UPDATE_LOOP
+#undef PRIOR_PRECISION
+#undef PRIOR_GRADIENT
+    } else {
+#define PRIOR_PRECISION(i) 0.0f
+#define PRIOR_GRADIENT(i) 0.0f
+        IVON_UPDATE_LOOP
+#undef PRIOR_PRECISION
+#undef PRIOR_GRADIENT
     }
 }

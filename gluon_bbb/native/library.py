@@ -6,7 +6,8 @@ On a CPU context ``loss_gradients`` computes what ``ndarray_backend.combined_los
 computes, for those combinations, with the parameter-side work in two passes over the flat
 vectors: draw eps and form w = mu + softplus(rho) * eps (or sigma and the perturbation for the
 other estimators), then, after the network's forward and backward pass, the KL term and both
-gradients. ``optimizer_update`` runs MXNet's SGD and Adam updates in place.
+gradients. ``optimizer_update`` runs MXNet's SGD and Adam updates in place; ``ivon_draw`` and
+``ivon_update`` compute IVON's (``learning/ivon.py``) for its fast paths.
 
 The library is built at install time (``setup.py``; it needs a C compiler). It is used only if
 it loads, was built from the ``_fused.c`` beside it (not older than it) and reports the
@@ -28,7 +29,8 @@ from . import table as kernels
 from ..family.parametrizations import SOFTPLUS
 
 
-ABI_VERSION = 6           # must match ABI_VERSION in _fused.c
+ABI_VERSION = 7           # must match ABI_VERSION in _fused.c
+FLOAT32_MAX = float(np.finfo(np.float32).max)
 
 _P, _I64, _U64, _F32 = ctypes.c_void_p, ctypes.c_int64, ctypes.c_uint64, ctypes.c_float
 _SIGNATURES = {
@@ -42,6 +44,8 @@ _SIGNATURES = {
     "bbb_perturb": ([_I64, _P, _P, _P, _P, _P, _P], None),
     "bbb_sgd_update": ([_I64, _P, _P, _F32, _F32, _F32], None),
     "bbb_adam_update": ([_I64, _P, _P, _P, _P] + [_F32] * 6, None),
+    "bbb_ivon_draw": ([_I64, _P, _P, _P, _F32, _F32, _F32, _U64, _U64, _U64, _P, _P], None),
+    "bbb_ivon_update": ([_I64] + [_P] * 7 + [_F32] * 10 + [_P], None),
 }
 
 
@@ -107,6 +111,13 @@ def normals(size, key, stream):
     out = np.empty(size, dtype=np.float32)
     library().bbb_normals(size, int(key[0]), int(key[1]), stream, out.ctypes.data)
     return out
+
+
+def normals_into(out, key, stream):
+    """Fill ``out``, a float32 NDArray on a CPU context, with ``normals(out.size, key,
+    stream)``."""
+    library().bbb_normals(out.size, int(key[0]), int(key[1]), stream,
+                          _host_pointer(out, write=True))
 
 
 def _host_pointer(array, write=False):
@@ -300,3 +311,44 @@ def optimizer_update(optimizer, index, weight, grad, state):
         _host_pointer(mean, write=True), _host_pointer(var, write=True), lr, wd,
         optimizer.rescale_grad, optimizer.beta1, optimizer.beta2, optimizer.epsilon)
     return None
+
+
+def serves_arrays(*arrays):
+    """Whether the kernels can take these arrays: built and loaded, each a float32 NDArray on a
+    CPU context (None: an array not given)."""
+    return available() and all(a is None or (a.context.device_type == "cpu"
+                                             and a.dtype == np.float32) for a in arrays)
+
+
+def _optional(array, write=False):
+    return None if array is None else _host_pointer(array, write)
+
+
+def ivon_draw(mean, hessian, prior_precision, ess, weight_decay, floor, key, stream, noise,
+              weights):
+    """IVON's draw: fills ``noise`` with z / sqrt(ess max(h + wd + p, floor)), z the normals
+    of Philox ``stream`` under ``key`` (those of ``normals``), and ``weights`` with mean +
+    noise (``prior_precision`` p: None for none). All (N,) float32 NDArrays on a CPU
+    context."""
+    library().bbb_ivon_draw(mean.size, _host_pointer(mean), _host_pointer(hessian),
+                            _optional(prior_precision), ess, weight_decay, floor, int(key[0]),
+                            int(key[1]), stream, _host_pointer(noise, write=True),
+                            _host_pointer(weights, write=True))
+
+
+def ivon_update(mean, momentum, hessian, grad, noise, prior_gradient, prior_precision, rescale,
+                ess, weight_decay, floor, beta1, beta2, bias_correction, step_size,
+                clip_radius, log_variance):
+    """IVON's update of ``mean``, ``momentum`` and ``hessian`` in place from one draw: ``grad``
+    at mean + ``noise``, times ``rescale``; the prior's terms at the means (both None: none);
+    ``log_variance`` filled with log sigma^2 of the new state without the prior's precision
+    (the log-variance itself where there is no prior). All (N,) float32 NDArrays on a CPU
+    context (``learning/ivon.py``: the formulas)."""
+    if (prior_gradient is None) != (prior_precision is None):
+        raise ValueError("ivon_update takes both of the prior's terms or neither")
+    library().bbb_ivon_update(
+        mean.size, _host_pointer(mean, write=True), _host_pointer(momentum, write=True),
+        _host_pointer(hessian, write=True), _host_pointer(grad), _host_pointer(noise),
+        _optional(prior_gradient), _optional(prior_precision), rescale, ess, weight_decay,
+        floor, beta1, beta2, 0.5 * (1.0 - beta2) ** 2, bias_correction, step_size,
+        min(clip_radius, FLOAT32_MAX), _host_pointer(log_variance, write=True))

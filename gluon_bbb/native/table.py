@@ -8,6 +8,10 @@ and does not use a library that disagrees. The objects take their codes from her
 (``Estimator.kernel_data_kind``, ``KLEstimate.kernel_code``,
 ``priors.Prior.kernel_args``, ``parametrizations.Parametrization.kernel_code``).
 
+IVON's kernels (``bbb_ivon_draw``, ``bbb_ivon_update``) are not in the table: they take the
+prior's terms as arrays, so serve every prior, and ``learning/ivon.py`` keys them to IVON's own
+formulas (``formulas.accelerates``).
+
 Adding a prior the kernels serve is then its class, one C function beside ``prior_terms_of``
 and a row here. A leaf module: it imports nothing.
 """
