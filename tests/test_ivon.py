@@ -195,7 +195,9 @@ def random_ivon_state(optimizer, rng, size, ctx, steps_before):
     steps (the Hessian a little below 0 in places: its estimate can go there)."""
     mu = nd.array(rng.normal(scale=0.05, size=size), ctx=ctx)
     state = optimizer.create_state(0, mu)
-    state[0][:] = nd.array(rng.normal(scale=1e-3, size=size), ctx=ctx)
+    momentum = rng.normal(scale=1e-3, size=size)
+    momentum[::7] *= 1e-35  # about float32's smallest normal number: flushed to 0 or not
+    state[0][:] = nd.array(momentum, ctx=ctx)
     state[1][:] = nd.array(rng.uniform(-optimizer.ivon_weight_decay / 2, 1.0, size=size),
                            ctx=ctx)
     for _ in range(steps_before):
@@ -234,9 +236,11 @@ def test_the_c_kernels_are_ivons_operators(native_kernels, ctx, size, prior, lr,
             np.testing.assert_allclose(rho.asnumpy(), optimizer.log_variance(
                 state, mu).asnumpy(), rtol=1e-6, atol=1e-6)
             assert state[4][0] == 0 and optimizer._index_update_count[0] == steps_before + 1
+    # the step divides by h + wd, which the random Hessian takes down to wd / 2: a rounding of
+    # h grows by up to |h| / (h + wd) in the means (1.1e-4 relative, measured)
     for name, kernels, operators in zip(("w", "noise", "mu", "momentum", "hessian"), *results):
         scale = np.max(np.abs(operators))
-        np.testing.assert_allclose(kernels, operators, rtol=1e-4, atol=1e-5 * scale,
+        np.testing.assert_allclose(kernels, operators, rtol=1e-3, atol=1e-5 * scale,
                                    err_msg=name)
 
 
@@ -310,20 +314,30 @@ def test_settings_ivon_cannot_take_are_refused():
 
 
 def test_a_mean_below_float32s_normal_numbers_becomes_0(ctx):
-    """The update's means, where float32 would hold them as subnormal numbers, are 0 (the
-    scale mixture pulls the weights it holds to 0 through them, and they are slow)."""
+    """The update's means and momentum, where float32 would hold them as subnormal numbers,
+    are 0 (the scale mixture pulls the weights it holds to 0 through them, a momentum without
+    gradient decays through them, and they are slow)."""
     optimizer = IVON(learning_rate=0.1, ess=100.0)
     weight = nd.array([1e-39, -3e-38, 2e-38, 0.5], ctx=ctx, dtype="float64")
     state = optimizer.create_state(0, weight)
+    state[0][:] = nd.array([0.0, 1.2e-38, 2e-38, -1e-3], ctx=ctx, dtype="float64")
     optimizer.accumulate(state, nd.zeros(4, ctx=ctx, dtype="float64"),
                          nd.zeros(4, ctx=ctx, dtype="float64"))
     optimizer.update(0, weight, None, state)
-    # the step of a zero gradient: wd mu / (h + wd) at lr (hess_init + wd)
-    shrink = 1 - 0.1 * (0.1 + 1e-4) * 1e-4 / (0.1 + 1e-4)
-    assert weight.asnumpy()[0] == 0.0
+    # a zero gradient: m = 0.9 m, then the step (m / (1 - 0.9) + wd mu) / (h + wd) at the rate
+    # lr (hess_init + wd), h still 0.1 (to 1e-11)
+    momentum = 0.9 * np.array([0.0, 1.2e-38, 2e-38, -1e-3])
+    assert abs(momentum[1]) < 1.1755e-38  # 1.08e-38 is subnormal in float32
+    momentum[1] = 0.0
+    mu = np.array([1e-39, -3e-38, 2e-38, 0.5])
+    mu = mu - 0.1 * (0.1 + 1e-4) * (momentum / 0.1 + 1e-4 * mu) / (0.1 + 1e-4)
+    assert abs(mu[0]) < 1.1755e-38 > abs(mu[2])  # about 1e-39 and 2e-39
+    mu[0] = mu[2] = 0.0
+    np.testing.assert_array_equal(state[0].asnumpy() == 0, momentum == 0)
+    np.testing.assert_array_equal(weight.asnumpy() == 0, mu == 0)
     # (MXNet's operators take their scalars as float32)
-    np.testing.assert_allclose(weight.asnumpy()[1:], [-3e-38 * shrink, 2e-38 * shrink,
-                                                      0.5 * shrink], rtol=1e-7)
+    np.testing.assert_allclose(state[0].asnumpy(), momentum, rtol=1e-6)
+    np.testing.assert_allclose(weight.asnumpy(), mu, rtol=1e-6)
 
 
 def test_a_run_hands_its_prior_and_the_hessians_schedule_to_the_update(ctx):

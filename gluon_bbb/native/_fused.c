@@ -377,7 +377,7 @@ void bbb_adam_update(int64_t n, float *param, const float *grad, float *mean, fl
  * z of a Philox stream.
  * bbb_ivon_update (IVON.step_one_draw): IVON.update from one draw, its gradient at w
  * (g = rescale grad) and that draw's noise:
- *   m = beta1 m + (1 - beta1) g
+ *   m = beta1 m + (1 - beta1) g, 0 where its magnitude is below FLT_MIN
  *   f = ess precision (rescale noise grad)
  *   h = beta2 h + (1 - beta2) f + half_beta2c (h - f)^2 / precision   (the precision before)
  *   direction = (m / bias_correction + wd mu + prior_gradient) / max(h + wd + p, floor),
@@ -405,6 +405,7 @@ void bbb_adam_update(int64_t n, float *param, const float *grad, float *mean, fl
     for (int64_t i = 0; i < n; ++i) {                                                      \
         float g = grad[i] * rescale, noise_grad = (noise[i] * grad[i]) * rescale;           \
         float m = beta1 * momentum[i] + (1.0f - beta1) * g;                                 \
+        m = m * (float)(fabsf(m) >= 1.17549435e-38f);                                       \
         float damped = IVON_PRECISION(hessian[i], i);                                       \
         float f = (ess * damped) * noise_grad;                                              \
         float diff = hessian[i] - f;                                                        \
@@ -451,6 +452,16 @@ void bbb_ivon_draw(int64_t n, const float *mu, const float *hessian,
         ivon_draw(length, mu + lo, hessian + lo, prior_precision ? prior_precision + lo : 0,
                   ess, wd, floor, z, noise + lo, w + lo);
     }
+}
+
+/* log sigma^2 = -log(ess max(h + wd + p, floor)) (IVON.log_variance): after an update with a
+ * prior, from its terms at the new means. */
+VECTOR_CLONES
+void bbb_ivon_log_variance(int64_t n, const float *hessian, const float *prior_precision,
+                           float ess, float wd, float floor, float *log_variance) {
+#pragma omp parallel for simd schedule(static)
+    for (int64_t i = 0; i < n; ++i)
+        log_variance[i] = -logf(ess * fmaxf(hessian[i] + wd + prior_precision[i], floor));
 }
 
 VECTOR_CLONES

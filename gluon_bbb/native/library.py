@@ -45,6 +45,7 @@ _SIGNATURES = {
     "bbb_sgd_update": ([_I64, _P, _P, _F32, _F32, _F32], None),
     "bbb_adam_update": ([_I64, _P, _P, _P, _P] + [_F32] * 6, None),
     "bbb_ivon_draw": ([_I64, _P, _P, _P, _F32, _F32, _F32, _U64, _U64, _U64, _P, _P], None),
+    "bbb_ivon_log_variance": ([_I64, _P, _P, _F32, _F32, _F32, _P], None),
     "bbb_ivon_update": ([_I64] + [_P] * 7 + [_F32] * 10 + [_P], None),
 }
 
@@ -352,3 +353,11 @@ def ivon_update(mean, momentum, hessian, grad, noise, prior_gradient, prior_prec
         _optional(prior_gradient), _optional(prior_precision), rescale, ess, weight_decay,
         floor, beta1, beta2, 0.5 * (1.0 - beta2) ** 2, bias_correction, step_size,
         min(clip_radius, FLOAT32_MAX), _host_pointer(log_variance, write=True))
+
+
+def ivon_log_variance(hessian, prior_precision, ess, weight_decay, floor, log_variance):
+    """Fill ``log_variance`` with -log(ess max(h + wd + p, floor)): IVON's log sigma^2 with the
+    prior's precision p. All (N,) float32 NDArrays on a CPU context."""
+    library().bbb_ivon_log_variance(hessian.size, _host_pointer(hessian),
+                                    _host_pointer(prior_precision), ess, weight_decay, floor,
+                                    _host_pointer(log_variance, write=True))
