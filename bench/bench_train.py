@@ -11,7 +11,8 @@
 
 Also (a) on the ndarray backend (MXNet operators only), with the paper's scale-mixture prior
 and Adam (at 2x400 on both backends, and the paper-2x1200 preset's step), IVON's step (the
-paper-2x1200-ivon preset's) beside a deterministic 2x1200 network's Adam step, with the closed-form
+paper-2x1200-ivon preset's, on both backends) beside a deterministic 2x1200 network's Adam
+step, with the closed-form
 KL, with the local reparametrization trick and with Flipout, and the local reparametrization's
 network graph alone (its floor). Then, in child processes, (d) the
 same algorithm in PyTorch where it is installed (it is not a dependency of gluon-bbb:
@@ -412,6 +413,8 @@ def main():
                 ("paper-ops", bench_ours, dict(paper, backend="ndarray")),
                 ("paper-2x1200", bench_ours, paper_2x1200),
                 ("ivon-2x1200", bench_ours, dict(ivon_2x1200, ivon_ess=50000)),
+                ("ivon-2x1200-ops", bench_ours, dict(ivon_2x1200, ivon_ess=50000,
+                                                     backend="ndarray")),
                 ("adam-2x1200", bench_deterministic, {"optimizer": "adam",
                                                       "num_hidden_units": 1200,
                                                       "learning_rate": 1e-3}),
@@ -455,6 +458,7 @@ def main():
     print("      the same, ndarray backend:              %6.2f s/epoch" % per_epoch["paper-ops"])
     print("    --preset paper-2x1200:                    %6.2f s/epoch" % per_epoch["paper-2x1200"])
     print("    --preset paper-2x1200-ivon (IVON):        %6.2f s/epoch" % per_epoch["ivon-2x1200"])
+    print("      the same, ndarray backend:              %6.2f s/epoch" % per_epoch["ivon-2x1200-ops"])
     print("      deterministic 2x1200, gluon Trainer Adam: %6.2f s/epoch (IVON costs x%.2f)"
           % (per_epoch["adam-2x1200"], per_epoch["ivon-2x1200"] / per_epoch["adam-2x1200"]))
     print("    --kl analytic:                            %6.2f s/epoch" % per_epoch["kl"])
