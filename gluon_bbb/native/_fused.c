@@ -366,7 +366,10 @@ void bbb_adam_update(int64_t n, float *param, const float *grad, float *mean, fl
         float v = beta2 * var[i] + (1.0f - beta2) * g * g;
         mean[i] = m;
         var[i] = v;
-        param[i] -= lr * m / (sqrtf(v) + epsilon);
+        /* -ffast-math's square root goes through a reciprocal square root that takes a
+         * subnormal v for 0 and gives NaN (tiny gradients: a deterministic run's prior term);
+         * such a v counts as 0 here, its root (below 1.1e-19) being far below epsilon */
+        param[i] -= lr * m / (sqrtf(v * (float)(v >= 1.17549435e-38f)) + epsilon);
     }
 }
 
