@@ -233,8 +233,10 @@ def test_the_c_kernels_are_ivons_operators(native_kernels, ctx, size, prior, lr,
         optimizer.step_one_draw(0, mu, state, grad, noise, rho)
         results.append([a.asnumpy() for a in (drawn, noise, mu, state[0], state[1])])
         if on_kernels:
+            # the kernel's vectorized logf is within a few ulps of MXNet's: 7.6e-6 (8 ulps) at
+            # a log-variance of -12, measured
             np.testing.assert_allclose(rho.asnumpy(), optimizer.log_variance(
-                state, mu).asnumpy(), rtol=1e-6, atol=1e-6)
+                state, mu).asnumpy(), rtol=1e-6, atol=2e-5)
             assert state[4][0] == 0 and optimizer._index_update_count[0] == steps_before + 1
     # the step divides by h + wd, which the random Hessian takes down to wd / 2: a rounding of
     # h grows by up to |h| / (h + wd) in the means (1.1e-4 relative, measured)

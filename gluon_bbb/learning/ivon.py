@@ -160,7 +160,13 @@ class IVON(Compositions):
         """The posterior's precision over ess, h + wd + the prior's, floored at wd / 1000; the
         prior's part at ``mean`` as the state last saw it (its update's, or ``refresh``'s)."""
         total = state[1] + self.ivon_weight_decay + self._prior_terms_of(state, mean)[1]
-        return nd.maximum(total, 1e-3 * self.ivon_weight_decay)
+        return nd.maximum(total, self.precision_floor)
+
+    @property
+    def precision_floor(self):
+        """The least precision over ess a posterior takes, wd / 1000: h + wd stays positive
+        whatever the Hessian's estimate, written once for the operators and the kernels."""
+        return 1e-3 * self.ivon_weight_decay
 
     def sigma(self, state, mean):
         """The posterior's standard deviation, 1 / sqrt(ess (h + wd + p))."""
@@ -199,7 +205,7 @@ class IVON(Compositions):
         hessian[:] = (self.beta2 * hessian + (1.0 - self.beta2) * f
                       + (0.5 * (1.0 - self.beta2) ** 2) * nd.square(hessian - f) / damped)
         direction = ((momentum / (1.0 - self.beta1 ** t) + wd * weight + prior_gradient)
-                     / nd.maximum(hessian + wd + prior_precision, 1e-3 * wd))
+                     / nd.maximum(hessian + wd + prior_precision, self.precision_floor))
         if math.isfinite(self.clip_radius):
             direction = nd.clip(direction, -self.clip_radius, self.clip_radius)
         updated = weight - lr * (self.hess_init + wd) * direction
@@ -228,7 +234,7 @@ class IVON(Compositions):
         # the normals of the stream noise.normal would draw, made in the kernel's pass
         perturbation, drawn = (nd.empty(weight.shape, ctx=weight.context) for _ in range(2))
         native.ivon_draw(weight, state[1], prior_precision, self.ess, self.ivon_weight_decay,
-                         1e-3 * self.ivon_weight_decay, noise.key, noise.next_stream(),
+                         self.precision_floor, noise.key, noise.next_stream(),
                          perturbation, drawn)
         return drawn, perturbation
 
@@ -242,13 +248,13 @@ class IVON(Compositions):
         self._update_count(index)
         lr, wd, t = self._get_lr(index), self.ivon_weight_decay, self._index_update_count[index]
         native.ivon_update(weight, momentum, hessian, grad, noise, prior_gradient,
-                           prior_precision, self.rescale_grad, self.ess, wd, 1e-3 * wd,
+                           prior_precision, self.rescale_grad, self.ess, wd, self.precision_floor,
                            self.beta1, self.beta2, 1.0 - self.beta1 ** t,
                            lr * (self.hess_init + wd), self.clip_radius, log_variance)
         self.refresh(state, weight)
         if prior_precision is not None:  # the prior's precision at the new means
             native.ivon_log_variance(hessian, self._prior_terms_of(state, weight)[1], self.ess,
-                                     wd, 1e-3 * wd, log_variance)
+                                     wd, self.precision_floor, log_variance)
         return None
 
     # A Gluon model of the user's own: the trainer's parameters drawn, and the predictive.
