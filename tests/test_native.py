@@ -9,6 +9,7 @@ import sys
 import mxnet as mx
 import numpy as np
 import pytest
+from hypothesis import given, strategies as st
 from mxnet import nd
 
 from gluon_bbb import Config, train
@@ -151,6 +152,95 @@ def test_kl_gradients_follow_the_formula(ctx, prior, kl):
     np.testing.assert_allclose(grad_mu.asnumpy(), expected_mu, rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(grad_rho.asnumpy(), expected_sigma * sigmoid, rtol=1e-5, atol=1e-6)
     assert grad_mu.context == ctx and grad_rho.context == ctx
+
+
+def numpy_prior_precision(w, prior):
+    """p(w) = -(d log P / dw) / w in float64, written from the densities (finite at w = 0)."""
+    if isinstance(prior, GaussianPrior):
+        return np.full_like(w, 1.0 / prior.sigma_p ** 2)
+    pi, s1, s2 = prior.pi, prior.sigma_p1, prior.sigma_p2
+    a = math.log(pi) - math.log(s1) - w ** 2 / (2 * s1 ** 2)
+    b = math.log1p(-pi) - math.log(s2) - w ** 2 / (2 * s2 ** 2)
+    share1 = 1.0 / (1.0 + np.exp(b - a))
+    return share1 / s1 ** 2 + (1.0 - share1) / s2 ** 2
+
+
+PRIORS_DRAWN = st.one_of(
+    st.builds(GaussianPrior, st.floats(0.01, 3.0)),
+    st.builds(ScaleMixturePrior, st.floats(0.01, 0.99), st.floats(0.05, 3.0),
+              st.floats(1e-3, 0.5)))
+
+
+@given(st.integers(1, 3 * CHUNK), PRIORS_DRAWN, st.one_of(st.just(0.0), st.floats(1e-6, 10.0)),
+       st.booleans(),
+       st.integers(0, 2 ** 32 - 1))
+def test_prior_terms_follow_the_formula(ctx, size, prior, scale, with_precision, seed):
+    """``bbb_prior_terms`` (a MAP model's prior, IVON's) against the densities in NumPy and the
+    prior's own operators, at weights of every magnitude: the summed log density, the gradient
+    of -scale log P and the precision scale p."""
+    rng = np.random.default_rng(seed)
+    w = rng.normal(size=size) * 10.0 ** rng.uniform(-8, 1.3, size=size)
+    w[rng.random(size) < 0.01] = 0.0
+    w = w.astype(np.float32).astype(np.float64)
+    x = nd.array(w, ctx=ctx)
+    total, gradient, precision = native.prior_terms(prior, x, scale, with_precision)
+    log_p, dlog_p = numpy_log_prior(w, prior)
+    assert total == pytest.approx(np.sum(log_p), rel=1e-5, abs=1e-5 * np.sum(np.abs(log_p)))
+    np.testing.assert_allclose(gradient.asnumpy(), -scale * dlog_p, rtol=2e-5,
+                               atol=1e-30)
+    assert (precision is None) == (not with_precision)
+    if with_precision:
+        np.testing.assert_allclose(precision.asnumpy(), scale * numpy_prior_precision(w, prior),
+                                   rtol=2e-5)
+        np.testing.assert_allclose(precision.asnumpy(),
+                                   scale * prior.gradient_precision(x).asnumpy(), rtol=2e-5)
+    ops_total, ops_gradient = prior.log_density_and_gradient(x)
+    assert total == pytest.approx(ops_total.asscalar(), rel=1e-5,
+                                  abs=1e-5 * np.sum(np.abs(log_p)))
+    np.testing.assert_allclose(gradient.asnumpy(), -scale * ops_gradient.asnumpy(), rtol=2e-5,
+                               atol=1e-30)
+    assert gradient.context == ctx
+
+
+def test_prior_terms_serve_only_the_formulas_they_were_written_for(ctx):
+    """A subclass that changes the density, a prior the kernel does not know, a negative scale
+    and a float64 array get no kernel (None: the caller takes the prior's operators); a code
+    the C code does not know gives NaN, never another prior's terms."""
+    from gluon_bbb.family.priors import LogUniformPrior
+
+    class Wider(ScaleMixturePrior):
+        name = "wider_mixture_test"
+
+        def log_density(self, x, F=None):
+            return super().log_density(x / 2.0, F)
+
+    x = nd.array([0.5, -0.01, 0.0], ctx=ctx)
+    assert native.prior_terms(Wider(), x, 1.0) is None
+    assert native.prior_terms(LogUniformPrior(), x, 1.0) is None
+    assert native.prior_terms(GaussianPrior(1.0), x, -1.0) is None
+    assert native.prior_terms(GaussianPrior(1.0), x.astype("float64"), 1.0) is None
+    gradient, precision = nd.zeros(3, ctx=ctx), nd.zeros(3, ctx=ctx)
+    total = native.library().bbb_prior_terms(
+        3, native._host_pointer(x), 7, 0.5, 1.0, 0.1, 1.0,
+        native._host_pointer(gradient, write=True), native._host_pointer(precision, write=True))
+    assert math.isnan(total)
+    assert np.isnan(gradient.asnumpy()).all() and np.isnan(precision.asnumpy()).all()
+
+
+@pytest.mark.parametrize("model", ["deterministic", "mcdropout"])
+def test_a_map_run_with_the_scale_mixture_agrees_on_both_backends(ctx, mnist, model):
+    """The prior as weight decay on the kernel (``bbb_prior_terms``) and on MXNet's operators:
+    the same run up to float rounding."""
+    config = Config(epochs=2, train_size=1500, seed=4, model=model, prior="scale_mixture",
+                    pi=0.25, sigma_p1=1.0, sigma_p2=math.exp(-6.0), optimizer="adam",
+                    num_hidden_units=100)
+    runs = [train(config, mnist, ctx, log=lambda line: None, progress=False, backend=backend)
+            for backend in ("native", "ndarray")]
+    for ours, theirs in zip(runs[0].mus, runs[1].mus):
+        np.testing.assert_allclose(ours.asnumpy(), theirs.asnumpy(), rtol=0, atol=1e-4)
+    for ours, theirs in zip(runs[0].history, runs[1].history):
+        assert ours["loss"] == pytest.approx(theirs["loss"], rel=1e-4)
+        assert ours["test_accuracy"] == pytest.approx(theirs["test_accuracy"], abs=0.002)
 
 
 @pytest.mark.parametrize("name,options", [("sgd", {}), ("adam", {}),

@@ -9,6 +9,8 @@
  *   bbb_kl_gradients:   the KL term (Monte Carlo or closed form) and dL/dmu, dL/drho given
  *                       the data term's gradients
  *   bbb_sgd_update, bbb_adam_update: MXNet's optimizer updates, in place
+ *   bbb_prior_terms:    the prior's log density, its gradient and precision at given weights
+ *                       (a MAP model's prior, IVON's)
  *   bbb_ivon_draw, bbb_ivon_update: IVON's draw of the weights and its update from one draw
  *                       (learning/ivon.py), about 30 operators of a step in two passes
  *
@@ -27,7 +29,7 @@
 
 /* native.py refuses a library whose version differs from its own ABI_VERSION: raise both
  * whenever a function's signature or meaning changes. */
-#define ABI_VERSION 7
+#define ABI_VERSION 8
 #define CHUNK 8192
 #define BLOCKS_PER_CHUNK 1024 /* CHUNK / 2 words per pair of normals / 4 words per block */
 #define LOG_SQRT_2PI 0.91893853320467274178f
@@ -173,22 +175,23 @@ static inline float kl_entry(int64_t i, const float *rho, const float *eps,
     return -logf(sigma) - 0.5f * z * z - LOG_SQRT_2PI - log_prior;
 }
 
-/* Gaussian prior N(0, s^2): log P = -x^2 / (2 s^2) - log s - log sqrt(2 pi). */
-static inline float gaussian_entry(int64_t i, const float *rho, const float *eps,
-                                   const float *w, const float *grad_w, float kl_weight,
-                                   struct prior_terms t, float *grad_mu, float *grad_rho) {
-    float x = w[i];
-    return kl_entry(i, rho, eps, grad_w, kl_weight, t.c1 - t.k1 * x * x, -2.0f * t.k1 * x,
-                    grad_mu, grad_rho);
+/* The priors' log densities, written once for the KL loops and bbb_prior_terms: log P(x), its
+ * slope d log P / dx and the precision p(x) = -(d log P / dx) / x (finite at x = 0).
+ * Gaussian prior N(0, s^2): log P = -x^2 / (2 s^2) - log s - log sqrt(2 pi), p = 1 / s^2. */
+static inline float gaussian_log_density(float x, struct prior_terms t, float *slope,
+                                         float *precision) {
+    *slope = -2.0f * t.k1 * x;
+    *precision = 2.0f * t.k1;
+    return t.c1 - t.k1 * x * x;
 }
 
 /* Scale mixture pi N(0, s1^2) + (1 - pi) N(0, s2^2) in log space: with a, b the two
  * components' log densities and d = a - b, log P = max(a, b) + log1p(exp(-|d|)), and the
- * first component's share of the density is sigmoid(d), the second's sigmoid(-d). */
-static inline float mixture_entry(int64_t i, const float *rho, const float *eps,
-                                  const float *w, const float *grad_w, float kl_weight,
-                                  struct prior_terms t, float *grad_mu, float *grad_rho) {
-    float x = w[i], x2 = x * x;
+ * first component's share of the density is sigmoid(d), the second's sigmoid(-d);
+ * p = share1 / s1^2 + share2 / s2^2. */
+static inline float mixture_log_density(float x, struct prior_terms t, float *slope,
+                                        float *precision) {
+    float x2 = x * x;
     float a = t.c1 - t.k1 * x2, b = t.c2 - t.k2 * x2, d = a - b;
     /* exp(-80) is already negligible next to 1; larger arguments would take libmvec's
      * slow scalar path for underflowing lanes */
@@ -197,8 +200,23 @@ static inline float mixture_entry(int64_t i, const float *rho, const float *eps,
      * lose all precision where share1 is near 1, and k2 is large */
     float share1 = (d > 0.0f ? 1.0f : ed) / (1.0f + ed);
     float share2 = (d > 0.0f ? ed : 1.0f) / (1.0f + ed);
-    return kl_entry(i, rho, eps, grad_w, kl_weight, fmaxf(a, b) + log1pf(ed),
-                    -2.0f * x * (t.k1 * share1 + t.k2 * share2), grad_mu, grad_rho);
+    *slope = -2.0f * x * (t.k1 * share1 + t.k2 * share2);
+    *precision = 2.0f * (t.k1 * share1 + t.k2 * share2);
+    return fmaxf(a, b) + log1pf(ed);
+}
+
+static inline float gaussian_entry(int64_t i, const float *rho, const float *eps,
+                                   const float *w, const float *grad_w, float kl_weight,
+                                   struct prior_terms t, float *grad_mu, float *grad_rho) {
+    float slope, p, log_prior = gaussian_log_density(w[i], t, &slope, &p);
+    return kl_entry(i, rho, eps, grad_w, kl_weight, log_prior, slope, grad_mu, grad_rho);
+}
+
+static inline float mixture_entry(int64_t i, const float *rho, const float *eps,
+                                  const float *w, const float *grad_w, float kl_weight,
+                                  struct prior_terms t, float *grad_mu, float *grad_rho) {
+    float slope, p, log_prior = mixture_log_density(w[i], t, &slope, &p);
+    return kl_entry(i, rho, eps, grad_w, kl_weight, log_prior, slope, grad_mu, grad_rho);
 }
 
 /* Closed-form KL(N(mu, sigma^2) || N(0, s^2)) = log(s / sigma) + (sigma^2 + mu^2) / (2 s^2) - 1/2,
@@ -320,6 +338,42 @@ double bbb_kl_gradients(int64_t n, const float *mu, const float *rho, const floa
                                grad_mu, grad_rho);
     if (kind != WEIGHTS_SAMPLED)
         correct_all_for_data(n, rho, eps, data, kind, grad_mu, grad_rho);
+    return total;
+}
+
+/* The prior's terms at x (a MAP model's prior as weight decay, IVON's prior): returns the sum
+ * of log P(x_i) (in double) and writes gradient_i = -scale d log P / dx at x_i, the gradient of
+ * -scale log P, and, where precision is given, precision_i = scale p(x_i), for the prior
+ * GAUSSIAN_PRIOR (s1) or SCALE_MIXTURE_PRIOR (pi, s1, s2); another code: NaN everywhere. */
+#define PRIOR_TERMS_LOOP(LOG_DENSITY, WRITE_PRECISION)                                      \
+    _Pragma("omp parallel for simd reduction(+ : total) schedule(static)")                  \
+    for (int64_t i = 0; i < n; ++i) {                                                      \
+        float slope, p, log_prior = LOG_DENSITY(x[i], t, &slope, &p);                       \
+        gradient[i] = -scale * slope;                                                       \
+        WRITE_PRECISION;                                                                      \
+        total += log_prior;                                                                  \
+    }
+
+VECTOR_CLONES
+double bbb_prior_terms(int64_t n, const float *x, int prior, float pi, float s1, float s2,
+                       float scale, float *gradient, float *precision) {
+    struct prior_terms t = prior_terms_of(prior, pi, s1, s2);
+    double total = 0.0;
+    if (prior == SCALE_MIXTURE_PRIOR && precision) {
+        PRIOR_TERMS_LOOP(mixture_log_density, precision[i] = scale * p)
+    } else if (prior == SCALE_MIXTURE_PRIOR) {
+        PRIOR_TERMS_LOOP(mixture_log_density, (void)0)
+    } else if (prior == GAUSSIAN_PRIOR && precision) {
+        PRIOR_TERMS_LOOP(gaussian_log_density, precision[i] = scale * p)
+    } else if (prior == GAUSSIAN_PRIOR) {
+        PRIOR_TERMS_LOOP(gaussian_log_density, (void)0)
+    } else {
+        for (int64_t i = 0; i < n; ++i) {
+            gradient[i] = NAN;
+            if (precision) precision[i] = NAN;
+        }
+        return NAN;
+    }
     return total;
 }
 

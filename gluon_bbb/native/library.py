@@ -6,8 +6,10 @@ On a CPU context ``loss_gradients`` computes what ``ndarray_backend.combined_los
 computes, for those combinations, with the parameter-side work in two passes over the flat
 vectors: draw eps and form w = mu + softplus(rho) * eps (or sigma and the perturbation for the
 other estimators), then, after the network's forward and backward pass, the KL term and both
-gradients. ``optimizer_update`` runs MXNet's SGD and Adam updates in place; ``ivon_draw`` and
-``ivon_update`` compute IVON's (``learning/ivon.py``) for its fast paths.
+gradients. ``optimizer_update`` runs MXNet's SGD and Adam updates in place; ``prior_terms``
+gives a prior's log density, gradient and precision at given weights (a MAP model's prior,
+IVON's); ``ivon_draw`` and ``ivon_update`` compute IVON's (``learning/ivon.py``) for its fast
+paths.
 
 The library is built at install time (``setup.py``; it needs a C compiler). It is used only if
 it loads, was built from the ``_fused.c`` beside it (not older than it) and reports the
@@ -29,7 +31,7 @@ from . import table as kernels
 from ..family.parametrizations import SOFTPLUS
 
 
-ABI_VERSION = 7           # must match ABI_VERSION in _fused.c
+ABI_VERSION = 8           # must match ABI_VERSION in _fused.c
 FLOAT32_MAX = float(np.finfo(np.float32).max)
 
 _P, _I64, _U64, _F32 = ctypes.c_void_p, ctypes.c_int64, ctypes.c_uint64, ctypes.c_float
@@ -44,6 +46,8 @@ _SIGNATURES = {
     "bbb_perturb": ([_I64, _P, _P, _P, _P, _P, _P], None),
     "bbb_sgd_update": ([_I64, _P, _P, _F32, _F32, _F32], None),
     "bbb_adam_update": ([_I64, _P, _P, _P, _P] + [_F32] * 6, None),
+    "bbb_prior_terms": ([_I64, _P, ctypes.c_int, _F32, _F32, _F32, _F32, _P, _P],
+                        ctypes.c_double),
     "bbb_ivon_draw": ([_I64, _P, _P, _P, _F32, _F32, _F32, _U64, _U64, _U64, _P, _P], None),
     "bbb_ivon_log_variance": ([_I64, _P, _P, _F32, _F32, _F32, _P], None),
     "bbb_ivon_update": ([_I64] + [_P] * 7 + [_F32] * 10 + [_P], None),
@@ -312,6 +316,26 @@ def optimizer_update(optimizer, index, weight, grad, state):
         _host_pointer(mean, write=True), _host_pointer(var, write=True), lr, wd,
         optimizer.rescale_grad, optimizer.beta1, optimizer.beta2, optimizer.epsilon)
     return None
+
+
+def prior_terms(prior, x, scale, with_precision=False):
+    """The prior's terms at ``x`` by the kernel (``bbb_prior_terms``): (the sum of log P(x) as
+    a float, scale x p(x) = the gradient of -scale log P, and scale p(x) with
+    ``with_precision``, else None), p(x) = -(d log P / dx) / x the prior's precision at x
+    (``Prior.gradient_precision``). None where the kernels do not serve the prior (its
+    ``kernel_args``: None for a prior they do not know, or a subclass that overrides its
+    formulas) or ``x`` (not a float32 array on a CPU context), or ``scale`` is negative."""
+    args = prior.kernel_args() if prior is not None else None
+    if args is None or args[0] not in kernels.PRIORS.values() or scale < 0 \
+            or not serves_arrays(x):
+        return None
+    gradient = mx.nd.empty(x.shape, ctx=x.context)
+    precision = mx.nd.empty(x.shape, ctx=x.context) if with_precision else None
+    code, pi, s1, s2 = args
+    total = library().bbb_prior_terms(x.size, _host_pointer(x), code, pi, s1, s2, scale,
+                                      _host_pointer(gradient, write=True),
+                                      _optional(precision, write=True))
+    return total, gradient, precision
 
 
 def serves_arrays(*arrays):
