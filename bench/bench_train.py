@@ -415,6 +415,11 @@ def main():
                 ("ivon-2x1200", bench_ours, dict(ivon_2x1200, ivon_ess=50000)),
                 ("ivon-2x1200-ops", bench_ours, dict(ivon_2x1200, ivon_ess=50000,
                                                      backend="ndarray")),
+                # MC dropout's step, the paper preset's prior as weight decay (the kernel's
+                # bbb_prior_terms on the native backend, MXNet's operators on the other)
+                ("mcdropout-2x1200", bench_ours, dict(paper_2x1200, model="mcdropout")),
+                ("mcdropout-2x1200-ops", bench_ours, dict(paper_2x1200, model="mcdropout",
+                                                          backend="ndarray")),
                 ("adam-2x1200", bench_deterministic, {"optimizer": "adam",
                                                       "num_hidden_units": 1200,
                                                       "learning_rate": 1e-3}),
@@ -461,6 +466,11 @@ def main():
     print("      the same, ndarray backend:              %6.2f s/epoch" % per_epoch["ivon-2x1200-ops"])
     print("      deterministic 2x1200, gluon Trainer Adam: %6.2f s/epoch (IVON costs x%.2f)"
           % (per_epoch["adam-2x1200"], per_epoch["ivon-2x1200"] / per_epoch["adam-2x1200"]))
+    print("    MC dropout 2x1200, the preset's prior:     %6.2f s/epoch (x%.2f Adam's)"
+          % (per_epoch["mcdropout-2x1200"],
+             per_epoch["mcdropout-2x1200"] / per_epoch["adam-2x1200"]))
+    print("      the same, ndarray backend:              %6.2f s/epoch"
+          % per_epoch["mcdropout-2x1200-ops"])
     print("    --kl analytic:                            %6.2f s/epoch" % per_epoch["kl"])
     print("    --estimator lrt --kl analytic:            %6.2f s/epoch" % per_epoch["lrt"])
     print("    --estimator lrt, Monte Carlo KL:          %6.2f s/epoch" % per_epoch["lrt-mc"])

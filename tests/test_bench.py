@@ -28,6 +28,8 @@ def test_bench_train_runs_and_prints_ratios():
                         r"costs x\d+\.\d\d\)$", line) for line in lines)
     assert any(re.match(r"      deterministic 2x1200, gluon Trainer Adam: +\d+\.\d\d s/epoch \(IVON "
                         r"costs x\d+\.\d\d\)$", line) for line in lines)
+    assert any(re.match(r"    MC dropout 2x1200, the preset's prior: +\d+\.\d\d s/epoch \(x\d+\.\d\d "
+                        r"Adam's\)$", line) for line in lines)
     peak = [line for line in lines if line.startswith("peak RSS")]
     assert peak and 100 < float(peak[0].split()[-2]) < 4096
 
