@@ -10,7 +10,9 @@ and does not use a library that disagrees. The objects take their codes from her
 
 IVON's kernels (``bbb_ivon_draw``, ``bbb_ivon_update``) are not in the table: they take the
 prior's terms as arrays, so serve every prior, and ``learning/ivon.py`` keys them to IVON's own
-formulas (``formulas.accelerates``).
+formulas (``formulas.accelerates``). Those terms, and a MAP model's prior as weight decay, come
+from ``bbb_prior_terms`` for the priors of ``PRIORS`` (``library.prior_terms``, keyed by the
+prior's ``kernel_args``), from the prior's operators for any other.
 
 Adding a prior the kernels serve is then its class, one C function beside ``prior_terms_of``
 and a row here. A leaf module: it imports nothing.
