@@ -12,6 +12,7 @@ from gluon_bbb import (Config, ConfigError, TrainingStep, combined_loss_gradient
 from gluon_bbb.family import estimators, kl as kl_estimates
 from gluon_bbb.learning.ndarray_backend import FlatLayout, NetworkGraph
 from gluon_bbb.learning.noise import DeviceNoise, PhiloxNoise, philox_key, philox_normals_reference
+from gluon_bbb.learning.config import LENET_GATED
 from gluon_bbb.learning.step import choose_backend
 from tutorial_reference import tutorial_gradients
 
@@ -249,3 +250,28 @@ def test_network_descriptions_that_are_not_one_are_refused():
                         ("conv:3:40,dense:10", "does not fit 28x28 inputs")):
         with pytest.raises(ConfigError, match="network must be .*%s" % detail):
             Config(network=bad)
+
+
+@pytest.mark.parametrize("model,network", [("deterministic", "mlp"), ("mcdropout", "lenet"),
+                                           ("ivon", "mlp"), ("ivon", LENET_GATED)])
+def test_the_kept_gradient_array_is_written_whole(ctx, model, network):
+    """The step keeps the data term's gradient in one array (``_data_term``) that the graph
+    overwrites: filled with NaN before a step, it holds what a new zeroed array gets, for
+    networks with convolutions, dropout and gates."""
+    config = Config(model=model, network=network, num_hidden_units=20, seed=2,
+                    **({"parametrization": "log_variance", "prior": "none"}
+                       if model == "ivon" else {}))
+    step = TrainingStep(config, ctx, num_train=1000)
+    rng = np.random.default_rng(0)
+    X = nd.array(rng.uniform(size=(9, 784)), ctx=ctx)
+    y = nd.one_hot(nd.array(rng.integers(0, 10, size=9), ctx=ctx), 10)
+    weights = step.mu + 0.01
+    step._data_term(X, y, weights)
+    step._grad_w[:] = np.nan
+    mx.random.seed(3)
+    nll, kept = step._data_term(X, y, weights)
+    mx.random.seed(3)
+    fresh_nll, fresh = step.graph.nll_and_grad(X, y, weights)
+    assert kept is step._grad_w and np.isfinite(kept.asnumpy()).all()
+    np.testing.assert_array_equal(kept.asnumpy(), fresh.asnumpy())
+    assert nll.asscalar() == fresh_nll.asscalar()

@@ -234,6 +234,7 @@ class TrainingStep:
         self.workspace = (None if self.model_kind.natural_gradient
                           else self.backend.workspace(self.layout.size, ctx))
         self._kept = None  # remove_switched_off's mask of the parameters held, once known
+        self._grad_w = None  # the data term's gradient at the weights, where the step keeps it
         self.start_epoch(0)
 
     def describe(self):
@@ -267,7 +268,7 @@ class TrainingStep:
         if self.model_kind.natural_gradient:
             return self._ivon_step(X, targets)
         if not self.model_kind.learns_sigma:
-            loss, grad_mu = self.graph.nll_and_grad(X, targets, self.mu)
+            loss, grad_mu = self._data_term(X, targets, self.mu)
             if self.model_kind.prior_as_weight_decay:
                 # the prior as weight decay: (1/M)(-log P(w)) at the mean weights
                 log_prior_sum, penalty_grad = self.backend.prior_penalty(self.prior, self.mu,
@@ -294,6 +295,14 @@ class TrainingStep:
             self.mu *= self._kept
         return loss
 
+    def _data_term(self, X, targets, weights):
+        """-sum log P(y | X, w) at ``weights`` and its gradient, written into one array the
+        step keeps (the graph writes every entry): a new zeroed one each step cost 1.5-2 ms of
+        a 13-18 ms 2x1200 forward and backward pass."""
+        if self._grad_w is None:
+            self._grad_w = nd.zeros(self.mu.shape, ctx=self.ctx, dtype=self.mu.dtype)
+        return self.graph.nll_and_grad(X, targets, weights, self._grad_w)
+
     def _ivon_step(self, X, targets):
         """IVON's step: ``num_samples`` draws of the weights from the posterior, the data
         term's gradient at each (the prior's part added by the optimizer), one update of mu
@@ -304,7 +313,7 @@ class TrainingStep:
         loss = None
         for sample in range(self.config.num_samples):
             weights, noise = optimizer.draw_weights(self.mu, state, self.noise)
-            nll, grad_w = self.graph.nll_and_grad(X, targets, weights)
+            nll, grad_w = self._data_term(X, targets, weights)
             loss = nll if loss is None else loss + nll
             if self.config.num_samples == 1:  # the update from this draw, in one pass
                 optimizer.step_one_draw(0, self.mu, state, grad_w, noise, self.rho)
