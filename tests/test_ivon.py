@@ -276,12 +276,14 @@ def test_a_subclass_that_changes_a_formula_loses_the_kernels(native_kernels, ctx
     assert describe_lost(IVON()) is None
 
 
-def test_a_run_steps_the_same_on_both_backends(native_kernels, ctx):
-    """Five steps of ``--model ivon`` with the scale mixture, native and ndarray backends: the
-    same draws, so the same losses and parameters up to float rounding."""
+@pytest.mark.parametrize("at_draws", [False, True])
+def test_a_run_steps_the_same_on_both_backends(native_kernels, ctx, at_draws):
+    """Five steps of ``--model ivon`` with the scale mixture, its terms at the means or at the
+    draws, native and ndarray backends: the same draws, so the same losses and parameters up to
+    float rounding."""
     from gluon_bbb.learning.step import TrainingStep
     config = Config(**dict(IVON_RUN, prior="scale_mixture", pi=0.5, sigma_p1=1.0,
-                           sigma_p2=0.01))
+                           sigma_p2=0.01, ivon_prior_at_draws=at_draws))
     rng = np.random.default_rng(0)
     X = nd.array(rng.uniform(size=(100, 784)), ctx=ctx)
     y = nd.one_hot(nd.array(rng.integers(0, 10, size=100), ctx=ctx), 10)
@@ -297,6 +299,40 @@ def test_a_run_steps_the_same_on_both_backends(native_kernels, ctx):
                                    atol=1e-4 * np.max(np.abs(plain_array)))
 
 
+@given(st.integers(1, 3000), st.sampled_from([1, 2]), st.floats(0.05, 2.0), st.booleans(),
+       st.integers(0, 2 ** 32 - 1))
+def test_the_prior_at_draws_enters_the_update_at_the_drawn_weights(ctx, size, prior,
+                                                                   prior_scale, on_kernels,
+                                                                   seed):
+    """``prior_at_draws``: a step's update and the sigma of the next draw take the prior's
+    terms at the weights the step drew: the same as an IVON whose state holds the terms at
+    those weights, on the C kernels and on the operators."""
+    results = []
+    for at_draws in (True, False):
+        rng = np.random.default_rng(seed)
+        optimizer = IVON(learning_rate=0.3, ess=1000.0, prior=KERNEL_PRIORS[prior],
+                         prior_scale=prior_scale, prior_at_draws=at_draws, native=on_kernels)
+        optimizer.rescale_grad = 1.0
+        mu, state = random_ivon_state(optimizer, rng, size, ctx, 1)
+        drawn, noise = optimizer.draw_weights(mu, state, PhiloxNoise(ctx, seed))
+        if at_draws:
+            optimizer.prior_at_draw(state, drawn)
+        else:  # the terms at the draw written into the state by hand
+            state[5]["terms"] = optimizer.prior_terms(drawn)
+        expected_terms = [t.asnumpy() for t in optimizer.prior_terms(drawn)]
+        rho = nd.zeros(size, ctx=ctx)
+        optimizer.step_one_draw(0, mu, state, nd.array(rng.normal(size=size), ctx=ctx), noise,
+                                rho)
+        if at_draws:  # kept after the update, for the next draw's sigma and the stored rho
+            for kept, expected in zip(state[5]["terms"], expected_terms):
+                np.testing.assert_array_equal(kept.asnumpy(), expected)
+            np.testing.assert_allclose(rho.asnumpy(), optimizer.log_variance(
+                state, mu).asnumpy(), rtol=1e-6, atol=2e-5)
+        results.append([a.asnumpy() for a in (mu, state[0], state[1])])
+    for at_draws, by_hand in zip(*results):
+        np.testing.assert_array_equal(at_draws, by_hand)
+
+
 def test_settings_ivon_cannot_take_are_refused():
     for kwargs, field in ((dict(model="ivon", parametrization="softplus"), "parametrization"),
                           (dict(model="ivon", parametrization="log_variance",
@@ -309,7 +345,10 @@ def test_settings_ivon_cannot_take_are_refused():
                           (dict(ivon_late_epochs=3), "ivon_late_epochs"),
                           (dict(ivon_late_beta2=1.5, ivon_late_epochs=3), "ivon_late_beta2"),
                           (dict(epochs=4, ivon_late_beta2=0.9, ivon_late_epochs=5),
-                           "ivon_late_epochs")):
+                           "ivon_late_epochs"),
+                          (dict(IVON_RUN, ivon_prior_at_draws=True), "ivon_prior_at_draws"),
+                          (dict(IVON_RUN, prior="gaussian", ivon_prior_at_draws=1),
+                           "ivon_prior_at_draws")):
         with pytest.raises(ConfigError) as info:
             Config(**kwargs)
         assert info.value.field == field

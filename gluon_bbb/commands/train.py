@@ -109,6 +109,8 @@ SWITCH_FLAGS = {
                        "start from each gated layer's units whose gates have the highest "
                        "signal-to-noise ratio there (the lowest log alpha), as many as "
                        "--network has",
+    "ivon_prior_at_draws": "--model ivon: take the prior's gradient and precision at each "
+                           "step's drawn weights instead of at the means",
     "remove_switched_off": "take the weights the prior's rule switches off (log alpha > 3 for "
                            "the log-uniform prior) out of the network as it trains: their "
                            "means set to 0, no noise, no gradient (sparse variational "

@@ -156,6 +156,7 @@ class Config:
     ivon_clip_radius: Optional[float] = None
     ivon_late_beta2: Optional[float] = None
     ivon_late_epochs: int = 0
+    ivon_prior_at_draws: bool = False
 
     def __post_init__(self):
         self._take_prior()
@@ -260,6 +261,10 @@ class Config:
         if self.parametrization_kind != parametrizations.LogVariance():
             raise ConfigError("parametrization", self.parametrization, "log-variance with model "
                               "ivon (its sigma is stored as rho = log sigma^2)")
+        if self.ivon_prior_at_draws is not False and not (
+                self.ivon_prior_at_draws is True and self.ivon_prior()):
+            raise ConfigError("ivon_prior_at_draws", self.ivon_prior_at_draws,
+                              "given with a {prior} that has a density")
         if self.prior_defined and self.ivon_prior() is False:
             raise ConfigError("prior", self.prior, "one with a density, or none, with model "
                               "ivon (its gradient enters IVON's update)")

@@ -27,7 +27,11 @@ is added to wd mu, and its precision, that gradient over mu (for the scale mixtu
 component's precision weighed by its share of the density at mu; for a Gaussian, exactly its
 own), to wd, so that the posterior's precision is ess (h + wd + p): where the data's curvature
 h is small, a weight gets the prior's width. ``prior_scale`` (s) weighs it: the KL term's
-scale and warm-up.
+scale and warm-up. With ``prior_at_draws`` the prior's terms are taken at the weights a step
+draws, w = mu + sigma z, instead of at the means: one draw's estimate of their expectation
+under the posterior, as Bayes by Backprop's Monte Carlo KL takes the prior's density at its
+draw. A narrow component of the scale mixture then holds a weight only where the posterior
+itself is that narrow; at the means it holds every mean within a few of its sigma of 0.
 """
 import contextlib
 import math
@@ -75,13 +79,14 @@ class Compositions(mx.optimizer.Optimizer):
 class IVON(Compositions):
     """The IVON update of one parameter array (``update``) from the draws its step took
     (``accumulate``); ``sigma`` and ``draw`` give the posterior. ``prior``: a ``priors.Prior``
-    with a density whose gradient enters each draw's (None: weight decay alone). ``native``:
+    with a density whose gradient enters each draw's (None: weight decay alone), taken at the
+    means or, with ``prior_at_draws``, at the weights of each step's draw. ``native``:
     whether a training step's draw and one-draw update (``draw_weights``,
     ``step_one_draw``) run on the C kernels where they can (CPU, float32, the library built)."""
 
     def __init__(self, learning_rate=0.1, ess=50000, hess_init=0.1, beta1=0.9, beta2=0.99999,
                  weight_decay=1e-4, clip_radius=float("inf"), prior=None, prior_scale=1.0,
-                 native=True, **kwargs):
+                 prior_at_draws=False, native=True, **kwargs):
         super().__init__(learning_rate=learning_rate, **kwargs)
         for name, value, low, high in (("ess", ess, 0, math.inf), ("hess_init", hess_init, 0,
                                                                   math.inf),
@@ -94,7 +99,7 @@ class IVON(Compositions):
                 raise ConfigError("ivon_" + name, value, "a number in (%g, %g)" % (low, high))
         self.ess, self.hess_init, self.beta1, self.beta2 = ess, hess_init, beta1, beta2
         self.ivon_weight_decay, self.clip_radius = weight_decay, clip_radius
-        self.native = native
+        self.native, self.prior_at_draws = native, prior_at_draws
         self._prior_version = 0  # counts changes of the prior or its weight
         self.prior, self.prior_scale = prior, prior_scale
         self._states = {}  # by parameter name, for a Gluon model's own draws
@@ -123,8 +128,18 @@ class IVON(Compositions):
 
     def refresh(self, state, mean):
         """Recompute the prior's terms of ``state`` at ``mean``: after the means were set
-        other than by ``update`` (loaded, say)."""
+        other than by ``update`` (loaded, say). With ``prior_at_draws``, terms the last draw
+        left under the present prior and weight are kept."""
+        if self.prior_at_draws and state[5].get("version") == self._prior_version:
+            return
         state[5]["terms"], state[5]["version"] = self.prior_terms(mean), self._prior_version
+
+    def prior_at_draw(self, state, weights):
+        """With ``prior_at_draws``: the prior's terms of ``state`` at ``weights``, the step's
+        draw, for its update and the sigma of the draws after it."""
+        if self.prior_at_draws:
+            state[5]["terms"], state[5]["version"] = (self.prior_terms(weights),
+                                                      self._prior_version)
 
     def _prior_terms_of(self, state, mean):
         if state[5].get("version") != self._prior_version:
@@ -309,6 +324,8 @@ def sampled_params(trainer, train=True):
         noise = optimizer.draw(mean, state, nd.random.normal(shape=mean.shape,
                                                              ctx=mean.context))
         param.set_data(mean + noise)
+        if train:
+            optimizer.prior_at_draw(state, mean + noise)
         drawn.append((param, state, mean, noise))
     try:
         yield

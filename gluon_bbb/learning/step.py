@@ -313,6 +313,8 @@ class TrainingStep:
         loss = None
         for sample in range(self.config.num_samples):
             weights, noise = optimizer.draw_weights(self.mu, state, self.noise)
+            if sample == 0:
+                optimizer.prior_at_draw(state, weights)
             nll, grad_w = self._data_term(X, targets, weights)
             loss = nll if loss is None else loss + nll
             if self.config.num_samples == 1:  # the update from this draw, in one pass
@@ -378,7 +380,8 @@ def ivon_optimizer(config, num_train, num_update=0, native=True):
                 beta1=config.ivon_beta1, beta2=config.ivon_beta2,
                 weight_decay=config.ivon_weight_decay,
                 clip_radius=config.ivon_clip_radius or float("inf"), prior=config.ivon_prior(),
-                native=native, begin_num_update=num_update)
+                prior_at_draws=config.ivon_prior_at_draws, native=native,
+                begin_num_update=num_update)
 
 
 def _state_arrays(state):
