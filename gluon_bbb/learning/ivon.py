@@ -106,7 +106,9 @@ class IVON(Compositions):
 
     # A state keeps the prior's terms at its means, computed once a step (at the update), since
     # a draw, the update and the stored sigma all read them; a new prior or weight recomputes
-    # them (set here) and so does ``refresh``, for means changed outside ``update``.
+    # them (set here) and so does ``refresh``, for means changed outside ``update``. With
+    # ``prior_at_draws`` the step's draw sets them instead (``prior_at_draw``), and the update
+    # keeps them for the next draw's sigma.
 
     @property
     def prior(self):
