@@ -138,7 +138,8 @@ class IVON(Compositions):
 
     def prior_at_draw(self, state, weights):
         """With ``prior_at_draws``: the prior's terms of ``state`` at ``weights``, the step's
-        draw, for its update and the sigma of the draws after it."""
+        draw (its first, where it takes several), for its update and the sigma of the draws
+        after it."""
         if self.prior_at_draws:
             state[5]["terms"], state[5]["version"] = (self.prior_terms(weights),
                                                       self._prior_version)
