@@ -532,6 +532,40 @@ def test_ivon_in_a_users_gluon_trainer(ctx, mnist):
         np.testing.assert_array_equal(a.asnumpy(), b.asnumpy())  # the predictive draws restore
 
 
+def test_a_gluon_trainers_step_takes_the_prior_at_its_draws(ctx):
+    """``prior_at_draws`` in a user's Gluon model: the step after ``sampled_params`` takes the
+    prior's terms at the weights the block held, and the means move as an IVON whose state
+    holds those terms by hand."""
+    from gluon_bbb.family.priors import ScaleMixturePrior
+    results = []
+    for at_draws in (True, False):
+        mx.random.seed(5)
+        net = gluon.nn.Dense(3, in_units=4)
+        net.initialize(mx.init.Normal(0.05), ctx=ctx)
+        trainer = gluon.Trainer(net.collect_params(), IVON(
+            learning_rate=0.2, ess=50.0, prior=ScaleMixturePrior(0.25, 1.0, 0.01),
+            prior_at_draws=at_draws))
+        X = nd.array(np.random.default_rng(0).normal(size=(6, 4)), ctx=ctx)
+        with sampled_params(trainer):
+            drawn = {p.name: p.data().copy() for p in net.collect_params().values()}
+            with autograd.record():
+                loss = (net(X) ** 2).sum()
+            loss.backward()
+        optimizer = trainer._optimizer
+        for param in net.collect_params().values():
+            state = optimizer._state_of(param)
+            expected = [t.asnumpy() for t in optimizer.prior_terms(drawn[param.name])]
+            if not at_draws:  # the terms at the draw written into the state by hand
+                state[5]["terms"] = optimizer.prior_terms(drawn[param.name])
+                state[5]["version"] = optimizer._prior_version
+            for held, want in zip(optimizer._prior_terms_of(state, param.data()), expected):
+                np.testing.assert_array_equal(held.asnumpy(), want)
+        trainer.step(6)
+        results.append([p.data().asnumpy() for p in net.collect_params().values()])
+    for at_draws, by_hand in zip(*results):
+        np.testing.assert_array_equal(at_draws, by_hand)
+
+
 @pytest.mark.slow
 def test_the_gluon_example_runs_as_a_script(mnist):
     import os
