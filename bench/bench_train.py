@@ -135,13 +135,17 @@ def bench_tutorial(data, config, ctx, steps):
 
 
 def bench_pytorch(data, config, steps, estimator="sample"):
-    """(d) the same algorithm written the plain way in PyTorch (CPU), data in memory, plain SGD.
+    """(d) the same algorithm written the plain way in PyTorch (CPU), data in memory, plain SGD
+    (Adam where ``config.optimizer`` says so).
 
     ``sample``: every step draws eps for every parameter, forms w = mu + softplus(rho) * eps
     and computes the tutorial's combined loss (Gaussian prior) with autograd.
     ``lrt``: the local reparametrization with the closed-form KL to the Gaussian prior, as
     ``--estimator lrt --kl analytic`` computes it: pre-activations drawn from
-    N(h mu + b_mu, h^2 sigma^2 + b_sigma^2), KL summed over the parameters."""
+    N(h mu + b_mu, h^2 sigma^2 + b_sigma^2), KL summed over the parameters.
+    ``sparse-vd``: sparse variational dropout as its authors write it (Molchanov et al. 2017):
+    rho = log sigma^2, the local reparametrization in every layer (dense and convolution), the
+    log-uniform prior's approximate KL in log alpha, Adam; nothing removed while training."""
     import torch
     import torch.nn.functional as F
     torch.manual_seed(0)
@@ -178,7 +182,23 @@ def bench_pytorch(data, config, steps, estimator="sample"):
                   - 0.5).sum() for m, s in zip(mus, sigmas))
         return kl / STEPS_PER_EPOCH + nll
 
-    loss_of = sampled_weights_loss if estimator == "sample" else local_reparametrization_loss
+    def sparse_vd_loss(h, labels):
+        def drawn(operator, h, index):  # the local reparametrization, sigma^2 = exp(rho)
+            mean = operator(h, mus[index], mus[index + 1])
+            variance = operator(h * h, rhos[index].exp(), rhos[index + 1].exp())
+            return mean + torch.sqrt(variance + 1e-8) * torch.randn_like(mean)
+        nll = F.cross_entropy(torch_forward(network, h, None, drawn), labels, reduction="sum")
+        kl = 0
+        for mu, log_variance in zip(mus, rhos):
+            log_alpha = torch.clamp(log_variance - torch.log(mu * mu + 1e-8), -10, 10)
+            kl = kl + (0.63576 - 0.63576 * torch.sigmoid(1.87320 + 1.48695 * log_alpha)
+                       + 0.5 * F.softplus(-log_alpha)).sum()
+        return nll + kl / STEPS_PER_EPOCH
+
+    loss_of = {"sample": sampled_weights_loss, "lrt": local_reparametrization_loss,
+               "sparse-vd": sparse_vd_loss}[estimator]
+    adam = (torch.optim.Adam(mus + rhos, lr=config.learning_rate)
+            if config.optimizer == "adam" else None)
 
     def step(i):
         lo = (i % (STEPS_PER_EPOCH - 1)) * b  # full batches only
@@ -186,6 +206,9 @@ def bench_pytorch(data, config, steps, estimator="sample"):
         for p in mus + rhos:
             p.grad = None
         loss.backward()
+        if adam is not None:
+            adam.step()
+            return
         with torch.no_grad():
             for p in mus + rhos:
                 p -= config.learning_rate * p.grad
@@ -193,19 +216,22 @@ def bench_pytorch(data, config, steps, estimator="sample"):
     return stepwise(step)
 
 
-def torch_forward(network, h, weights):
+def torch_forward(network, h, weights, linear=None):
     """The logits of ``network`` (a ``gluon_bbb.networks.layers.Network``) in PyTorch, weights in the
-    same layouts (dense (outputs, inputs), convolution (channels, inputs, k, k))."""
+    same layouts (dense (outputs, inputs), convolution (channels, inputs, k, k)); ``linear(op,
+    h, index)``, where given, is a layer's output in place of ``op(h, weights[index],
+    weights[index + 1])`` (op: ``F.linear`` or ``F.conv2d``)."""
     import torch
     import torch.nn.functional as F
     from gluon_bbb.networks.layers import Conv2D, Dense, MaxPool2D, ReLU
+    linear = linear or (lambda op, h, index: op(h, weights[index], weights[index + 1]))
     h = h.reshape((-1,) + network.input_shape)
     index = 0
     for layer in network.layers:
         if isinstance(layer, Dense):
-            h = F.linear(h.flatten(1), weights[index], weights[index + 1])
+            h = linear(F.linear, h.flatten(1), index)
         elif isinstance(layer, Conv2D):
-            h = F.conv2d(h, weights[index], weights[index + 1])
+            h = linear(F.conv2d, h, index)
         elif isinstance(layer, MaxPool2D):
             h = F.max_pool2d(h, layer.size)
         elif isinstance(layer, ReLU):
@@ -293,11 +319,12 @@ class ChildProcess:
         return lines[-1] if lines else "the child exited with status %d" % self.process.returncode
 
 
-def pytorch_variant(estimator, **config):
-    """A ``CHILD_VARIANTS`` entry for (d): PyTorch imported in the child only."""
+def pytorch_variant(method, **config):
+    """A ``CHILD_VARIANTS`` entry for (d): PyTorch imported in the child only; ``method``: what
+    ``bench_pytorch`` calls its ``estimator``."""
     def prepare(data, steps):
         import torch
-        return bench_pytorch(data, Config(**config), steps, estimator), torch.__version__
+        return bench_pytorch(data, Config(**config), steps, method), torch.__version__
     return prepare
 
 
@@ -308,6 +335,7 @@ CHILD_VARIANTS = {
     "pytorch-sample": pytorch_variant("sample"),
     "pytorch-lrt": pytorch_variant("lrt"),
     "pytorch-lenet": pytorch_variant("sample", network="lenet"),
+    "pytorch-sparse-vd": pytorch_variant("sparse-vd", **PRESETS["lenet-sparse-vd"]),
 }
 
 
@@ -436,13 +464,15 @@ def main():
                                               in PRESETS["lenet"].items()
                                               if key not in ("validation", "epochs")}),
                 ("lenet-sparse-vd", bench_ours, sparse_vd),
-                ("lenet-sparse-vd-kept", bench_ours, dict(sparse_vd, remove_switched_off=False)))
+                ("lenet-sparse-vd-kept", bench_ours, dict(sparse_vd, remove_switched_off=False)),
+                ("lenet-sparse-vd-ops", bench_ours, dict(sparse_vd, backend="ndarray")))
     timers = {name: InProcess(fn(data, config, ctx, total, **options))
               for name, fn, options in variants}
     not_measured = {}
     for name, child, env in (("c0", "tutorial-defaults", {"MXNET_USE_OPERATOR_TUNING": "1"}),
                              ("d", "pytorch-sample", None), ("d-lrt", "pytorch-lrt", None),
-                             ("d-lenet", "pytorch-lenet", None)):
+                             ("d-lenet", "pytorch-lenet", None),
+                             ("d-sparse-vd", "pytorch-sparse-vd", None)):
         timer, reason = ChildProcess.start(child, args.data_dir, total, env)
         if timer is None:
             not_measured[name] = reason
@@ -497,6 +527,13 @@ def main():
     print("  the same, --no-remove-switched-off:       %6.2f s/epoch (removal costs x%.2f)" % (
         per_epoch["lenet-sparse-vd-kept"],
         per_epoch["lenet-sparse-vd"] / per_epoch["lenet-sparse-vd-kept"]))
+    print("  the same, ndarray backend:                %6.2f s/epoch"
+          % per_epoch["lenet-sparse-vd-ops"])
+    if "d-sparse-vd" in per_epoch:
+        print("  sparse VD in plain PyTorch:               %6.2f s/epoch; ours/PyTorch = %.2f "
+              "(kept: %.2f, ndarray: %.2f)" % ((per_epoch["d-sparse-vd"],) + tuple(
+                  per_epoch[name] / per_epoch["d-sparse-vd"] for name in (
+                      "lenet-sparse-vd", "lenet-sparse-vd-kept", "lenet-sparse-vd-ops"))))
     if "d-lenet" in per_epoch:
         print("LeNet in plain PyTorch:                     %6.2f s/epoch" % per_epoch["d-lenet"])
         print("LeNet native/PyTorch = %.2f, ndarray/PyTorch = %.2f, lrt/PyTorch = %.2f, "

@@ -66,6 +66,18 @@ def native_kernels():
     return native
 
 
+@pytest.fixture
+def native_operators():
+    """The native MXNet operators (``native/operators.py``), under the same rule as
+    ``native_kernels``."""
+    from gluon_bbb.native import operators
+    if not operators.available():
+        if os.environ.get("GLUON_BBB_REQUIRE_NATIVE"):
+            pytest.fail("GLUON_BBB_REQUIRE_NATIVE is set but %s" % operators.unavailable_reason())
+        pytest.skip(operators.unavailable_reason())
+    return operators
+
+
 # Adam at 0.03 on 1000 images overshoots: validation accuracy 0.602, 0.722, 0.802, 0.790,
 # 0.763 over the 5 epochs (measured), so the best epoch, 3, is not the last.
 OVERSHOOTING = dict(train_size=1000, epochs=5, seed=0, validation=10000, num_hidden_units=50,

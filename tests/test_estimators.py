@@ -16,7 +16,7 @@ from gluon_bbb.learning.ndarray_backend import FlatLayout, NetworkGraph, draw_si
 from gluon_bbb.learning.noise import PhiloxNoise, philox_normals_reference
 from gluon_bbb.family.elementwise import operators
 from gluon_bbb.family.parametrizations import parametrization as parametrization_named
-from gluon_bbb.family.priors import GaussianPrior, Prior, ScaleMixturePrior
+from gluon_bbb.family.priors import GaussianPrior, LogUniformPrior, Prior, ScaleMixturePrior
 from test_step import assert_matches
 
 LOG_SQRT_2PI = 0.5 * np.log(2 * np.pi)
@@ -164,7 +164,12 @@ def plain_log_q(w, mu, sigma):
 
 
 def plain_closed_form_kl(direction, prior, mu, sigma):
-    """The Gaussian prior's closed-form KL, entry by entry."""
+    """The Gaussian prior's closed-form KL, entry by entry; the log-uniform prior's by Molchanov
+    et al.'s approximation (eq. 14) in log alpha, clipped to [-10, 10]."""
+    if isinstance(prior, LogUniformPrior):
+        log_alpha = nd.clip(nd.log(sigma ** 2) - nd.log(mu ** 2 + 1e-8), -10, 10)
+        return (0.63576 - 0.63576 / (1 + nd.exp(-(1.87320 + 1.48695 * log_alpha)))
+                + 0.5 * nd.log(1 + nd.exp(-log_alpha)))
     sp = prior.sigma_p
     if direction == "reverse":
         return nd.log(sp / sigma) + (sigma ** 2 + mu ** 2) / (2 * sp ** 2) - 0.5
@@ -330,36 +335,59 @@ def test_flipout_with_every_sign_positive_is_weight_sampling(ctx, network):
     assert_matches(got, expected, layout, rtol=1e-9)
 
 
-@given(ESTIMATORS, networks(), st.sampled_from(["mc", "analytic"]), priors(),
-       st.floats(0.01, 2.0), st.integers(1, 5), st.integers(0, 2 ** 32 - 1))
-@example("flipout", NETWORKS["conv"], "mc", ("mixture", PRIORS["mixture"]), 0.3, 4, 3)
+@given(ESTIMATORS, networks(), st.sampled_from(["mc", "analytic"]),
+       st.one_of(priors(), st.just(("log_uniform", LogUniformPrior()))), st.floats(0.01, 2.0),
+       st.integers(1, 5), st.integers(0, 2 ** 32 - 1),
+       st.sampled_from(["softplus", "log_variance"]), st.sampled_from([0.0, 0.3, 0.9]))
+@example("flipout", NETWORKS["conv"], "mc", ("mixture", PRIORS["mixture"]), 0.3, 4, 3,
+         "softplus", 0.0)
 # float32 moves a gate's gradient by 3e-3 of itself here (MXNet's operators as much as the
 # kernels): a draw that sits on a kink
 @example("flipout", ("conv:10:3,relu,conv:10:2,gate,relu,pool:2,flatten,dense:7,gate,relu,dense:3",
-                     49), "analytic", ("gaussian", GaussianPrior(2.0)), 0.125, 1, 750)
+                     49), "analytic", ("gaussian", GaussianPrior(2.0)), 0.125, 1, 750,
+         "softplus", 0.0)
+# sparse variational dropout's rows: each estimator under log sigma^2, entries removed
+@example("lrt", NETWORKS["conv"], "analytic", ("log_uniform", LogUniformPrior()), 0.3, 4, 3,
+         "log_variance", 0.3)
+@example("sample", NETWORKS["dense"], "analytic", ("log_uniform", LogUniformPrior()), 0.3, 4,
+         3, "log_variance", 0.3)
+@example("flipout", NETWORKS["conv"], "analytic", ("log_uniform", LogUniformPrior()), 0.3, 4,
+         3, "softplus", 0.9)
 def test_the_native_backend_equals_autograd_of_the_plain_loss(ctx, native_kernels, estimator,
                                                               network, kl, prior, kl_weight,
-                                                              batch, seed):
+                                                              batch, seed, parametrization,
+                                                              removed):
     """The kernels (float32) against the plain loss's autograd in float64, within float32's
     rounding: rtol 5e-4, or, where a draw makes the loss that sensitive (a pre-activation or a
     pooling tie within rounding of its kink), no further from it than twice MXNet's own
-    operators in float32 (the ndarray backend) on the same draw."""
+    operators in float32 (the ndarray backend) on the same draw. Every row of the table: the
+    log-uniform prior's closed form under either parametrization, and with the closed-form KL
+    a share of the entries out of the network (``Config.remove_switched_off``)."""
     name, prior = prior
-    assume(kl == "mc" or name == "gaussian")
+    chosen, kl_kind = estimators.estimator(estimator), kl_estimates.kl_estimate(kl)
+    parametrization = parametrization_named(parametrization)
+    assume(native_kernels.serves(chosen, kl_kind, prior, parametrization))
+    assume(not removed or kl == "analytic")
     config, layout, mu, rho, X, y = problem(ctx, network, "float32", seed, batch)
     graph = NetworkGraph(config.build_network())
-    chosen, kl_kind = estimators.estimator(estimator), kl_estimates.kl_estimate(kl)
     noise = PhiloxNoise(ctx, seed=seed % 1000)
+    keep = (nd.array(np.random.default_rng(seed).random(layout.size) >= removed, ctx=ctx)
+            if removed else None)
     got = native_kernels.loss_gradients(
         X, y, mu, rho, noise, 1, prior, kl_weight, graph,
-        native_kernels.Workspace(layout.size, ctx), kl_kind, chosen)
+        native_kernels.Workspace(layout.size, ctx), kl_kind, chosen, parametrization, keep)
     size = draw_size(graph, chosen, kl_kind, prior, X.shape[0])
     eps = nd.array(philox_normals_reference(size, noise.key, 0), ctx=ctx, dtype="float64")
     f64 = lambda a: a.astype("float64")  # noqa: E731
     expected = reference(estimator, kl, "reverse", prior, network, layout, f64(mu), f64(rho),
-                         f64(X), f64(y), eps, kl_weight)
+                         f64(X), f64(y), eps, kl_weight, parametrization.name,
+                         None if keep is None else f64(keep))
     operators32 = combined_loss_gradients(X, y, mu, rho, [eps.astype("float32")], prior,
-                                          kl_weight, graph, chosen, kl_kind)
+                                          kl_weight, graph, chosen, kl_kind, parametrization,
+                                          keep)
+    if keep is not None:  # nothing reaches a removed entry
+        off = keep.asnumpy() == 0
+        assert not got[1].asnumpy()[off].any() and not got[2].asnumpy()[off].any()
     rtol = 5e-4
     np.testing.assert_allclose(got[0].asscalar(), expected[0].asscalar(), rtol=rtol)
     for ours, theirs, mxnet32 in ((got[1], layout.flatten(expected[1]), operators32[1]),

@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, strategies as st
 from mxnet import nd
 
-from gluon_bbb import Config, train
+from gluon_bbb import Config, combined_loss_gradients, train
 from gluon_bbb.native import library as native
 from gluon_bbb.family.estimators import estimator
 from gluon_bbb.family.kl import kl_estimate
@@ -227,6 +227,135 @@ def test_prior_terms_serve_only_the_formulas_they_were_written_for(ctx):
     assert np.isnan(gradient.asnumpy()).all() and np.isnan(precision.asnumpy()).all()
 
 
+@given(st.integers(1, 3 * CHUNK), st.sampled_from(["softplus", "log_variance"]),
+       st.integers(0, 2 ** 32 - 1))
+def test_kept_follows_the_log_uniform_rule(ctx, size, parametrization_name, seed):
+    """``bbb_kept`` (sparse variational dropout's removal) against the rule in NumPy: an entry
+    stays where log alpha = log sigma^2 - log(mu^2 + 1e-8) is at most 3 and mu is not 0, and
+    the means of the others become 0; at means of every magnitude, zeros included. Entries
+    within 1e-4 of the threshold may fall either way (float32 logarithms)."""
+    from gluon_bbb.family.parametrizations import parametrization
+    from gluon_bbb.family.priors import LogUniformPrior
+    rng = np.random.default_rng(seed)
+    mu = (rng.normal(size=size) * 10.0 ** rng.uniform(-6, 0.5, size=size)).astype(np.float32)
+    mu[rng.random(size) < 0.05] = 0.0
+    rho = rng.normal(-6.0, 4.0, size=size).astype(np.float32)
+    chosen = parametrization(parametrization_name)
+    sigma = (np.log1p(np.exp(rho.astype(np.float64))) if parametrization_name == "softplus"
+             else np.exp(rho.astype(np.float64) / 2))
+    log_alpha = np.clip(np.log(sigma ** 2) - np.log(mu.astype(np.float64) ** 2 + 1e-8), -10, 10)
+    expected = (log_alpha <= 3) & (mu != 0)
+    mu_nd, keep = nd.array(mu, ctx=ctx), nd.empty(size, ctx=ctx)
+    assert native.kept(LogUniformPrior(), chosen, mu_nd, nd.array(rho, ctx=ctx), keep)
+    got = keep.asnumpy()
+    assert set(np.unique(got)) <= {0.0, 1.0}
+    near = np.abs(log_alpha - 3) < 1e-4
+    np.testing.assert_array_equal(got[~near], expected[~near])
+    np.testing.assert_array_equal(mu_nd.asnumpy(), np.where(got == 1, mu, 0.0))
+    # the kernel serves the rule it was written for only
+    class Stricter(LogUniformPrior):
+        name = "stricter_log_uniform_test"
+
+        def switched_off(self, mu, sigma):
+            return self.log_alpha(mu, sigma) > 1.0
+
+    assert not native.kept(Stricter(), chosen, mu_nd, nd.array(rho, ctx=ctx), keep)
+    assert not native.kept(GaussianPrior(), chosen, mu_nd, nd.array(rho, ctx=ctx), keep)
+
+
+@pytest.mark.parametrize("estimator_name", ["lrt", "sample"])
+def test_a_sparse_run_that_removes_agrees_on_both_backends(ctx, mnist, estimator_name):
+    """Sparse variational dropout with removal (log sigma^2, the log-uniform prior's closed
+    form, what its rule switches off taken out) on the kernels and on MXNet's operators: the
+    same run up to float rounding, the same share switched off."""
+    config = Config(epochs=2, train_size=1500, seed=4, prior="log_uniform", kl="analytic",
+                    parametrization="log_variance", estimator=estimator_name, optimizer="adam",
+                    learning_rate=1e-3, rho_offset=-6.0, num_hidden_units=100,
+                    remove_switched_off=True)
+    runs = [train(config, mnist, ctx, log=lambda line: None, progress=False, backend=backend)
+            for backend in ("native", "ndarray")]
+    assert runs[0].history[-1]["switched_off"] > 0.05
+    for ours, theirs in zip(runs[0].mus + runs[0].rhos, runs[1].mus + runs[1].rhos):
+        np.testing.assert_allclose(ours.asnumpy(), theirs.asnumpy(), rtol=0, atol=2e-5)
+    for ours, theirs in zip(runs[0].history, runs[1].history):
+        assert ours["loss"] == pytest.approx(theirs["loss"], rel=1e-4)
+        assert ours["switched_off"] == pytest.approx(theirs["switched_off"], abs=1e-3)
+        assert ours["test_accuracy"] == pytest.approx(theirs["test_accuracy"], abs=0.002)
+
+
+@given(st.lists(st.integers(1, 9), min_size=1, max_size=4), st.integers(0, 2 ** 32 - 1))
+def test_the_lrt_output_operator_follows_the_formula(native_operators, shape, seed):
+    """``bbb_lrt_output`` (``native/operators.py``) against mean + sqrt(variance + floor) *
+    noise and its gradients written in NumPy, over shapes and variances from 0 (the floor's
+    case) to 10, as ``Accelerated`` hands it to the layers: symbol and NDArray alike."""
+    from mxnet import autograd, sym
+    from gluon_bbb.family.elementwise import LRT_VARIANCE_FLOOR
+    rng = np.random.default_rng(seed)
+    mean, noise, g = (rng.normal(size=shape).astype(np.float32) for _ in range(3))
+    variance = (rng.random(shape) * 10.0 ** rng.uniform(-9, 1, size=shape)).astype(np.float32)
+    variance[rng.random(shape) < 0.2] = 0.0
+    spread = np.sqrt(variance.astype(np.float64) + LRT_VARIANCE_FLOOR)
+    expected = mean + spread * noise
+    arrays = [nd.array(a) for a in (mean, variance, noise)]
+    for a in arrays:
+        a.attach_grad()
+    with autograd.record():
+        out = native_operators.Accelerated(nd).lrt_output(*arrays)
+    out.backward(nd.array(g))
+    np.testing.assert_allclose(out.asnumpy(), expected, rtol=2e-6, atol=1e-6)
+    for array, gradient in zip(arrays, (g, g * noise * 0.5 / spread, g * spread)):
+        np.testing.assert_allclose(array.grad.asnumpy(), gradient, rtol=2e-6,
+                                   atol=1e-6 * np.abs(gradient).max())
+    # in a graph, as the native backend builds it
+    names = ("m", "v", "z")
+    graph = native_operators.Accelerated(sym).lrt_output(*[sym.var(n) for n in names])
+    bound = graph.bind(mx.cpu(), dict(zip(names, arrays)))
+    np.testing.assert_allclose(bound.forward()[0].asnumpy(), out.asnumpy(), rtol=0, atol=0)
+
+
+def test_the_native_lrt_graph_takes_the_operator_and_the_ndarray_one_does_not(
+        ctx, mnist, native_operators):
+    """The native backend's local reparametrization runs ``bbb_lrt_output`` (one per dense and
+    convolution layer); the ndarray backend's graph, which any context and float64 take, the
+    formula on MXNet's operators; both give the same loss and gradients."""
+    from gluon_bbb.learning.ndarray_backend import NetworkGraph
+    from gluon_bbb.learning.noise import PhiloxNoise
+    config = Config(network="lenet", estimator="lrt", kl="analytic")
+    network = config.build_network()
+    graph = NetworkGraph(network)
+    rng = np.random.default_rng(0)
+    mu = nd.array(rng.normal(size=graph.layout.size) * 0.1, ctx=ctx)
+    rho = nd.array(rng.normal(-4, 1, size=graph.layout.size), ctx=ctx)
+    X = nd.array(mnist.train_images[:16], ctx=ctx)
+    y = nd.one_hot(nd.array(mnist.train_labels[:16], ctx=ctx), 10)
+    calls = []
+    fused = native_operators.Accelerated.lrt_output
+
+    def counted(self, *args):
+        calls.append(self._F.__name__)
+        return fused(self, *args)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(native_operators.Accelerated, "lrt_output", counted)
+        got = native.loss_gradients(X, y, mu, rho, PhiloxNoise(ctx, seed=3), 1,
+                                    GaussianPrior(1.0), 0.01, graph,
+                                    native.Workspace(graph.layout.size, ctx), config.kl_kind,
+                                    config.estimator_kind)
+    # two convolutions, two dense layers, in the symbol graph
+    assert len(calls) == 4 and all(name.startswith("mxnet.symbol") for name in calls)
+    plain = NetworkGraph(network)
+    noise = PhiloxNoise(ctx, seed=3)
+    size = config.estimator_kind.noise_size(plain, 16, config.kl_kind)
+    eps = noise.normal((size,))
+    reference = combined_loss_gradients(X, y, mu, rho, [eps], GaussianPrior(1.0), 0.01, plain,
+                                        config.estimator_kind, config.kl_kind)
+    assert list(plain._noisy_ops) == [("lrt", False)]
+    np.testing.assert_allclose(got[0].asnumpy(), reference[0].asnumpy(), rtol=1e-5)
+    for ours, theirs in zip(got[1:], reference[1:]):
+        theirs = theirs.asnumpy()
+        np.testing.assert_allclose(ours.asnumpy(), theirs, rtol=1e-4,
+                                   atol=1e-5 * np.abs(theirs).max())
+
+
 @pytest.mark.parametrize("model", ["deterministic", "mcdropout"])
 def test_a_map_run_with_the_scale_mixture_agrees_on_both_backends(ctx, mnist, model):
     """The prior as weight decay on the kernel (``bbb_prior_terms``) and on MXNet's operators:
@@ -311,15 +440,18 @@ def test_the_c_kernels_serve_what_the_table_declares_and_refuse_the_rest(ctx, na
     from gluon_bbb.native import table as kernels
     from gluon_bbb.family import estimators, kl as kl_estimates
     from gluon_bbb.family.parametrizations import LogVariance
+    from gluon_bbb.family.priors import LogUniformPrior
     # the loaded library's own answers are the table's, known codes and unknown ones alike
     for codes in kernels.codes_to_check():
         assert bool(native_kernels.library().bbb_serves(*codes)) == kernels.serves(*codes)
     served = {(e.name, k.name, p.name, s.name)
               for e in estimators.ESTIMATORS for k in kl_estimates.KL_ESTIMATES
-              for p in (GaussianPrior(), ScaleMixturePrior()) for s in (SOFTPLUS, LogVariance())
-              if native_kernels.serves(e, k, p, s)}
+              for p in (GaussianPrior(), ScaleMixturePrior(), LogUniformPrior())
+              for s in (SOFTPLUS, LogVariance()) if native_kernels.serves(e, k, p, s)}
     assert served == {row for row in kernels.SERVED}
-    assert len(served) == 9  # 3 estimators x (mc x 2 priors + the Gaussian's closed form)
+    # 3 estimators x (mc x 2 priors + the Gaussian's closed form + the log-uniform prior's
+    # closed form under 2 parametrizations)
+    assert len(served) == 15
     assert not any(native_kernels.serves(e, kl_estimates.kl_estimate(k, "forward"), GaussianPrior(),
                                          SOFTPLUS)
                    for e in estimators.ESTIMATORS for k in ("mc", "analytic"))
@@ -334,7 +466,7 @@ def test_the_c_kernels_serve_what_the_table_declares_and_refuse_the_rest(ctx, na
     for prior_code, parametrization_code in ((7, 0), (0, 1)):
         total = native_kernels.library().bbb_kl_gradients(
             n, *(native_kernels._host_pointer(a) for a in arrays[:6]), 0, 1.0, 0, prior_code,
-            parametrization_code, 0.5, 1.0, 0.1,
+            parametrization_code, 0.5, 1.0, 0.1, None,
             native_kernels._host_pointer(arrays[6], write=True),
             native_kernels._host_pointer(arrays[7], write=True))
         assert math.isnan(total)

@@ -17,6 +17,7 @@ Imports no MXNet when imported (a config is checked where MXNet is not loaded).
 import math
 
 from ..errors import ConfigError
+from ..native import table as kernels
 from .elementwise import SOFTPLUS_FLOOR, operators, sigmoid, softplus
 from .formulas import Keyed, accelerates
 from .registry import register
@@ -71,7 +72,7 @@ class Softplus(Parametrization):
     """sigma = softplus(rho) = log(1 + exp(rho)), rho floored at ``SOFTPLUS_FLOOR`` as in the C
     kernels: d sigma / d rho = sigmoid(rho)."""
     name = "softplus"
-    kernel_code = Keyed(0, "sigma", "sigma_gradient")
+    kernel_code = Keyed(kernels.PARAMETRIZATIONS["softplus"], "sigma", "sigma_gradient")
 
     def sigma(self, rho, F=None):
         return softplus(rho, F)
@@ -90,6 +91,7 @@ class LogVariance(Parametrization):
     ``2 * SOFTPLUS_FLOOR`` (sigma = exp(-80), where softplus's floor also leaves it), so that
     log sigma and 1 / sigma stay finite."""
     name = "log_variance"
+    kernel_code = Keyed(kernels.PARAMETRIZATIONS["log_variance"], "sigma", "sigma_gradient")
 
     def sigma(self, rho, F=None):
         F = operators(F)

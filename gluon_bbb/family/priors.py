@@ -333,6 +333,12 @@ class LogUniformPrior(Prior):
         return (self.K1 - self.K1 * sigmoid(self.K2 + self.K3 * log_alpha, F)
                 + 0.5 * softplus(-log_alpha, F))
 
+    @accelerates("kl", "log_alpha", "switched_off")
+    def kernel_args(self):
+        """The C kernels' code (``bbb_kl_gradients``' closed form, ``bbb_kept``'s rule); the
+        constants are the kernels' own."""
+        return kernels.PRIORS["log_uniform"], 0.0, 0.0, 0.0
+
 
 class NoPrior(Prior):
     """No prior on these weights: their KL term is 0, so the ELBO's complexity term is the

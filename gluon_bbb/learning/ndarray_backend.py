@@ -152,18 +152,21 @@ class NetworkGraph:
                         self._named(grad_w, "p"))
         return nll, grad_w
 
-    def noisy_nll_and_grads(self, estimator, X, targets, mu, second, noise):
+    def noisy_nll_and_grads(self, estimator, X, targets, mu, second, noise, operators=sym):
         """-sum log P(y | X) of ``estimator.net`` (``model.lrt_net`` or ``model.flipout_net``)
         and its gradients with respect to the flat ``mu`` and ``second`` (sigma for the first,
         the weight perturbation sigma * eps for the second); ``noise``: the flat standard
-        normals of ``estimator.noise_shapes``."""
+        normals of ``estimator.noise_shapes``. ``operators``: what builds the graph, MXNet's
+        symbols or the native backend's ``native.operators.Accelerated`` of them."""
         shapes = estimator.noise_shapes(self.network, X.shape[0])
-        if estimator.name not in self._noisy_ops:
+        key = (estimator.name, operators is not sym)
+        if key not in self._noisy_ops:
             noise_vars = [sym.var("n%d" % i) for i in range(len(shapes))]
             seconds = [sym.var("s%d" % i, shape=s) for i, s in enumerate(self.layout.shapes)]
-            self._noisy_ops[estimator.name] = self._graph(lambda X, y, params: -sym.sum(
+            self._noisy_ops[key] = self._graph(lambda X, y, params: -sym.sum(
                 self.likelihood.log_likelihood(estimator.net(
-                    X, params, seconds, noise_vars, F=sym, network=self.network), y, F=sym)))
+                    X, params, seconds, noise_vars, F=operators, network=self.network), y,
+                    F=sym)))
         grad_mu, grad_second = nd.zeros_like(mu), nd.zeros_like(second)
         noise_views, offset = {}, 0
         for i, shape in enumerate(shapes):
@@ -173,7 +176,7 @@ class NetworkGraph:
         variables = dict(self._named(mu, "p"), **self._named(second, "s"))
         gradients = dict(self._named(grad_mu, "p"), **self._named(grad_second, "s"))
         inputs = dict(X=X, y=targets, **variables, **noise_views)
-        nll = self._run(self._noisy_ops[estimator.name], inputs, variables, gradients)
+        nll = self._run(self._noisy_ops[key], inputs, variables, gradients)
         return nll, grad_mu, grad_second
 
     def _named(self, flat, prefix):

@@ -34,7 +34,7 @@ import os
 import mxnet as mx
 from mxnet import nd
 
-from ..native import library as native
+from ..native import library as native, operators as native_operators
 from ..errors import CheckpointError, ConfigError, ResourceError
 from ..family.formulas import describe_lost
 from ..tutorial import init_variational_params, sample_epsilons
@@ -64,6 +64,14 @@ class NdarrayBackend:
         log_prior_sum, log_prior_grad = prior.log_density_and_gradient(weights)
         return log_prior_sum, log_prior_grad * -kl_weight
 
+    def remove_switched_off(self, step):
+        """The mask of what stays in the network after an update (``priors.removed``), with
+        the means of the rest set to 0: what is off has mean 0 whatever Adam's momentum would
+        make of it, so it stays off and the saved means are the network that trains."""
+        keep = step.kept()
+        step.mu *= keep
+        return keep
+
     def workspace(self, size, ctx):
         return None
 
@@ -78,12 +86,10 @@ class NativeBackend:
     native = True
 
     def loss_gradients(self, step, X, y, kl_weight, keep=None):
-        if keep is not None:  # choose_backend never gives such a run this backend
-            raise ValueError("the native backend does not remove switched-off weights")
         return native.loss_gradients(
             X, y, step.mu, step.rho, step.noise, step.config.num_samples, step.prior,
             kl_weight, step.graph, step.workspace, step.kl, step.estimator,
-            step.parametrization)
+            step.parametrization, keep)
 
     def update(self, optimizer, index, param, grad, state):
         native.optimizer_update(optimizer, index, param, grad, state)
@@ -96,11 +102,21 @@ class NativeBackend:
             return NdarrayBackend.prior_penalty(self, prior, weights, kl_weight)
         return terms[:2]
 
+    def remove_switched_off(self, step):
+        # one pass of bbb_kept where it serves the prior's rule (the log-uniform prior's)
+        keep = nd.empty(step.mu.shape, ctx=step.ctx)
+        if native.kept(step.prior, step.parametrization, step.mu, step.rho, keep):
+            return keep
+        return NdarrayBackend.remove_switched_off(self, step)
+
     def workspace(self, size, ctx):
         return native.Workspace(size, ctx)
 
     def describe(self, ctx, why_not_native):
-        return "backend: native (C kernels, %s)" % ctx
+        line = "backend: native (C kernels, %s)" % ctx
+        if not native_operators.available():
+            line += "\n  native operators not used: %s" % native_operators.unavailable_reason()
+        return line
 
 
 BACKENDS = {backend.name: backend for backend in (NativeBackend(), NdarrayBackend())}
@@ -121,8 +137,10 @@ def choose_backend(config, ctx, backend=None):
         why_not = native.unavailable_reason()
     elif config.model_kind.natural_gradient:
         pass  # IVON's kernels take the prior's terms as MXNet computes them: every prior
-    elif config.remove_switched_off:
-        why_not = "the native kernels do not remove switched-off weights while training"
+    elif config.remove_switched_off and not native.serves_removal(config.build_prior(),
+                                                                   config.parametrization_kind):
+        why_not = ("the native kernels remove switched-off weights under the log-uniform "
+                   "prior's rule only")
     elif not native.serves(config.estimator_kind, config.kl_kind, config.build_prior(),
                            config.parametrization_kind):
         # kernels.SERVED, which the loaded C code was checked to agree with: a prior, estimator
@@ -144,14 +162,15 @@ OPTIMIZER_STATE_VECTORS = {"sgd": 0, "adam": 4}
 
 def training_memory_bytes(config):
     """About how many bytes a run's step holds at its peak: per parameter, float32 mu and rho,
-    the five workspace vectors and the estimator's extra ones (or the ndarray backend's
-    temporaries), two Adam moments for each of mu and rho, and the copies made while they are
-    initialised (float64 for the largest array); per example of a batch, the activations of
-    every layer. MXNet's own runtime (about 300 MiB) comes on top."""
+    the five workspace vectors, the estimator's extra ones and a removal's means (or the
+    ndarray backend's temporaries), two Adam moments for each of mu and rho, and the copies
+    made while they are initialised (float64 for the largest array); per example of a batch,
+    the activations of every layer. MXNet's own runtime (about 300 MiB) comes on top."""
     network = config.build_network()
     shapes = network.param_shapes()
     size = sum(math.prod(shape) for shape in shapes)
     floats_per_entry = (2 + 5 + native.extra_workspace_vectors(config.estimator_kind)
+                        + config.remove_switched_off  # the means the network takes
                         + OPTIMIZER_STATE_VECTORS[config.optimizer] + 4)
     largest = max(math.prod(shape) for shape in shapes)
     # forward outputs and their gradients, and the graph's temporaries
@@ -288,11 +307,9 @@ class TrainingStep:
         self._update(0, self.mu, grad_mu)
         self._update(1, self.rho, grad_rho)
         if keep is not None:
-            # what is off after the update, this step's removals with those the rule has just
-            # switched off, has mean 0 whatever Adam's momentum would make of it: it stays off,
-            # and the saved means are the network that trains
-            self._kept = self.kept()
-            self.mu *= self._kept
+            # what is off after the update: this step's removals with those the rule has just
+            # switched off
+            self._kept = self.backend.remove_switched_off(self)
         return loss
 
     def _data_term(self, X, targets, weights):

@@ -5,9 +5,12 @@
  * about 40 MXNet elementwise operators, each of which reads and writes every parameter:
  *
  *   bbb_sample_weights: eps ~ N(0, 1) (Philox4x64-10 + Box-Muller), w = mu + softplus(rho) * eps
- *   bbb_perturb:        sigma, sigma * eps and w for given eps (Flipout, local reparametrization)
+ *   bbb_perturb:        sigma, sigma * eps and w for given eps (Flipout, local reparametrization,
+ *                       and weight sampling under log sigma^2 or with entries removed)
  *   bbb_kl_gradients:   the KL term (Monte Carlo or closed form) and dL/dmu, dL/drho given
  *                       the data term's gradients
+ *   bbb_kept:           which entries the prior's rule leaves in the network (sparse
+ *                       variational dropout's removal), the others' means set to 0
  *   bbb_sgd_update, bbb_adam_update: MXNet's optimizer updates, in place
  *   bbb_prior_terms:    the prior's log density, its gradient and precision at given weights
  *                       (a MAP model's prior, IVON's)
@@ -29,7 +32,7 @@
 
 /* native.py refuses a library whose version differs from its own ABI_VERSION: raise both
  * whenever a function's signature or meaning changes. */
-#define ABI_VERSION 8
+#define ABI_VERSION 9
 #define CHUNK 8192
 #define BLOCKS_PER_CHUNK 1024 /* CHUNK / 2 words per pair of normals / 4 words per block */
 #define LOG_SQRT_2PI 0.91893853320467274178f
@@ -89,9 +92,23 @@ static inline float softplus(float rho) {
     return softplus_and_sigmoid(rho, &unused);
 }
 
-/* The priors (priors.py's kernel_args) and the KL estimates (family/kl.py's kernel_code). */
-enum { GAUSSIAN_PRIOR = 0, SCALE_MIXTURE_PRIOR = 1 };
+/* The priors (priors.py's kernel_args), the KL estimates (family/kl.py's kernel_code) and the
+ * parametrizations of sigma (parametrizations.py's kernel_code). */
+enum { GAUSSIAN_PRIOR = 0, SCALE_MIXTURE_PRIOR = 1, LOG_UNIFORM_PRIOR = 2 };
 enum { MONTE_CARLO_KL = 0, CLOSED_FORM_KL = 1 };
+enum { SOFTPLUS_PARAMETRIZATION = 0, LOG_VARIANCE_PARAMETRIZATION = 1 };
+
+/* sigma of rho and d sigma / d rho: softplus(rho), sigmoid(rho); or, for rho = log sigma^2,
+ * exp(rho / 2) with rho floored at -160 (parametrizations.LogVariance: sigma >= exp(-80), where
+ * softplus's floor also leaves it) and sigma / 2 above the floor, 0 below it. */
+static inline float sigma_of(float rho, int parametrization, float *dsigma) {
+    if (parametrization == LOG_VARIANCE_PARAMETRIZATION) {
+        float s = expf(fmaxf(rho, -160.0f) * 0.5f);
+        *dsigma = rho >= -160.0f ? 0.5f * s : 0.0f;
+        return s;
+    }
+    return softplus_and_sigmoid(rho, dsigma);
+}
 
 /* The prior's log density as the KL loops take it: log(weight_k N(x | 0, s_k^2)) = c_k - k_k x^2
  * for component k (a Gaussian prior has only the first). */
@@ -263,6 +280,24 @@ static double kl_closed_form(int64_t n, const float *mu, const float *rho, const
     return total;
 }
 
+/* The log-uniform prior of sparse variational dropout (priors.LogUniformPrior): log alpha =
+ * log sigma^2 - log(mu^2 + 1e-8) clipped to [-10, 10], and its KL up to a constant by Molchanov
+ * et al.'s approximation, KL = k1 - k1 sigmoid(k2 + k3 la) + softplus(-la) / 2. */
+#define LOG_UNIFORM_K1 0.63576f
+#define LOG_UNIFORM_K2 1.87320f
+#define LOG_UNIFORM_K3 1.48695f
+#define LOG_ALPHA_LIMIT 10.0f
+#define PRUNE_LOG_ALPHA 3.0f
+
+/* log alpha before the clip */
+static inline float raw_log_alpha(float mu, float sigma) {
+    return 2.0f * logf(sigma) - logf(mu * mu + 1e-8f);
+}
+
+static inline float clipped_log_alpha(float raw) {
+    return fminf(fmaxf(raw, -LOG_ALPHA_LIMIT), LOG_ALPHA_LIMIT);
+}
+
 /* The data term's gradients (the negative log-likelihood's, NLL) as an estimator gives them:
  * WEIGHTS_SAMPLED: dNLL/dw, which is dNLL/dmu and, times eps, dNLL/dsigma; EPS_COEFFICIENT:
  * dNLL/dmu, and the coefficient of eps in dNLL/dsigma (Flipout's dNLL/d(sigma eps));
@@ -294,15 +329,41 @@ static void correct_all_for_data(int64_t n, const float *rho, const float *eps,
     for (int64_t i = 0; i < n; ++i) correct_for_data(i, rho, eps, data, kind, grad_mu, grad_rho);
 }
 
-/* The KL term of the step and the gradients of the whole loss with respect to mu and rho, for
- * the prior GAUSSIAN_PRIOR, N(0, s1^2), or SCALE_MIXTURE_PRIOR, (pi, s1, s2) with 0 < pi < 1,
- * estimated by MONTE_CARLO_KL (the sum of log q(w) - log P(w)) or CLOSED_FORM_KL (the sum of
- * KL(q || P) per entry; the Gaussian prior only), at w = mu + sigma * eps, given the data
- * term's gradients grad_data_mu and grad_data_sigma of the ``kind`` ``struct data_gradients``
- * describes. Writes grad_mu and grad_rho = dL/dsigma * sigmoid(rho) of
- * L = NLL + kl_weight * KL, and returns the KL term's sum (in double). */
-/* Every kernel here reads sigma as softplus(rho), the one parametrization they serve. */
-enum { SOFTPLUS_PARAMETRIZATION = 0 };
+/* The log-uniform prior's KL per entry and the loss's gradients for any data term ``kind`` and
+ * either parametrization: dL/dmu = dNLL/dmu + kl_weight dKL/dmu and dL/drho = (dNLL/dsigma +
+ * kl_weight dKL/dsigma) dsigma/drho, with dKL/dla = -k1 k3 s (1 - s) - sigmoid(-la) / 2
+ * (s = sigmoid(k2 + k3 la)), 0 where the clip holds la (MXNet's clip passes the gradient on the
+ * closed interval), dla/dmu = -2 mu / (mu^2 + 1e-8) and dla/dsigma = 2 / sigma. */
+VECTOR_CLONES
+static double kl_log_uniform(int64_t n, const float *mu, const float *rho, const float *eps,
+                             struct data_gradients data, int kind, float kl_weight,
+                             int parametrization, float *grad_mu, float *grad_rho) {
+    double total = 0.0;
+#pragma omp parallel for simd reduction(+ : total) schedule(static)
+    for (int64_t i = 0; i < n; ++i) {
+        float dsigma, sigma = sigma_of(rho[i], parametrization, &dsigma);
+        float m = mu[i], m2 = m * m + 1e-8f;
+        float raw = raw_log_alpha(m, sigma), la = clipped_log_alpha(raw);
+        float s = 1.0f / (1.0f + expf(-(LOG_UNIFORM_K2 + LOG_UNIFORM_K3 * la)));
+        float inside = (raw >= -LOG_ALPHA_LIMIT && raw <= LOG_ALPHA_LIMIT) ? 1.0f : 0.0f;
+        float dkl = inside * (-LOG_UNIFORM_K1 * LOG_UNIFORM_K3 * s * (1.0f - s)
+                              - 0.5f / (1.0f + expf(la)));
+        /* dNLL/dsigma: given (the local reparametrization), else the coefficient of eps (or
+         * dNLL/dw, weight sampling) times eps */
+        float data_sigma = kind == SIGMA_GIVEN ? data.sigma[i] : data.sigma[i] * eps[i];
+        grad_mu[i] = data.mu[i] + kl_weight * dkl * (-2.0f * m / m2);
+        grad_rho[i] = (data_sigma + kl_weight * dkl * (2.0f / sigma)) * dsigma;
+        total += LOG_UNIFORM_K1 - LOG_UNIFORM_K1 * s + 0.5f * softplus(-la);
+    }
+    return total;
+}
+
+/* Entries outside the network (keep[i] == 0) get no gradient. */
+static void mask_gradients(int64_t n, const float *keep, float *grad_mu, float *grad_rho) {
+#pragma omp parallel for simd schedule(static)
+    for (int64_t i = 0; i < n; ++i)
+        if (keep[i] == 0.0f) grad_mu[i] = grad_rho[i] = 0.0f;
+}
 
 /* 1 where bbb_kl_gradients implements the data term ``kind``, the KL estimate, the prior and
  * the parametrization these codes name, 0 otherwise: a code it does not know, or the
@@ -311,17 +372,32 @@ enum { SOFTPLUS_PARAMETRIZATION = 0 };
  * and asks before every call. */
 int bbb_serves(int kind, int kl_estimate, int prior, int parametrization) {
     int known = (kind == WEIGHTS_SAMPLED || kind == EPS_COEFFICIENT || kind == SIGMA_GIVEN)
-        && (kl_estimate == MONTE_CARLO_KL || kl_estimate == CLOSED_FORM_KL)
-        && (prior == GAUSSIAN_PRIOR || prior == SCALE_MIXTURE_PRIOR)
-        && parametrization == SOFTPLUS_PARAMETRIZATION;
-    return known && !(kl_estimate == CLOSED_FORM_KL && prior != GAUSSIAN_PRIOR);
+        && (parametrization == SOFTPLUS_PARAMETRIZATION
+            || parametrization == LOG_VARIANCE_PARAMETRIZATION);
+    if (!known)
+        return 0;
+    if (prior == LOG_UNIFORM_PRIOR)  /* no density: its closed form, either parametrization */
+        return kl_estimate == CLOSED_FORM_KL;
+    if (parametrization != SOFTPLUS_PARAMETRIZATION)
+        return 0;
+    return (kl_estimate == MONTE_CARLO_KL
+            && (prior == GAUSSIAN_PRIOR || prior == SCALE_MIXTURE_PRIOR))
+        || (kl_estimate == CLOSED_FORM_KL && prior == GAUSSIAN_PRIOR);
 }
 
+/* The KL term of the step and the gradients of the whole loss with respect to mu and rho, for
+ * the prior GAUSSIAN_PRIOR, N(0, s1^2), SCALE_MIXTURE_PRIOR, (pi, s1, s2) with 0 < pi < 1, or
+ * LOG_UNIFORM_PRIOR, estimated by MONTE_CARLO_KL (the sum of log q(w) - log P(w)) or
+ * CLOSED_FORM_KL (the sum of KL(q || P) per entry; not the scale mixture's), at w = mu + sigma *
+ * eps, given the data term's gradients grad_data_mu and grad_data_sigma of the ``kind``
+ * ``struct data_gradients`` describes. Writes grad_mu and grad_rho = dL/dsigma * dsigma/drho of
+ * L = NLL + kl_weight * KL (0 for both where keep is given and 0), and returns the KL term's sum
+ * (in double, over every entry). */
 double bbb_kl_gradients(int64_t n, const float *mu, const float *rho, const float *eps,
                         const float *w, const float *grad_data_mu, const float *grad_data_sigma,
                         int kind, float kl_weight, int kl_estimate, int prior,
-                        int parametrization, float pi, float s1, float s2, float *grad_mu,
-                        float *grad_rho) {
+                        int parametrization, float pi, float s1, float s2, const float *keep,
+                        float *grad_mu, float *grad_rho) {
     if (!bbb_serves(kind, kl_estimate, prior, parametrization)) {
         /* never another prior's or estimate's formulas: NaN everywhere, which stops training */
         for (int64_t i = 0; i < n; ++i) grad_mu[i] = grad_rho[i] = NAN;
@@ -330,15 +406,43 @@ double bbb_kl_gradients(int64_t n, const float *mu, const float *rho, const floa
     struct data_gradients data = {grad_data_mu, grad_data_sigma};
     const float *grad_w = kind == EPS_COEFFICIENT ? grad_data_sigma : grad_data_mu;
     double total;
-    if (kl_estimate == CLOSED_FORM_KL)
-        total = kl_closed_form(n, mu, rho, eps, grad_w, kl_weight, s1, grad_mu, grad_rho);
-    else
-        total = kl_monte_carlo(n, rho, eps, w, grad_w, kl_weight,
-                               prior_terms_of(prior, pi, s1, s2), prior == SCALE_MIXTURE_PRIOR,
-                               grad_mu, grad_rho);
-    if (kind != WEIGHTS_SAMPLED)
-        correct_all_for_data(n, rho, eps, data, kind, grad_mu, grad_rho);
+    if (prior == LOG_UNIFORM_PRIOR) {
+        total = kl_log_uniform(n, mu, rho, eps, data, kind, kl_weight, parametrization, grad_mu,
+                               grad_rho);
+    } else {
+        if (kl_estimate == CLOSED_FORM_KL)
+            total = kl_closed_form(n, mu, rho, eps, grad_w, kl_weight, s1, grad_mu, grad_rho);
+        else
+            total = kl_monte_carlo(n, rho, eps, w, grad_w, kl_weight,
+                                   prior_terms_of(prior, pi, s1, s2),
+                                   prior == SCALE_MIXTURE_PRIOR, grad_mu, grad_rho);
+        if (kind != WEIGHTS_SAMPLED)
+            correct_all_for_data(n, rho, eps, data, kind, grad_mu, grad_rho);
+    }
+    if (keep)
+        mask_gradients(n, keep, grad_mu, grad_rho);
     return total;
+}
+
+/* Which entries stay in the network under the prior's rule (sparse variational dropout's
+ * removal, priors.removed): keep[i] = 0 where the log-uniform prior switches the entry off (log
+ * alpha > 3) or its mean is exactly 0 (a removed entry's), else 1; and mu[i] = 0 where keep[i]
+ * is 0. Another prior (none has such a rule here): NaN in keep, mu untouched. */
+VECTOR_CLONES
+void bbb_kept(int64_t n, float *mu, const float *rho, int prior, int parametrization,
+              float *keep) {
+    if (prior != LOG_UNIFORM_PRIOR || !bbb_serves(SIGMA_GIVEN, CLOSED_FORM_KL, prior,
+                                                  parametrization)) {
+        for (int64_t i = 0; i < n; ++i) keep[i] = NAN;
+        return;
+    }
+#pragma omp parallel for simd schedule(static)
+    for (int64_t i = 0; i < n; ++i) {
+        float unused, sigma = sigma_of(rho[i], parametrization, &unused), m = mu[i];
+        int off = clipped_log_alpha(raw_log_alpha(m, sigma)) > PRUNE_LOG_ALPHA || m == 0.0f;
+        keep[i] = off ? 0.0f : 1.0f;
+        mu[i] = off ? 0.0f : m;
+    }
 }
 
 /* The prior's terms at x (a MAP model's prior as weight decay, IVON's prior): returns the sum
@@ -377,21 +481,26 @@ double bbb_prior_terms(int64_t n, const float *x, int prior, float pi, float s1,
     return total;
 }
 
-/* sigma = softplus(rho) and, where delta is given, delta = sigma * eps and w = mu + delta: the
- * weights and the weight perturbation of given noise eps (the estimators that draw more than
- * the weights take their noise in one vector, drawn beforehand). */
+/* The draw's sigma, perturbation and weights for given noise eps (the estimators that draw more
+ * than the weights take their noise in one vector, drawn beforehand), each written where its
+ * array is given: sigma of rho under the parametrization, delta = sigma * eps, w = mu + delta,
+ * and drawn_mu = mu. With keep, an entry at keep 0 is out of the network: its mu and sigma are
+ * taken as 0. */
 VECTOR_CLONES
-void bbb_perturb(int64_t n, const float *mu, const float *rho, const float *eps, float *sigma,
+void bbb_perturb(int64_t n, const float *mu, const float *rho, const float *eps,
+                 int parametrization, const float *keep, float *drawn_mu, float *sigma,
                  float *delta, float *w) {
 #pragma omp parallel for simd schedule(static)
     for (int64_t i = 0; i < n; ++i) {
-        float s = softplus(rho[i]);
-        if (sigma) sigma[i] = s;
-        if (delta) {
-            float d = s * eps[i];
-            delta[i] = d;
-            w[i] = mu[i] + d;
+        float unused, s = sigma_of(rho[i], parametrization, &unused), m = mu[i];
+        if (keep) {
+            s *= keep[i];
+            m *= keep[i];
         }
+        if (drawn_mu) drawn_mu[i] = m;
+        if (sigma) sigma[i] = s;
+        if (delta) delta[i] = s * eps[i];
+        if (w) w[i] = m + s * eps[i];
     }
 }
 

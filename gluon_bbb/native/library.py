@@ -27,11 +27,11 @@ import sys
 import mxnet as mx
 import numpy as np
 
-from . import table as kernels
+from . import operators, table as kernels
 from ..family.parametrizations import SOFTPLUS
 
 
-ABI_VERSION = 8           # must match ABI_VERSION in _fused.c
+ABI_VERSION = 9           # must match ABI_VERSION in _fused.c
 FLOAT32_MAX = float(np.finfo(np.float32).max)
 
 _P, _I64, _U64, _F32 = ctypes.c_void_p, ctypes.c_int64, ctypes.c_uint64, ctypes.c_float
@@ -41,9 +41,11 @@ _SIGNATURES = {
     "bbb_normals": ([_I64, _U64, _U64, _U64, _P], None),
     "bbb_sample_weights": ([_I64, _P, _P, _U64, _U64, _U64, _P, _P], None),
     "bbb_kl_gradients": ([_I64, _P, _P, _P, _P, _P, _P, ctypes.c_int, _F32, ctypes.c_int,
-                          ctypes.c_int, ctypes.c_int, _F32, _F32, _F32, _P, _P], ctypes.c_double),
+                          ctypes.c_int, ctypes.c_int, _F32, _F32, _F32, _P, _P, _P],
+                         ctypes.c_double),
     "bbb_serves": ([ctypes.c_int] * 4, ctypes.c_int),
-    "bbb_perturb": ([_I64, _P, _P, _P, _P, _P, _P], None),
+    "bbb_perturb": ([_I64, _P, _P, _P, ctypes.c_int] + [_P] * 5, None),
+    "bbb_kept": ([_I64, _P, _P, ctypes.c_int, ctypes.c_int, _P], None),
     "bbb_sgd_update": ([_I64, _P, _P, _F32, _F32, _F32], None),
     "bbb_adam_update": ([_I64, _P, _P, _P, _P] + [_F32] * 6, None),
     "bbb_prior_terms": ([_I64, _P, ctypes.c_int, _F32, _F32, _F32, _F32, _P, _P],
@@ -148,15 +150,37 @@ def sample_weights(mu, rho, key, stream, eps, w):
                                  _host_pointer(w, write=True))
 
 
-def perturb(mu, rho, eps, sigma=None, delta=None, w=None):
-    """Fill ``sigma`` with softplus(rho) and, where ``delta`` is given, ``delta`` with
-    sigma * eps and ``w`` with mu + delta (the estimators that draw their noise in one vector
-    beforehand). All (N,) float32 NDArrays on a CPU context."""
-    library().bbb_perturb(
-        rho.size, _host_pointer(mu), _host_pointer(rho), _host_pointer(eps),
-        _host_pointer(sigma, write=True) if sigma is not None else None,
-        _host_pointer(delta, write=True) if delta is not None else None,
-        _host_pointer(w, write=True) if w is not None else None)
+def perturb(mu, rho, eps, parametrization=SOFTPLUS, keep=None, drawn_mu=None, sigma=None,
+            delta=None, w=None):
+    """Fill, where given, ``sigma`` with sigma(rho) under ``parametrization`` (its kernel
+    code), ``delta`` with sigma * eps, ``w`` with mu + delta and ``drawn_mu`` with mu; with
+    ``keep`` (0/1), the entries at 0 take mu and sigma as 0. All (N,) float32 NDArrays on a CPU
+    context."""
+    library().bbb_perturb(rho.size, _host_pointer(mu), _host_pointer(rho), _host_pointer(eps),
+                          parametrization.kernel_code, _optional(keep), _optional(drawn_mu, True),
+                          _optional(sigma, True), _optional(delta, True), _optional(w, True))
+
+
+def serves_removal(prior, parametrization):
+    """Whether ``kept`` serves the prior's rule of what it switches off under
+    ``parametrization``."""
+    args = prior.kernel_args() if hasattr(prior, "kernel_args") else None
+    return (args is not None and args[0] == kernels.PRIORS["log_uniform"]
+            and parametrization.kernel_code is not None)
+
+
+def kept(prior, parametrization, mu, rho, keep):
+    """Fill ``keep`` with 1 where an entry stays in the network under the prior's rule
+    (``priors.removed``: the log-uniform prior's log alpha at most 3 and mu not 0), 0
+    elsewhere, and set those entries of ``mu`` to 0; False (nothing written) where the kernels
+    do not serve the prior's rule and ``parametrization`` (a subclass that overrides a formula
+    included) or the arrays."""
+    if not (serves_removal(prior, parametrization) and serves_arrays(mu, rho, keep)):
+        return False
+    library().bbb_kept(mu.size, _host_pointer(mu, write=True), _host_pointer(rho),
+                       prior.kernel_args()[0], parametrization.kernel_code,
+                       _host_pointer(keep, write=True))
+    return True
 
 
 def codes(estimator, kl, prior, parametrization):
@@ -175,7 +199,7 @@ def serves(estimator, kl, prior, parametrization):
 
 
 def kl_gradients(mu, rho, eps, w, grad_data_mu, grad_data_sigma, estimator, kl_weight, prior,
-                 kl, parametrization, grad_mu, grad_rho):
+                 kl, parametrization, grad_mu, grad_rho, keep=None):
     """The KL term summed over the N entries (a float) and the loss's gradients: fills
     grad_mu = dL/dmu and grad_rho = dL/drho of L = NLL + kl_weight * KL at w = mu +
     softplus(rho) * eps, given the data term's gradients of ``kind`` (an estimator's
@@ -185,8 +209,9 @@ def kl_gradients(mu, rho, eps, w, grad_data_mu, grad_data_sigma, estimator, kl_w
 
     ``prior``: a ``family/priors.py`` object (its ``kernel_args``); ``kl``: a ``family.kl.KLEstimate``
     (its ``kernel_code``): the Monte Carlo KL, log q(w) - log P(w), or the closed form;
-    ``parametrization``: softplus, the one the kernels serve. All arrays (N,) float32 on a CPU
-    context.
+    ``parametrization``: a ``family/parametrizations.py`` object (its ``kernel_code``); ``keep``
+    (0/1, or None): the entries at 0 get no gradient (their KL term is in the sum). All arrays
+    (N,) float32 on a CPU context.
     """
     kind, kl_code, density, parametrization_code = codes(estimator, kl, prior, parametrization)
     if not kernels.serves(kind, kl_code, density, parametrization_code):
@@ -199,14 +224,15 @@ def kl_gradients(mu, rho, eps, w, grad_data_mu, grad_data_sigma, estimator, kl_w
     return library().bbb_kl_gradients(
         rho.size, _host_pointer(mu), _host_pointer(rho), _host_pointer(eps), _host_pointer(w),
         _host_pointer(grad_data_mu), _host_pointer(grad_data_sigma), kind,
-        kl_weight, kl_code, density, parametrization_code, pi, sigma1, sigma2,
+        kl_weight, kl_code, density, parametrization_code, pi, sigma1, sigma2, _optional(keep),
         _host_pointer(grad_mu, write=True), _host_pointer(grad_rho, write=True))
 
 
 class Workspace:
     """The (N,) float32 arrays a native step writes, kept on ``ctx`` from step to step: eps, w,
     dNLL/dw, dL/dmu and dL/drho; sigma and the perturbation sigma * eps made on first use, by
-    the estimators that need them (``extra_workspace_vectors``)."""
+    the estimators that need them (``extra_workspace_vectors``), and the means the network
+    takes (``drawn_mu``) by a run that removes entries."""
 
     def __init__(self, size, ctx):
         self._size, self._ctx = size, ctx
@@ -218,34 +244,60 @@ class Workspace:
 
     sigma = functools.cached_property(_zeros)
     delta = functools.cached_property(_zeros)
+    drawn_mu = functools.cached_property(_zeros)
 
 
 # The data term of one draw for each estimator the kernels serve: the next stream of ``noise``
-# drawn, the network run by ``graph``; ``(nll, dNLL/dmu, dNLL/dsigma or its coefficient of eps,
-# eps, w)``, the two gradients of the kind the estimator's ``kernel_data_kind`` says.
+# drawn, the network run by ``graph`` at the means ``drawn_mu`` (mu, or with ``keep`` the
+# entries at 0 set to 0) and sigma of ``rho`` under ``parametrization`` (0 where ``keep`` is);
+# ``(nll, dNLL/dmu, dNLL/dsigma or its coefficient of eps, eps, w)``, the two gradients of the
+# kind the estimator's ``kernel_data_kind`` says.
 
-def _sampled_weights(estimator, graph, X, targets, mu, rho, noise, ws, kl):
-    sample_weights(mu, rho, noise.key, noise.next_stream(), ws.eps, ws.w)
+def _drawn_mu(mu, keep, ws):
+    return mu if keep is None else ws.drawn_mu
+
+
+def _sampled_weights(estimator, graph, X, targets, mu, rho, noise, ws, kl, parametrization,
+                     keep):
+    if parametrization == SOFTPLUS and keep is None:  # the draw and the weights in one pass
+        sample_weights(mu, rho, noise.key, noise.next_stream(), ws.eps, ws.w)
+    else:
+        normals_into(ws.eps, noise.key, noise.next_stream())
+        perturb(mu, rho, ws.eps, parametrization, keep, w=ws.w)
     nll = graph.nll_and_grad(X, targets, ws.w, ws.grad_w)[0]
     return nll, ws.grad_w, ws.grad_w, ws.eps, ws.w
 
 
-def _local_reparametrization(estimator, graph, X, targets, mu, rho, noise, ws, kl):
+def _local_reparametrization(estimator, graph, X, targets, mu, rho, noise, ws, kl,
+                             parametrization, keep):
     eps = noise.normal((estimator.noise_size(graph, X.shape[0], kl),))
     split = estimator.data_noise_size(graph, X.shape[0])
     eps_w = eps[split:] if kl.per_draw else ws.eps  # the KL's weight sample (closed form: none)
-    perturb(mu, rho, eps_w, sigma=ws.sigma, delta=ws.delta if kl.per_draw else None, w=ws.w)
-    nll, grad_mu, grad_sigma = graph.noisy_nll_and_grads(estimator, X, targets, mu, ws.sigma,
-                                                         eps[:split])
+    drawn_mu = _drawn_mu(mu, keep, ws)
+    perturb(mu, rho, eps_w, parametrization, keep,
+            drawn_mu=drawn_mu if keep is not None else None, sigma=ws.sigma,
+            delta=ws.delta if kl.per_draw else None, w=ws.w if kl.per_draw else None)
+    nll, grad_mu, grad_sigma = graph.noisy_nll_and_grads(estimator, X, targets, drawn_mu,
+                                                         ws.sigma, eps[:split],
+                                                         _graph_operators())
     return nll, grad_mu, grad_sigma, eps_w, ws.w
 
 
-def _flipout(estimator, graph, X, targets, mu, rho, noise, ws, kl):
+@functools.lru_cache(maxsize=None)
+def _graph_operators():
+    """What the native backend builds its network graphs from: MXNet's symbols with this
+    accelerator's operators beside them where MXNet has loaded them (``operators.py``)."""
+    return operators.Accelerated(mx.sym) if operators.available() else mx.sym
+
+
+def _flipout(estimator, graph, X, targets, mu, rho, noise, ws, kl, parametrization, keep):
     eps = noise.normal((estimator.noise_size(graph, X.shape[0], kl),))
     eps_w = eps[:graph.layout.size]
-    perturb(mu, rho, eps_w, delta=ws.delta, w=ws.w)
+    drawn_mu = _drawn_mu(mu, keep, ws)
+    perturb(mu, rho, eps_w, parametrization, keep,
+            drawn_mu=drawn_mu if keep is not None else None, delta=ws.delta, w=ws.w)
     nll, grad_mu, grad_delta = graph.noisy_nll_and_grads(
-        estimator, X, targets, mu, ws.delta, eps[graph.layout.size:])
+        estimator, X, targets, drawn_mu, ws.delta, eps[graph.layout.size:])
     return nll, grad_mu, grad_delta, eps_w, ws.w
 
 
@@ -263,23 +315,23 @@ def extra_workspace_vectors(estimator):
 
 
 def loss_gradients(X, targets, mu, rho, noise, num_samples, prior, kl_weight, graph, workspace,
-                   kl, estimator, parametrization=SOFTPLUS):
+                   kl, estimator, parametrization=SOFTPLUS, keep=None):
     """``ndarray_backend.combined_loss_gradients`` on a CPU context, for a combination of
     ``kernels.SERVED``, the noise of ``num_samples`` Philox streams of ``noise`` (a
     ``noise.PhiloxNoise``), the same draws as the ndarray backend takes; ``kl`` and
     ``estimator``: ``family/estimators.py`` objects (the estimator's data term is its function of
-    ``DATA_TERMS``). Returns ``(loss (1,), dL/dmu (N,),
-    dL/drho (N,))``; with one sample the gradients live in ``workspace`` and are overwritten by
-    its next step."""
+    ``DATA_TERMS``); ``keep`` (0/1, or None) as there (``Config.remove_switched_off``). Returns
+    ``(loss (1,), dL/dmu (N,), dL/drho (N,))``; with one sample the gradients live in
+    ``workspace`` and are overwritten by its next step."""
     ws = workspace
     loss = grad_mu = grad_rho = None
     data_term = DATA_TERMS[estimator.kernel_data_kind][0]
     for sample in range(num_samples):
         nll, data_mu, data_sigma, eps, w = data_term(estimator, graph, X, targets, mu, rho,
-                                                     noise, ws, kl)
+                                                     noise, ws, kl, parametrization, keep)
         sample_loss = nll + kl_weight * kl_gradients(
             mu, rho, eps, w, data_mu, data_sigma, estimator, kl_weight, prior, kl,
-            parametrization, ws.grad_mu, ws.grad_rho)
+            parametrization, ws.grad_mu, ws.grad_rho, keep)
         if num_samples == 1:
             return sample_loss, ws.grad_mu, ws.grad_rho
         if sample == 0:
@@ -326,7 +378,7 @@ def prior_terms(prior, x, scale, with_precision=False):
     ``kernel_args``: None for a prior they do not know, or a subclass that overrides its
     formulas) or ``x`` (not a float32 array on a CPU context), or ``scale`` is negative."""
     args = prior.kernel_args() if prior is not None else None
-    if args is None or args[0] not in kernels.PRIORS.values() or scale < 0 \
+    if args is None or args[0] not in kernels.DENSITIES or scale < 0 \
             or not serves_arrays(x):
         return None
     gradient = mx.nd.empty(x.shape, ctx=x.context)

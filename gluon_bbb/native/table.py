@@ -14,6 +14,9 @@ formulas (``formulas.accelerates``). Those terms, and a MAP model's prior as wei
 from ``bbb_prior_terms`` for the priors of ``PRIORS`` (``library.prior_terms``, keyed by the
 prior's ``kernel_args``), from the prior's operators for any other.
 
+The removal of what a prior switches off (``Config.remove_switched_off``) is served with every
+row of the log-uniform prior, the one prior with such a rule (``bbb_kept``, ``library.kept``).
+
 Adding a prior the kernels serve is then its class, one C function beside ``prior_terms_of``
 and a row here. A leaf module: it imports nothing.
 """
@@ -25,15 +28,22 @@ DATA_TERMS = {"sample": 0,    # WEIGHTS_SAMPLED: dNLL/dw
               "lrt": 2}       # SIGMA_GIVEN: dNLL/dmu and dNLL/dsigma
 # the KL estimates, reverse direction KL(q || P) only
 KL_ESTIMATES = {"mc": 0, "analytic": 1}
-PRIORS = {"gaussian": 0, "scale_mixture": 1}
-PARAMETRIZATIONS = {"softplus": 0}
+PRIORS = {"gaussian": 0, "scale_mixture": 1, "log_uniform": 2}
+# the priors whose log density the kernels compute (bbb_prior_terms, the Monte Carlo KL)
+DENSITIES = frozenset(PRIORS[name] for name in ("gaussian", "scale_mixture"))
+PARAMETRIZATIONS = {"softplus": 0, "log_variance": 1}
 
 # (estimator, KL estimate, prior, parametrization) by name: every estimator with the Monte
-# Carlo KL under either prior, and with the closed form under the Gaussian (the scale
-# mixture's has none), sigma = softplus(rho) throughout.
+# Carlo KL under the Gaussian and the scale mixture, and with the closed form under the
+# Gaussian (the scale mixture's has none), sigma = softplus(rho); and every estimator with the
+# log-uniform prior's closed form (it has no density) under either parametrization (sparse
+# variational dropout's).
 SERVED = frozenset(
-    [(estimator, "mc", prior, "softplus") for estimator in DATA_TERMS for prior in PRIORS]
-    + [(estimator, "analytic", "gaussian", "softplus") for estimator in DATA_TERMS])
+    [(estimator, "mc", prior, "softplus") for estimator in DATA_TERMS
+     for prior in ("gaussian", "scale_mixture")]
+    + [(estimator, "analytic", "gaussian", "softplus") for estimator in DATA_TERMS]
+    + [(estimator, "analytic", "log_uniform", parametrization) for estimator in DATA_TERMS
+       for parametrization in PARAMETRIZATIONS])
 
 SERVED_CODES = frozenset((DATA_TERMS[e], KL_ESTIMATES[k], PRIORS[p], PARAMETRIZATIONS[s])
                          for e, k, p, s in SERVED)

@@ -34,9 +34,12 @@ def local_reparametrization(F, apply, h, mus, sigmas, noise=None, drawing=None):
     """The pre-activations drawn from their Gaussian (Kingma et al. 2015): mean
     ``apply(h, mu_W, mu_b)``, variance ``apply(h^2, sigma_W^2, sigma_b^2)`` (plus
     ``LRT_VARIANCE_FLOOR``), times standard normals ``noise`` of the output's shape (None: from
-    MXNet's generator); ``drawing``, where given, scales the noise (0: the mean)."""
+    MXNet's generator); ``drawing``, where given, scales the noise (0: the mean). An ``F`` with
+    ``lrt_output`` (``native.operators.Accelerated``) computes the last step in one operator."""
     mean = apply(F, h, *mus)
     variance = apply(F, F.square(h), F.square(sigmas[0]), F.square(sigmas[1]))
+    if noise is not None and drawing is None and hasattr(F, "lrt_output"):
+        return F.lrt_output(mean, variance, noise)
     spread = F.sqrt(variance + LRT_VARIANCE_FLOOR) * (
         F.random.normal_like(mean) if noise is None else noise)
     return mean + (spread if drawing is None else F.broadcast_mul(spread, drawing))
