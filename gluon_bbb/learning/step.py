@@ -80,8 +80,9 @@ class NdarrayBackend:
             ctx, why_not_native)
 
 
-class NativeBackend:
-    """Steps 1-5 with the C kernels doing the parameter-side work and the update."""
+class NativeBackend(NdarrayBackend):
+    """Steps 1-5 with the C kernels doing the parameter-side work and the update; the MXNet
+    operators of the ndarray backend for what the kernels do not serve."""
     name = "native"
     native = True
 
@@ -99,7 +100,7 @@ class NativeBackend:
         # scale mixture over 2x1200's 2.4M weights, against 85 ms on MXNet's operators
         terms = native.prior_terms(prior, weights, kl_weight)
         if terms is None:
-            return NdarrayBackend.prior_penalty(self, prior, weights, kl_weight)
+            return super().prior_penalty(prior, weights, kl_weight)
         return terms[:2]
 
     def remove_switched_off(self, step):
@@ -107,7 +108,7 @@ class NativeBackend:
         keep = nd.empty(step.mu.shape, ctx=step.ctx)
         if native.kept(step.prior, step.parametrization, step.mu, step.rho, keep):
             return keep
-        return NdarrayBackend.remove_switched_off(self, step)
+        return super().remove_switched_off(step)
 
     def workspace(self, size, ctx):
         return native.Workspace(size, ctx)
