@@ -19,7 +19,6 @@ says why and training uses the NDArray backend.
 """
 import ctypes
 import functools
-import glob
 import math
 import os
 import sys
@@ -28,6 +27,7 @@ import mxnet as mx
 import numpy as np
 
 from . import operators, table as kernels
+from .built import open_built
 from ..family.parametrizations import SOFTPLUS
 
 
@@ -60,26 +60,11 @@ _SIGNATURES = {
 def _load():
     """(library or None, why not) for the built ``_fused`` shared object. A library that is
     there but does not match this source is reported once, on one line of stderr."""
-    here = os.path.dirname(os.path.abspath(__file__))
-    paths = sorted(glob.glob(os.path.join(here, "_fused*.so")))
-    if not paths:
-        return None, ("the native kernels are not built (reinstall with a C compiler present: "
-                      "pip install -e .)")
-    source = os.path.join(here, "_fused.c")
-    problem = None
-    if os.path.exists(source) and os.path.getmtime(source) > os.path.getmtime(paths[0]):
-        problem = "%s is older than _fused.c (rebuild: pip install -e .)" % paths[0]
-    else:
-        try:
-            lib = ctypes.CDLL(paths[0])
-            version = lib.bbb_abi_version() if hasattr(lib, "bbb_abi_version") else None
-        except OSError as exc:
-            return None, "cannot load %s: %s" % (paths[0], exc)
-        if version != ABI_VERSION:
-            problem = ("%s has version %s, this gluon_bbb needs %d (rebuild: pip install -e .)"
-                       % (paths[0], version, ABI_VERSION))
-    if problem:
+    lib, problem, stale = open_built("_fused", "_fused.c", "bbb_abi_version", ABI_VERSION,
+                                     "kernels")
+    if stale:
         sys.stderr.write("gluon_bbb: warning: %s; using the ndarray backend\n" % problem)
+    if lib is None:
         return None, problem
     for name, (argtypes, restype) in _SIGNATURES.items():
         getattr(lib, name).argtypes, getattr(lib, name).restype = argtypes, restype
@@ -88,7 +73,7 @@ def _load():
     if disagree:
         problem = ("%s serves other combinations than kernels.py declares (data term, KL, "
                    "prior, parametrization codes %s; rebuild: pip install -e .)"
-                   % (paths[0], disagree[0]))
+                   % (lib._name, disagree[0]))
         sys.stderr.write("gluon_bbb: warning: %s; using the ndarray backend\n" % problem)
         return None, problem
     return lib, None

@@ -12,12 +12,10 @@ built from the ``_operators.cc`` beside it (not older than it), reports the
 ``ABI_VERSION`` below and MXNet loads it; otherwise ``available()`` is False and
 ``unavailable_reason()`` says why.
 """
-import ctypes
 import functools
-import glob
-import os
 
 from ..family.elementwise import LRT_VARIANCE_FLOOR
+from .built import open_built
 
 ABI_VERSION = 1  # must match OPERATORS_ABI_VERSION in _operators.cc
 
@@ -25,26 +23,15 @@ ABI_VERSION = 1  # must match OPERATORS_ABI_VERSION in _operators.cc
 @functools.lru_cache(maxsize=None)
 def _load():
     """(True, None) once MXNet has loaded the operators, else (False, why not)."""
-    here = os.path.dirname(os.path.abspath(__file__))
-    paths = sorted(glob.glob(os.path.join(here, "_operators*.so")))
-    if not paths:
-        return False, ("the native operators are not built (reinstall with a C++ compiler "
-                       "present: pip install -e .)")
-    source = os.path.join(here, "_operators.cc")
-    if os.path.exists(source) and os.path.getmtime(source) > os.path.getmtime(paths[0]):
-        return False, "%s is older than _operators.cc (rebuild: pip install -e .)" % paths[0]
-    try:
-        version = ctypes.CDLL(paths[0]).bbb_operators_abi_version()
-    except (OSError, AttributeError) as exc:
-        return False, "cannot load %s: %s" % (paths[0], exc)
-    if version != ABI_VERSION:
-        return False, ("%s has version %s, this gluon_bbb needs %d (rebuild: pip install -e .)"
-                       % (paths[0], version, ABI_VERSION))
+    lib, problem, _ = open_built("_operators", "_operators.cc", "bbb_operators_abi_version",
+                                 ABI_VERSION, "operators")
+    if lib is None:
+        return False, problem
     import mxnet as mx
     try:
-        mx.library.load(paths[0], verbose=False)
+        mx.library.load(lib._name, verbose=False)
     except mx.base.MXNetError as exc:
-        return False, "MXNet does not load %s: %s" % (paths[0], str(exc).splitlines()[0])
+        return False, "MXNet does not load %s: %s" % (lib._name, str(exc).splitlines()[0])
     return True, None
 
 
