@@ -4,12 +4,13 @@ declares.
 
 On a CPU context ``loss_gradients`` computes what ``ndarray_backend.combined_loss_gradients``
 computes, for those combinations, with the parameter-side work in two passes over the flat
-vectors: draw eps and form w = mu + softplus(rho) * eps (or sigma and the perturbation for the
-other estimators), then, after the network's forward and backward pass, the KL term and both
-gradients. ``optimizer_update`` runs MXNet's SGD and Adam updates in place; ``prior_terms``
-gives a prior's log density, gradient and precision at given weights (a MAP model's prior,
-IVON's); ``ivon_draw`` and ``ivon_update`` compute IVON's (``learning/ivon.py``) for its fast
-paths.
+vectors: draw eps and form w = mu + sigma * eps (or sigma and the perturbation for the other
+estimators), then, after the network's forward and backward pass (the local reparametrization's
+graph with ``operators.py``'s operator where MXNet has it), the KL term and both gradients.
+``kept`` gives what stays in the network where a run removes what the log-uniform prior switches
+off; ``optimizer_update`` runs MXNet's SGD and Adam updates in place; ``prior_terms`` gives a
+prior's log density, gradient and precision at given weights (a MAP model's prior, IVON's);
+``ivon_draw`` and ``ivon_update`` compute IVON's (``learning/ivon.py``) for its fast paths.
 
 The library is built at install time (``setup.py``; it needs a C compiler). It is used only if
 it loads, was built from the ``_fused.c`` beside it (not older than it) and reports the
