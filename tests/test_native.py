@@ -514,6 +514,24 @@ def test_training_without_the_built_library_gives_the_same_run(ctx, mnist, monke
         np.testing.assert_allclose(ours.asnumpy(), theirs.asnumpy(), rtol=0, atol=1e-4)
 
 
+def test_the_lrt_graph_without_the_operators_gives_the_same_run(ctx, mnist, monkeypatch,
+                                                                native_operators):
+    """Operators not built (no C++ compiler, or MXNet refuses them): the native backend's
+    local reparametrization builds its graph from MXNet's operators alone, says so on the
+    run's first lines, and trains the same run to float rounding."""
+    config = Config(epochs=1, train_size=1024, seed=5, network="lenet", estimator="lrt",
+                    kl="analytic")
+    built = train(config, mnist, ctx, log=lambda line: None, progress=False)
+    monkeypatch.setattr(native_operators, "_load", lambda: (False, "not built (test)"))
+    monkeypatch.setattr(native, "_graph_operators", native._graph_operators.__wrapped__)
+    lines = []
+    unbuilt = train(config, mnist, ctx, log=lines.append, progress=False)
+    assert lines[0] == ("backend: native (C kernels, %s)\n"
+                        "  native operators not used: not built (test)" % ctx)
+    for ours, theirs in zip(built.mus + built.rhos, unbuilt.mus + unbuilt.rhos):
+        np.testing.assert_allclose(ours.asnumpy(), theirs.asnumpy(), rtol=0, atol=1e-4)
+
+
 @pytest.mark.parametrize("problem", ["version", "stale"])
 def test_a_library_that_does_not_match_the_source_is_not_used(monkeypatch, capfd, problem):
     real_getmtime = os.path.getmtime
