@@ -313,14 +313,50 @@ def test_the_lrt_output_operator_follows_the_formula(native_operators, shape, se
     np.testing.assert_allclose(bound.forward()[0].asnumpy(), out.asnumpy(), rtol=0, atol=0)
 
 
-def test_the_native_lrt_graph_takes_the_operator_and_the_ndarray_one_does_not(
-        ctx, mnist, native_operators):
+@st.composite
+def signed_shapes(draw):
+    """(x's shape, noise's shape): noise of x's leading axes and 1 on the rest."""
+    shape = draw(st.lists(st.integers(1, 7), min_size=1, max_size=4))
+    kept = draw(st.integers(0, len(shape)))
+    return shape, shape[:kept] + [1] * (len(shape) - kept)
+
+
+@given(signed_shapes(), st.integers(0, 2 ** 32 - 1))
+def test_the_signed_operator_follows_the_formula(native_operators, shapes, seed):
+    """``bbb_signed`` (Flipout's x * sign(noise), broadcast) against NumPy, with zeros among
+    the noise (sign 0, as MXNet's), and its gradients: g * sign(noise) for x, 0 for the noise;
+    a noise shape that is not x's with trailing ones is refused."""
+    from mxnet import autograd
+    shape, noise_shape = shapes
+    rng = np.random.default_rng(seed)
+    x, g = rng.normal(size=shape).astype(np.float32), rng.normal(size=shape).astype(np.float32)
+    noise = rng.normal(size=noise_shape).astype(np.float32)
+    noise[rng.random(noise_shape) < 0.2] = 0.0
+    arrays = [nd.array(x), nd.array(noise)]
+    for a in arrays:
+        a.attach_grad()
+    with autograd.record():
+        out = native_operators.Accelerated(nd).signed(*arrays)
+    out.backward(nd.array(g))
+    np.testing.assert_array_equal(out.asnumpy(), x * np.sign(noise))
+    np.testing.assert_array_equal(arrays[0].grad.asnumpy(), g * np.sign(noise))
+    np.testing.assert_array_equal(arrays[1].grad.asnumpy(), np.zeros(noise_shape))
+    if len(shape) >= 2 and shape[0] > 1 and shape[-1] > 1:
+        with pytest.raises(mx.base.MXNetError, match="trailing axes of size 1"):
+            nd.bbb_signed(nd.array(x), nd.ones([1] + shape[1:])).wait_to_read()
+
+
+@pytest.mark.parametrize("estimator_name,operator,per_layer", [("lrt", "lrt_output", 1),
+                                                               ("flipout", "signed", 2)])
+def test_the_native_noisy_graphs_take_the_operators_and_the_ndarray_ones_do_not(
+        ctx, mnist, native_operators, estimator_name, operator, per_layer):
     """The native backend's local reparametrization runs ``bbb_lrt_output`` (one per dense and
-    convolution layer); the ndarray backend's graph, which any context and float64 take, the
-    formula on MXNet's operators; both give the same loss and gradients."""
+    convolution layer), its Flipout ``bbb_signed`` (two per layer: the input's signs and the
+    output's); the ndarray backend's graphs, which any context and float64 take, the formulas
+    on MXNet's operators; both give the same loss and gradients."""
     from gluon_bbb.learning.ndarray_backend import NetworkGraph
     from gluon_bbb.learning.noise import PhiloxNoise
-    config = Config(network="lenet", estimator="lrt", kl="analytic")
+    config = Config(network="lenet", estimator=estimator_name, kl="analytic")
     network = config.build_network()
     graph = NetworkGraph(network)
     rng = np.random.default_rng(0)
@@ -329,26 +365,27 @@ def test_the_native_lrt_graph_takes_the_operator_and_the_ndarray_one_does_not(
     X = nd.array(mnist.train_images[:16], ctx=ctx)
     y = nd.one_hot(nd.array(mnist.train_labels[:16], ctx=ctx), 10)
     calls = []
-    fused = native_operators.Accelerated.lrt_output
+    fused = getattr(native_operators.Accelerated, operator)
 
     def counted(self, *args):
         calls.append(self._F.__name__)
         return fused(self, *args)
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(native_operators.Accelerated, "lrt_output", counted)
+        patch.setattr(native_operators.Accelerated, operator, counted)
         got = native.loss_gradients(X, y, mu, rho, PhiloxNoise(ctx, seed=3), 1,
                                     GaussianPrior(1.0), 0.01, graph,
                                     native.Workspace(graph.layout.size, ctx), config.kl_kind,
                                     config.estimator_kind)
     # two convolutions, two dense layers, in the symbol graph
-    assert len(calls) == 4 and all(name.startswith("mxnet.symbol") for name in calls)
+    assert len(calls) == 4 * per_layer
+    assert all(name.startswith("mxnet.symbol") for name in calls)
     plain = NetworkGraph(network)
     noise = PhiloxNoise(ctx, seed=3)
     size = config.estimator_kind.noise_size(plain, 16, config.kl_kind)
     eps = noise.normal((size,))
     reference = combined_loss_gradients(X, y, mu, rho, [eps], GaussianPrior(1.0), 0.01, plain,
                                         config.estimator_kind, config.kl_kind)
-    assert list(plain._noisy_ops) == [("lrt", False)]
+    assert list(plain._noisy_ops) == [(estimator_name, False)]
     np.testing.assert_allclose(got[0].asnumpy(), reference[0].asnumpy(), rtol=1e-5)
     for ours, theirs in zip(got[1:], reference[1:]):
         theirs = theirs.asnumpy()

@@ -6,7 +6,7 @@ On a CPU context ``loss_gradients`` computes what ``ndarray_backend.combined_los
 computes, for those combinations, with the parameter-side work in two passes over the flat
 vectors: draw eps and form w = mu + sigma * eps (or sigma and the perturbation for the other
 estimators), then, after the network's forward and backward pass (the local reparametrization's
-graph with ``operators.py``'s operator where MXNet has it), the KL term and both gradients.
+and Flipout's graphs with ``operators.py``'s operators where MXNet has them), the KL term and both gradients.
 ``kept`` gives what stays in the network where a run removes what the log-uniform prior switches
 off; ``optimizer_update`` runs MXNet's SGD and Adam updates in place; ``prior_terms`` gives a
 prior's log density, gradient and precision at given weights (a MAP model's prior, IVON's);
@@ -283,7 +283,7 @@ def _flipout(estimator, graph, X, targets, mu, rho, noise, ws, kl, parametrizati
     perturb(mu, rho, eps_w, parametrization, keep,
             drawn_mu=drawn_mu if keep is not None else None, delta=ws.delta, w=ws.w)
     nll, grad_mu, grad_delta = graph.noisy_nll_and_grads(
-        estimator, X, targets, drawn_mu, ws.delta, eps[graph.layout.size:])
+        estimator, X, targets, drawn_mu, ws.delta, eps[graph.layout.size:], _graph_operators())
     return nll, grad_mu, grad_delta, eps_w, ws.w
 
 

@@ -45,21 +45,30 @@ def local_reparametrization(F, apply, h, mus, sigmas, noise=None, drawing=None):
     return mean + (spread if drawing is None else F.broadcast_mul(spread, drawing))
 
 
-def flipout(F, apply, h, mus, deltas, convolution, signs_in=None, signs_out=None):
+def flipout(F, apply, h, mus, deltas, convolution, noise_in=None, noise_out=None):
     """One weight perturbation ``deltas`` for the mini-batch, made example by example
     independent by signs (Wen et al. 2018): ``apply(h, mu) + apply(h * s, delta) * r``, s and r
     of +-1 over the input and output units (a convolution's channels, the same at every
-    position); None: drawn from MXNet's generator."""
+    position), the signs of standard normals ``noise_in`` and ``noise_out`` (None: drawn from
+    MXNet's generator)."""
     inputs = h if convolution else F.flatten(h)
-    if signs_in is None:
+    if noise_in is None:
         shaped = F.mean(inputs, axis=(2, 3), keepdims=True) if convolution else inputs
-        signs_in = F.sign(F.random.normal_like(shaped))
-    perturbation = apply(F, F.broadcast_mul(inputs, signs_in), *deltas)
-    if signs_out is None:
+        noise_in = F.random.normal_like(shaped)
+    perturbation = apply(F, _signed(F, inputs, noise_in), *deltas)
+    if noise_out is None:
         shaped = (F.mean(perturbation, axis=(2, 3), keepdims=True) if convolution
                   else perturbation)
-        signs_out = F.sign(F.random.normal_like(shaped))
-    return apply(F, h, *mus) + F.broadcast_mul(perturbation, signs_out)
+        noise_out = F.random.normal_like(shaped)
+    return apply(F, h, *mus) + _signed(F, perturbation, noise_out)
+
+
+def _signed(F, x, noise):
+    """x times the signs of ``noise``, broadcast over x's trailing axes where ``noise`` has size
+    1; in one operator where ``F`` has it (``native.operators.Accelerated``)."""
+    if hasattr(F, "signed"):
+        return F.signed(x, noise)
+    return F.broadcast_mul(x, F.sign(noise))
 
 
 class _Linear:
@@ -84,7 +93,7 @@ class _Linear:
 
     def flipout_output(self, F, h, mus, deltas, noise, input_shape):
         return flipout(F, self._apply(input_shape), h, mus, deltas, self.convolution,
-                       F.sign(noise[0]), F.sign(noise[1]))
+                       noise[0], noise[1])
 
 
 def _whole_number(value, what, layer):
