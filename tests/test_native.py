@@ -275,8 +275,12 @@ def test_a_sparse_run_that_removes_agrees_on_both_backends(ctx, mnist, estimator
     runs = [train(config, mnist, ctx, log=lambda line: None, progress=False, backend=backend)
             for backend in ("native", "ndarray")]
     assert runs[0].history[-1]["switched_off"] > 0.05
+    # Adam moves an entry whose gradient is near 0 by up to its rate whatever the gradient's
+    # size, so a rounding difference can move a few entries by a step: all within 1e-3, the
+    # rest to rounding
     for ours, theirs in zip(runs[0].mus + runs[0].rhos, runs[1].mus + runs[1].rhos):
-        np.testing.assert_allclose(ours.asnumpy(), theirs.asnumpy(), rtol=0, atol=2e-5)
+        np.testing.assert_allclose(ours.asnumpy(), theirs.asnumpy(), rtol=0, atol=1e-3)
+        assert np.quantile(np.abs(ours.asnumpy() - theirs.asnumpy()), 0.999) < 1e-5
     for ours, theirs in zip(runs[0].history, runs[1].history):
         assert ours["loss"] == pytest.approx(theirs["loss"], rel=1e-4)
         assert ours["switched_off"] == pytest.approx(theirs["switched_off"], abs=1e-3)
