@@ -75,7 +75,7 @@ class NdarrayBackend:
     def workspace(self, size, ctx):
         return None
 
-    def describe(self, ctx, why_not_native):
+    def describe(self, ctx, why_not_native, estimator):
         return "backend: ndarray (MXNet operators, %s)\n  native not used: %s" % (
             ctx, why_not_native)
 
@@ -113,9 +113,11 @@ class NativeBackend(NdarrayBackend):
     def workspace(self, size, ctx):
         return native.Workspace(size, ctx)
 
-    def describe(self, ctx, why_not_native):
+    def describe(self, ctx, why_not_native, estimator):
         line = "backend: native (C kernels, %s)" % ctx
-        if not native_operators.available():
+        # MXNet loads the operators (a few tenths of a second) for the runs whose graphs take
+        # them only
+        if native.takes_graph_operators(estimator) and not native_operators.available():
             line += "\n  native operators not used: %s" % native_operators.unavailable_reason()
         return line
 
@@ -261,7 +263,7 @@ class TrainingStep:
         """The run's first lines: the backend and, where it is not native, why; then each of
         the run's objects that overrides a formula a fast path was written for, and which fast
         paths it does not use (``family/formulas.py``)."""
-        lines = [self.backend.describe(self.ctx, self.why_not_native)]
+        lines = [self.backend.describe(self.ctx, self.why_not_native, self.estimator)]
         for chosen in (self.prior, self.parametrization, self.estimator, self.optimizer):
             lost = describe_lost(chosen)
             if lost:

@@ -294,6 +294,12 @@ DATA_TERMS = {kernels.DATA_TERMS["sample"]: (_sampled_weights, 0),
               kernels.DATA_TERMS["flipout"]: (_flipout, 1)}  # the perturbation sigma * eps
 
 
+def takes_graph_operators(estimator):
+    """Whether ``estimator``'s native data term builds its graph with ``operators.py``'s
+    operators (the local reparametrization's and Flipout's)."""
+    return estimator.kernel_data_kind in (kernels.DATA_TERMS["lrt"], kernels.DATA_TERMS["flipout"])
+
+
 def extra_workspace_vectors(estimator):
     """The parameter-sized vectors ``estimator``'s native data term uses beyond the five of
     every native step (0 for one the kernels do not serve)."""
