@@ -26,6 +26,18 @@ LOG_SQRT_2PI = 0.5 * math.log(2 * math.pi)
 pytestmark = pytest.mark.usefixtures("native_kernels")
 
 
+def assert_same_run(ours, theirs):
+    """Two runs of one config on the two backends: the same parameters to float rounding. Adam
+    moves an entry whose gradient is near 0 by up to its rate (1e-3) whatever the gradient's
+    size, so a rounding difference can move a few entries by about a step (1.04e-4 after two
+    epochs once, with oneDNN held to AVX2): every entry within 1e-3, 99.9% of them within
+    1e-5."""
+    for a, b in zip(ours.mus + ours.rhos, theirs.mus + theirs.rhos):
+        difference = np.abs(a.asnumpy() - b.asnumpy())
+        assert difference.max() <= 1e-3, difference.max()
+        assert np.quantile(difference, 0.999) < 1e-5, np.quantile(difference, 0.999)
+
+
 def philox_words(count, key, first, stream):
     """``count`` raw words of the C Philox4x64-10 for counters (first + 1, stream, 0, 0), ..."""
     words = np.empty(count, dtype=np.uint64)
@@ -275,12 +287,7 @@ def test_a_sparse_run_that_removes_agrees_on_both_backends(ctx, mnist, estimator
     runs = [train(config, mnist, ctx, log=lambda line: None, progress=False, backend=backend)
             for backend in ("native", "ndarray")]
     assert runs[0].history[-1]["switched_off"] > 0.05
-    # Adam moves an entry whose gradient is near 0 by up to its rate whatever the gradient's
-    # size, so a rounding difference can move a few entries by a step: all within 1e-3, the
-    # rest to rounding
-    for ours, theirs in zip(runs[0].mus + runs[0].rhos, runs[1].mus + runs[1].rhos):
-        np.testing.assert_allclose(ours.asnumpy(), theirs.asnumpy(), rtol=0, atol=1e-3)
-        assert np.quantile(np.abs(ours.asnumpy() - theirs.asnumpy()), 0.999) < 1e-5
+    assert_same_run(*runs)
     for ours, theirs in zip(runs[0].history, runs[1].history):
         assert ours["loss"] == pytest.approx(theirs["loss"], rel=1e-4)
         assert ours["switched_off"] == pytest.approx(theirs["switched_off"], abs=1e-3)
@@ -406,8 +413,7 @@ def test_a_map_run_with_the_scale_mixture_agrees_on_both_backends(ctx, mnist, mo
                     num_hidden_units=100)
     runs = [train(config, mnist, ctx, log=lambda line: None, progress=False, backend=backend)
             for backend in ("native", "ndarray")]
-    for ours, theirs in zip(runs[0].mus, runs[1].mus):
-        np.testing.assert_allclose(ours.asnumpy(), theirs.asnumpy(), rtol=0, atol=1e-4)
+    assert_same_run(*runs)
     for ours, theirs in zip(runs[0].history, runs[1].history):
         assert ours["loss"] == pytest.approx(theirs["loss"], rel=1e-4)
         assert ours["test_accuracy"] == pytest.approx(theirs["test_accuracy"], abs=0.002)
@@ -448,9 +454,8 @@ def test_training_on_both_backends_agrees(ctx, mnist):
             for backend in ("native", "ndarray")]
     assert lines[0] == "backend: native (C kernels, %s)" % ctx
     assert lines[3] == "backend: ndarray (MXNet operators, %s)\n  native not used: asked for" % ctx
-    for ours, theirs in zip(runs[0].mus + runs[0].rhos, runs[1].mus + runs[1].rhos):
-        assert ours.context == ctx
-        np.testing.assert_allclose(ours.asnumpy(), theirs.asnumpy(), rtol=0, atol=1e-4)
+    assert all(a.context == ctx for a in runs[0].mus + runs[0].rhos)
+    assert_same_run(*runs)
     for ours, theirs in zip(runs[0].history, runs[1].history):
         assert ours["loss"] == pytest.approx(theirs["loss"], rel=1e-3)
         assert ours["test_accuracy"] == pytest.approx(theirs["test_accuracy"], abs=0.002)
