@@ -48,15 +48,21 @@ MXReturnValue lrt_output_attributes(const Attributes &attributes, int *inputs, i
     return MX_SUCCESS;
 }
 
-MXReturnValue lrt_output_type(const Attributes &, std::vector<int> *in_types,
-                              std::vector<int> *out_types) {
-    for (int type : *in_types)
+/* the operators take and give float32 arrays only */
+MXReturnValue float32_only(const char *op, const std::vector<int> &in_types,
+                           std::vector<int> *out_types) {
+    for (int type : in_types)
         if (type != kFloat32) {
-            MX_ERROR_MSG << "bbb_lrt_output takes float32 arrays";
+            MX_ERROR_MSG << op << " takes float32 arrays";
             return MX_FAIL;
         }
     (*out_types)[0] = kFloat32;
     return MX_SUCCESS;
+}
+
+MXReturnValue lrt_output_type(const Attributes &, std::vector<int> *in_types,
+                              std::vector<int> *out_types) {
+    return float32_only("bbb_lrt_output", *in_types, out_types);
 }
 
 MXReturnValue lrt_output_shape(const Attributes &,
@@ -137,13 +143,7 @@ std::pair<int64_t, int64_t> signed_blocks(const std::vector<unsigned int> &x,
 
 MXReturnValue signed_type(const Attributes &, std::vector<int> *in_types,
                           std::vector<int> *out_types) {
-    for (int type : *in_types)
-        if (type != kFloat32) {
-            MX_ERROR_MSG << "bbb_signed takes float32 arrays";
-            return MX_FAIL;
-        }
-    (*out_types)[0] = kFloat32;
-    return MX_SUCCESS;
+    return float32_only("bbb_signed", *in_types, out_types);
 }
 
 MXReturnValue signed_shape(const Attributes &,
