@@ -6,8 +6,8 @@ On a CPU context ``loss_gradients`` computes what ``ndarray_backend.combined_los
 computes, for those combinations, with the parameter-side work in two passes over the flat
 vectors: draw eps and form w = mu + sigma * eps (or sigma and the perturbation for the other
 estimators), then, after the network's forward and backward pass (the local reparametrization's
-and Flipout's graphs with ``operators.py``'s operators where MXNet has them), the KL term and both gradients.
-``kept`` gives what stays in the network where a run removes what the log-uniform prior switches
+and Flipout's graphs with ``operators.py``'s operators where MXNet has them), the KL term and
+both gradients. ``kept`` gives what stays in the network where a run removes what the log-uniform prior switches
 off; ``optimizer_update`` runs MXNet's SGD and Adam updates in place; ``prior_terms`` gives a
 prior's log density, gradient and precision at given weights (a MAP model's prior, IVON's);
 ``ivon_draw`` and ``ivon_update`` compute IVON's (``learning/ivon.py``) for its fast paths.

@@ -8,11 +8,12 @@ where its ``F`` has ``lrt_output``, and writes the formula with MXNet's operator
 one pass each way: MXNet 1.9.1's ``sqrt`` runs a scalar loop, 6.5 ms over a Bayesian LeNet's
 first-layer pre-activations. ``bbb_signed(x, noise)`` is Flipout's ``x * sign(noise)``, the
 signs broadcast over x's trailing axes (``networks.layers.flipout``), where MXNet's
-``broadcast_mul`` and its backward pass take 28 ms over the same outputs. The library is built at install time beside ``_fused.c``
-(``setup.py``, against the ``lib_api.h`` of MXNet's wheel). It is used only if it is there, was
-built from the ``_operators.cc`` beside it (not older than it), reports the
-``ABI_VERSION`` below and MXNet loads it; otherwise ``available()`` is False and
-``unavailable_reason()`` says why.
+``broadcast_mul`` and its backward pass take 28 ms over the same outputs.
+
+The library is built at install time beside ``_fused.c`` (``setup.py``, against the
+``lib_api.h`` of MXNet's wheel). It is used only if it is there, was built from the
+``_operators.cc`` beside it (not older than it), reports the ``ABI_VERSION`` below and MXNet
+loads it; otherwise ``available()`` is False and ``unavailable_reason()`` says why.
 """
 import functools
 

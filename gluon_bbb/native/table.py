@@ -11,8 +11,8 @@ and does not use a library that disagrees. The objects take their codes from her
 IVON's kernels (``bbb_ivon_draw``, ``bbb_ivon_update``) are not in the table: they take the
 prior's terms as arrays, so serve every prior, and ``learning/ivon.py`` keys them to IVON's own
 formulas (``formulas.accelerates``). Those terms, and a MAP model's prior as weight decay, come
-from ``bbb_prior_terms`` for the priors of ``PRIORS`` (``library.prior_terms``, keyed by the
-prior's ``kernel_args``), from the prior's operators for any other.
+from ``bbb_prior_terms`` for the priors of ``DENSITIES`` (``library.prior_terms``, keyed by
+the prior's ``kernel_args``), from the prior's operators for any other.
 
 The removal of what a prior switches off (``Config.remove_switched_off``) is served with every
 row of the log-uniform prior, the one prior with such a rule (``bbb_kept``, ``library.kept``).
