@@ -335,8 +335,11 @@ class LogUniformPrior(Prior):
 
     @accelerates("kl", "log_alpha", "switched_off")
     def kernel_args(self):
-        """The C kernels' code (``bbb_kl_gradients``' closed form, ``bbb_kept``'s rule); the
-        constants are the kernels' own."""
+        """The C kernels' code (``bbb_kl_gradients``' closed form, ``bbb_kept``'s rule), where
+        this prior's constants are those the kernels are compiled with; None otherwise."""
+        if any(getattr(self, name) != value
+               for name, value in kernels.LOG_UNIFORM_CONSTANTS.items()):
+            return None
         return kernels.PRIORS["log_uniform"], 0.0, 0.0, 0.0
 
 

@@ -29,6 +29,10 @@ DATA_TERMS = {"sample": 0,    # WEIGHTS_SAMPLED: dNLL/dw
 # the KL estimates, reverse direction KL(q || P) only
 KL_ESTIMATES = {"mc": 0, "analytic": 1}
 PRIORS = {"gaussian": 0, "scale_mixture": 1, "log_uniform": 2}
+# the log-uniform prior's constants _fused.c is compiled with (LOG_UNIFORM_K1..K3,
+# LOG_ALPHA_LIMIT, PRUNE_LOG_ALPHA): a prior whose own differ gets no kernel
+LOG_UNIFORM_CONSTANTS = {"K1": 0.63576, "K2": 1.87320, "K3": 1.48695, "LOG_ALPHA_LIMIT": 10.0,
+                         "PRUNE_LOG_ALPHA": 3.0}
 # the priors whose log density the kernels compute (bbb_prior_terms, the Monte Carlo KL)
 DENSITIES = frozenset(PRIORS[name] for name in ("gaussian", "scale_mixture"))
 PARAMETRIZATIONS = {"softplus": 0, "log_variance": 1}
