@@ -38,8 +38,8 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-import gluon_bbb  # noqa: E402  (sets MXNet's thread settings before mxnet is imported)
-import mxnet as mx  # noqa: E402
+import gluon_bbb  # noqa: E402  (sets MXNet's thread and engine settings before it loads)
+mx = gluon_bbb.require_mxnet()
 import numpy as np  # noqa: E402
 from mxnet import autograd, gluon, nd  # noqa: E402
 
@@ -329,7 +329,7 @@ def pytorch_variant(method, **config):
 
 
 CHILD_VARIANTS = {
-    # (c) as the tutorial runs it: MXNet's default operator tuning
+    # (c) as the tutorial runs it: MXNet's default operator tuning and engine
     "tutorial-defaults": lambda data, steps: (
         bench_tutorial(data, Config(), mx.cpu(), steps), None),
     "pytorch-sample": pytorch_variant("sample"),
@@ -421,10 +421,11 @@ def main():
     data = load_mnist(args.data_dir)
     config, ctx = Config(), mx.cpu()
     total = WARMUP + args.steps
-    print("MXNet %s, %d cores, OMP_NUM_THREADS=%s, MXNET_USE_OPERATOR_TUNING=%s; %d steps "
-          "each, in %d turns" % (mx.__version__, os.cpu_count(), os.environ.get("OMP_NUM_THREADS"),
-                                 os.environ.get("MXNET_USE_OPERATOR_TUNING"), args.steps,
-                                 args.rounds))
+    print("MXNet %s, %d cores, OMP_NUM_THREADS=%s, MXNET_USE_OPERATOR_TUNING=%s, "
+          "MXNET_ENGINE_TYPE=%s; %d steps each, in %d turns"
+          % (mx.__version__, os.cpu_count(), os.environ.get("OMP_NUM_THREADS"),
+             os.environ.get("MXNET_USE_OPERATOR_TUNING"), os.environ.get("MXNET_ENGINE_TYPE"),
+             args.steps, args.rounds))
     paper = {"prior": "scale_mixture", "pi": 0.25, "sigma_p1": 1.0, "sigma_p2": np.exp(-6.0),
              "optimizer": "adam"}
     paper_2x1200 = {key: value for key, value in PRESETS["paper-2x1200"].items()
@@ -469,7 +470,9 @@ def main():
     timers = {name: InProcess(fn(data, config, ctx, total, **options))
               for name, fn, options in variants}
     not_measured = {}
-    for name, child, env in (("c0", "tutorial-defaults", {"MXNET_USE_OPERATOR_TUNING": "1"}),
+    mxnet_defaults = {"MXNET_USE_OPERATOR_TUNING": "1",
+                      "MXNET_ENGINE_TYPE": "ThreadedEnginePerDevice"}
+    for name, child, env in (("c0", "tutorial-defaults", mxnet_defaults),
                              ("d", "pytorch-sample", None), ("d-lrt", "pytorch-lrt", None),
                              ("d-lenet", "pytorch-lenet", None),
                              ("d-sparse-vd", "pytorch-sparse-vd", None)):
@@ -510,7 +513,7 @@ def main():
     print("(a) Bayes by Backprop, gluon_bbb step:        %6.2f s/epoch" % per_epoch["a"])
     print("(b) deterministic MLP, gluon Dense + Trainer: %6.2f s/epoch" % per_epoch["b"])
     print("(c) tutorial's data path and operations:      %6.2f s/epoch" % per_epoch["c"])
-    print("(c) with MXNet's default operator tuning:   %6.2f s/epoch" % per_epoch["c0"])
+    print("(c) with MXNet's defaults (tuning, engine): %6.2f s/epoch" % per_epoch["c0"])
     if "d" in per_epoch and "d-lrt" in per_epoch:
         print("(d) the same algorithm in plain PyTorch:     %6.2f s/epoch (torch %s)"
               % (per_epoch["d"], timers["d"].version))

@@ -27,6 +27,13 @@ _os.environ.setdefault("MXNET_USE_OPERATOR_TUNING", "0")
 _os.environ.setdefault("OMP_NUM_THREADS", str(len(_os.sched_getaffinity(0))
                                               if hasattr(_os, "sched_getaffinity")
                                               else _os.cpu_count() or 1))
+# MXNet's threaded engine runs each operator on a worker thread whose OpenMP team is not the
+# one the main thread's C kernels (``native/``) use: on two cores the two teams spin against
+# each other. With every operator run in the main thread (NaiveEngine) a 2x400 step took 4.7
+# against 8.3 ms and a LeNet epoch 0.72 of PyTorch's against 0.98 (bench/bench_train.py), to
+# the same bits. A program that imports MXNet first keeps the engine it chose.
+_ENGINE_CHOSEN_HERE = "MXNET_ENGINE_TYPE" not in _os.environ
+_os.environ.setdefault("MXNET_ENGINE_TYPE", "NaiveEngine")
 
 from .errors import (CheckpointError, ConfigError, ContextError, DataError,  # noqa: E402
                      DataNotFound, GluonBBBError, Interrupted, OutputError, ResourceError,
@@ -62,9 +69,19 @@ for _module, _names in {
     _EXPORTS.update(dict.fromkeys(_names.split(), _module))
 
 
+# what MXNet's engine writes to stderr as it starts where MXNET_ENGINE_TYPE is set
+_ENGINE_LINE = b"MXNet start using engine: "
+_engine_started = False
+
+
 def require_mxnet():
     """Import MXNet; ImportError on one line where its library cannot be loaded (a CUDA build
-    without the CUDA libraries), instead of the loader's OSError."""
+    without the CUDA libraries), instead of the loader's OSError. The first import starts
+    MXNet's engine, without the line MXNet writes where MXNET_ENGINE_TYPE names one (as this
+    package's default does): MXNet starts its engine with its first operator, wherever MXNet
+    was imported, so a command that imports a module using MXNet before it calls this is
+    quiet too, as long as no operator has run."""
+    global _engine_started
     import warnings
     try:
         with warnings.catch_warnings():
@@ -78,7 +95,37 @@ def require_mxnet():
             "MXNet's library cannot be loaded: %s. A CUDA build of MXNet (mxnet-cu117) needs "
             "the CUDA 11 runtime, cuBLAS, cuDNN 8 and NCCL 2 on the library path; the CPU build "
             "(pip install mxnet==1.9.1) needs none" % exc) from None
+    if not _engine_started:
+        with _engine_line_dropped():
+            mxnet.nd.zeros(1).wait_to_read()
+        _engine_started = True
     return mxnet
+
+
+class _engine_line_dropped:
+    """Holds what is written to file descriptor 2 (MXNet writes from C++) and writes it back
+    on exit, less the engine's line."""
+    def __enter__(self):
+        import tempfile
+        self._stderr = None
+        try:
+            self._stderr = _os.dup(2)
+        except OSError:  # descriptor 2 closed: nothing to hold
+            return
+        self._held = tempfile.TemporaryFile()
+        _os.dup2(self._held.fileno(), 2)
+
+    def __exit__(self, *exc_info):
+        if self._stderr is None:
+            return
+        _os.dup2(self._stderr, 2)
+        _os.close(self._stderr)
+        self._held.seek(0)
+        lines = self._held.read().splitlines(keepends=True)
+        self._held.close()
+        rest = b"".join(line for line in lines if _ENGINE_LINE not in line)
+        if rest:
+            _os.write(2, rest)
 
 
 def mxnet_load_error():

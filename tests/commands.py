@@ -3,8 +3,8 @@ user's plain environment and signals.
 
 This machine's shell (and pytest's own process, once gluon_bbb is imported) sets variables a
 user's shell does not have: PYTHONUNBUFFERED changes when a closed pipe is noticed, and the
-package's own OMP_NUM_THREADS and MXNET_USE_OPERATOR_TUNING defaults must be found by the command
-itself. ``user_env`` drops them; the data directory ($GLUON_BBB_DATA) stays. A test run started
+package's own OMP_NUM_THREADS, MXNET_USE_OPERATOR_TUNING and MXNET_ENGINE_TYPE defaults must be
+found by the command itself. ``user_env`` drops them; the data directory ($GLUON_BBB_DATA) stays. A test run started
 in the background (``pytest &``, a CI runner) has SIGINT ignored, which its children would
 inherit; a command starts here with SIGINT's default, as from a terminal.
 """
@@ -26,10 +26,10 @@ SHIFT = [PYTHON, "-m", "gluon_bbb.commands.shift"]
 REGRESSION = [PYTHON, "-m", "gluon_bbb.commands.regression"]
 SWEEP = [PYTHON, "-m", "gluon_bbb.commands.sweep"]
 BENCH = [PYTHON, os.path.join(ROOT, "bench", "bench_train.py")]
-_NOT_IN_A_USERS_SHELL = ("OMP_NUM_THREADS", "MXNET_USE_OPERATOR_TUNING")
+_NOT_IN_A_USERS_SHELL = ("OMP_NUM_THREADS", "MXNET_USE_OPERATOR_TUNING", "MXNET_ENGINE_TYPE")
 if int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")) > 1:
     # the worker's share of the cores (conftest.py), not the package's default of all of them
-    _NOT_IN_A_USERS_SHELL = ("MXNET_USE_OPERATOR_TUNING",)
+    _NOT_IN_A_USERS_SHELL = ("MXNET_USE_OPERATOR_TUNING", "MXNET_ENGINE_TYPE")
 
 
 def user_env(**extra):

@@ -17,8 +17,8 @@ if int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")) > 1:
     os.environ["OMP_NUM_THREADS"] = str(max(1, len(os.sched_getaffinity(0))
                                            // int(os.environ["PYTEST_XDIST_WORKER_COUNT"])))
 
-import gluon_bbb  # noqa: F401,E402  (before MXNet: it lends NumPy >= 1.24 the name MXNet reads)
-import mxnet as mx  # noqa: E402
+import gluon_bbb  # noqa: E402  (before MXNet: its thread and engine settings are read as it loads)
+mx = gluon_bbb.require_mxnet()
 import pytest  # noqa: E402
 from hypothesis import HealthCheck, settings  # noqa: E402
 

@@ -232,14 +232,17 @@ def test_a_signal_whose_handler_runs_in_a_finalizer_still_ends_the_command(name)
 INSIDE_A_NATIVE_CALL = """
 import sys, time
 import gluon_bbb
-from gluon_bbb.commands.cli import run_main
+from gluon_bbb.commands.cli import load_mxnet, run_main
 def main(argv):
+    load_mxnet()  # as a command loads it
     from mxnet import nd
-    a = nd.random.normal(shape=(3000, 3000))
-    for _ in range(60):  # minutes of products on two cores, queued on MXNet's engine
-        a = nd.dot(a, a) * 1e-3
+    a = nd.random.normal(shape=(10000, 10000))
+    a.wait_to_read()
     print("waiting", flush=True)
-    a.wait_to_read()  # one native call, a wait that no signal interrupts
+    # one product of 2 TFLOP, tens of seconds on two cores: one native call that no signal
+    # interrupts, the operator's own (the package's NaiveEngine runs it in this thread) or, on
+    # MXNet's threaded engine, the wait for it
+    nd.dot(a, a).wait_to_read()
     print("went on")
     return 0
 sys.exit(run_main(main, [], prog="native"))

@@ -10,7 +10,7 @@ import sysconfig
 
 import pytest
 
-from commands import PYTHON, ROOT, assert_one_line_error, run
+from commands import PYTHON, ROOT, TRAIN, assert_one_line_error, run
 
 
 # The MXNet tutorial's first cell, as it is written, then the library beside it.
@@ -49,6 +49,65 @@ def test_any_import_order_works_in_a_fresh_process(order, env):
     count, version = proc.stdout.split()
     # MXNet 1.9.1 imports only under a NumPy before 1.24, which setup.cfg requires
     assert count == "4" and tuple(map(int, version.split(".")[:2])) < (1, 24)
+
+
+ENGINE_REPORT = """
+import os, sys
+import gluon_bbb
+from gluon_bbb import Config
+import mxnet as mx
+from gluon_bbb.commands.cli import load_mxnet
+mx.nd.ones(2).asnumpy()
+print(os.environ["MXNET_ENGINE_TYPE"])
+"""
+
+
+@pytest.mark.parametrize("users, engine", [(None, "NaiveEngine"),
+                                           ("ThreadedEngine", "ThreadedEngine")])
+def test_the_package_starts_mxnets_engine_in_the_main_thread_without_a_line(users, engine):
+    # the package's default (a user's choice kept), and MXNet's line about it not written
+    proc = run([PYTHON, "-c", ENGINE_REPORT], env={"MXNET_ENGINE_TYPE": users})
+    assert (proc.returncode, proc.stdout, proc.stderr) == (0, engine + "\n", "")
+
+
+@pytest.mark.parametrize("users, ctx, engine", [
+    (None, "cpu", "NaiveEngine"), (None, " GPU:1", "ThreadedEnginePerDevice"),
+    ("NaiveEngine", "gpu", "NaiveEngine"), ("ThreadedEngine", "cpu", "ThreadedEngine")])
+def test_a_command_on_a_gpu_keeps_mxnets_threaded_engine(users, ctx, engine):
+    code = ("import os; from gluon_bbb.commands.cli import load_mxnet; load_mxnet(%r); "
+            "print(os.environ['MXNET_ENGINE_TYPE'])" % ctx)
+    proc = run([PYTHON, "-c", code], env={"MXNET_ENGINE_TYPE": users})
+    assert (proc.returncode, proc.stdout, proc.stderr) == (0, engine + "\n", "")
+
+
+def test_only_the_engines_line_is_dropped_from_what_mxnet_writes_as_it_starts():
+    code = ("import os, gluon_bbb\nwith gluon_bbb._engine_line_dropped():\n"
+            "    os.write(2, b'[07:00:00] engine.cc:54: MXNet start using engine: NaiveEngine\\n"
+            "a warning\\n')\nos.write(2, b'after\\n')\n")
+    proc = run([PYTHON, "-c", code])
+    assert (proc.returncode, proc.stderr) == (0, "a warning\nafter\n")
+    # with descriptor 2 closed there is nothing to hold, and MXNet still loads
+    closed = run(["/bin/sh", "-c", '"$0" -c "import gluon_bbb, os; '
+                  'print(gluon_bbb.mxnet_load_error(), os.environ[\'MXNET_ENGINE_TYPE\'])" 2>&-',
+                  PYTHON])
+    assert (closed.returncode, closed.stdout) == (0, "None NaiveEngine\n")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("flags", [["--network", "lenet", "--estimator", "flipout"],
+                                   ["--model", "mcdropout", "--optimizer", "adam"]])
+def test_training_gives_the_same_bits_on_either_engine(tmp_path, mnist, flags):
+    # the package's NaiveEngine runs MXNet's operators in the main thread, with the same
+    # OpenMP threads as the threaded engine gives each: the same arithmetic in the same order
+    runs = {}
+    for engine in ("NaiveEngine", "ThreadedEnginePerDevice"):
+        out = tmp_path / engine
+        proc = run(TRAIN, "--epochs", "1", "--train-size", "1000", "--seed", "5",
+                   "--test-samples", "0", "--out", out, *flags,
+                   env={"MXNET_ENGINE_TYPE": engine})
+        assert proc.returncode == 0, proc.stderr
+        runs[engine] = (out / "checkpoint.params").read_bytes()
+    assert runs["NaiveEngine"] == runs["ThreadedEnginePerDevice"]
 
 
 COMMAND_MODULES = tuple("commands." + name for name in (

@@ -443,3 +443,13 @@ def test_a_trial_gets_its_threads_whatever_the_worker_set():
     assert env == {"OMP_NUM_THREADS": "2", "MKL_NUM_THREADS": "2", "OPENBLAS_NUM_THREADS": "2",
                    "GLUON_BBB_DATA": "/data"}
     assert nanny["MKL_NUM_THREADS"] == "1"
+
+
+@pytest.mark.parametrize("chosen_here", [True, False])
+def test_a_trial_chooses_its_own_engine_unless_the_user_chose_one(monkeypatch, chosen_here):
+    # the engine the package chose for the sweep's process is not handed on: the trial's
+    # command chooses by its --ctx; one the user set is
+    from gluon_bbb.learning import trials
+    monkeypatch.setattr(trials, "_ENGINE_CHOSEN_HERE", chosen_here)
+    env = trials.trial_environment({"MXNET_ENGINE_TYPE": "NaiveEngine"}, 1)
+    assert ("MXNET_ENGINE_TYPE" in env) == (not chosen_here)

@@ -226,11 +226,15 @@ def _libraries_deprecations_ignored():
         warnings.filterwarnings("ignore", category=category)
 
 
-def load_mxnet():
+def load_mxnet(ctx=None):
     """Load MXNet where a command first needs it (after its flags are checked: a bad flag is
     reported in a fraction of a second); ``MXNetUnavailable`` in one line where it cannot be
-    loaded, before anything else imports it."""
-    from .. import mxnet_load_error
+    loaded, before anything else imports it. ``ctx``: the command's --ctx; on a GPU MXNet's
+    threaded engine overlaps the host's work with the device's, so it keeps it there unless the
+    user chose an engine (the package's NaiveEngine is for the CPU's OpenMP teams)."""
+    from .. import _ENGINE_CHOSEN_HERE, mxnet_load_error
+    if ctx is not None and ctx.strip().lower().startswith("gpu") and _ENGINE_CHOSEN_HERE:
+        os.environ["MXNET_ENGINE_TYPE"] = "ThreadedEnginePerDevice"
     problem = mxnet_load_error()
     if problem:
         raise MXNetUnavailable("%s", problem)

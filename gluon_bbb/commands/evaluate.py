@@ -62,7 +62,7 @@ def summary(report, name=None):
 def main(argv=None, prog=PROG):
     args = build_parser(prog).parse_args(argv)
     import_modules(args.import_modules)
-    load_mxnet()
+    load_mxnet(args.ctx)
     from ..learning.context import parse_context
     from ..analysis.report import evaluate_run, load_ood_images, report_files
     from ..learning.rundir import RunDirectory, resolve_checkpoint

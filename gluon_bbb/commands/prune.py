@@ -57,7 +57,7 @@ def main(argv=None, prog=PROG):
         check_proportion(p)
     if args.save_pruned is not None:
         check_proportion(args.save_pruned, "save_pruned")
-    load_mxnet()
+    load_mxnet(args.ctx)
     from ..learning.context import parse_context
     from ..learning.rundir import RunDirectory, resolve_checkpoint
     run, checkpoint_path = resolve_checkpoint(args.checkpoint)

@@ -56,7 +56,7 @@ def main(argv=None, prog=PROG):
     if args.noise is not None:
         fields["noise"] = (args.noise if args.noise in NAMED_NOISES else _number(args.noise))
     regression_config(args.data, args.model, args.seed, **fields)  # bad values, before MXNet
-    load_mxnet()
+    load_mxnet(args.ctx)
     from ..learning.context import parse_context
     ctx = parse_context(args.ctx)
     _, metrics, paths = run_regression(args.data, args.model, args.out, args.seed, ctx,

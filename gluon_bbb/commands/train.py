@@ -211,7 +211,7 @@ def main(argv=None, prog=PROG):
     if not 0 <= args.test_samples <= MAX_TEST_SAMPLES:  # 0 skips the report
         raise ConfigError("test_samples", args.test_samples,
                           "an integer in [0, %d]" % MAX_TEST_SAMPLES)
-    load_mxnet()
+    load_mxnet(args.ctx)
     from ..learning.context import parse_context
     from ..data import load_mnist
     from ..analysis.report import load_ood_images

@@ -46,7 +46,7 @@ import time
 
 from ..commands.cli import FlagError, flag_for
 from ..errors import CheckpointError, ConfigError, GluonBBBError
-from .. import outputs
+from .. import _ENGINE_CHOSEN_HERE, outputs
 from ..outputs import write_json, write_text
 from ..plots import plot_sweep
 from .rundir import (CHECKPOINT_FILE, CONFIG_FILE, HISTORY_FILE, LOCK_FILE, UNCERTAINTY_FILE,
@@ -248,8 +248,12 @@ THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"
 
 def trial_environment(environ, threads):
     """The environment a trial's commands run in: ``environ`` with every variable of
-    THREAD_VARIABLES set to ``threads``."""
-    return dict(environ, **{name: str(threads) for name in THREAD_VARIABLES})
+    THREAD_VARIABLES set to ``threads``, without the MXNet engine this package chose for its
+    own process (the trial's command chooses by its --ctx)."""
+    env = dict(environ, **{name: str(threads) for name in THREAD_VARIABLES})
+    if _ENGINE_CHOSEN_HERE:
+        env.pop("MXNET_ENGINE_TYPE", None)
+    return env
 
 
 def run_trial(trial_dir, train_args, proportions, threads, python=sys.executable):
