@@ -15,8 +15,11 @@ The layout: ``tutorial.py`` (the tutorial's functions), ``family/`` (the variati
 MXNet 1.9.1 reads names NumPy 1.24 removed (``numpy.bool``) when it is imported: the package
 requires a NumPy before 1.24 (setup.cfg), as MXNet's users pin it, so MXNet imports in any
 order. ``require_mxnet`` imports it with the deprecation warnings of its own import silenced
-(under ``PYTHONWARNINGS=error`` they would stop it).
+(under ``PYTHONWARNINGS=error`` they would stop it), and starts MXNet's engine without the line
+MXNet writes when MXNET_ENGINE_TYPE names one (the package's names and commands load MXNet
+through it; a program that runs MXNet's first operator itself sees that line).
 """
+import contextlib as _contextlib
 import importlib as _importlib
 import os as _os
 
@@ -102,30 +105,28 @@ def require_mxnet():
     return mxnet
 
 
-class _engine_line_dropped:
-    """Holds what is written to file descriptor 2 (MXNet writes from C++) and writes it back
-    on exit, less the engine's line."""
-    def __enter__(self):
-        import tempfile
-        self._stderr = None
+@_contextlib.contextmanager
+def _engine_line_dropped():
+    """Hold what is written to file descriptor 2 (MXNet writes from C++) and write it back
+    after, less the engine's line."""
+    import tempfile
+    try:
+        stderr = _os.dup(2)
+    except OSError:  # descriptor 2 closed: nothing to hold
+        yield
+        return
+    with tempfile.TemporaryFile() as held:
+        _os.dup2(held.fileno(), 2)
         try:
-            self._stderr = _os.dup(2)
-        except OSError:  # descriptor 2 closed: nothing to hold
-            return
-        self._held = tempfile.TemporaryFile()
-        _os.dup2(self._held.fileno(), 2)
-
-    def __exit__(self, *exc_info):
-        if self._stderr is None:
-            return
-        _os.dup2(self._stderr, 2)
-        _os.close(self._stderr)
-        self._held.seek(0)
-        lines = self._held.read().splitlines(keepends=True)
-        self._held.close()
-        rest = b"".join(line for line in lines if _ENGINE_LINE not in line)
-        if rest:
-            _os.write(2, rest)
+            yield
+        finally:
+            _os.dup2(stderr, 2)
+            _os.close(stderr)
+            held.seek(0)
+            rest = b"".join(line for line in held.read().splitlines(keepends=True)
+                            if _ENGINE_LINE not in line)
+            if rest:
+                _os.write(2, rest)
 
 
 def mxnet_load_error():
