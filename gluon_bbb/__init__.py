@@ -79,7 +79,7 @@ _engine_started = False
 
 def require_mxnet():
     """Import MXNet; ImportError on one line where its library cannot be loaded (a CUDA build
-    without the CUDA libraries), instead of the loader's OSError. The first import starts
+    without the CUDA libraries), instead of the loader's OSError. The first call starts
     MXNet's engine, without the line MXNet writes where MXNET_ENGINE_TYPE names one (as this
     package's default does): MXNet starts its engine with its first operator, wherever MXNet
     was imported, so a command that imports a module using MXNet before it calls this is
