@@ -173,7 +173,8 @@ def numpy_prior_precision(w, prior):
     pi, s1, s2 = prior.pi, prior.sigma_p1, prior.sigma_p2
     a = math.log(pi) - math.log(s1) - w ** 2 / (2 * s1 ** 2)
     b = math.log1p(-pi) - math.log(s2) - w ** 2 / (2 * s2 ** 2)
-    share1 = 1.0 / (1.0 + np.exp(b - a))
+    with np.errstate(over="ignore"):  # exp(b - a) = inf where the first component's share is 0
+        share1 = 1.0 / (1.0 + np.exp(b - a))
     return share1 / s1 ** 2 + (1.0 - share1) / s2 ** 2
 
 
