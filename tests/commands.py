@@ -4,9 +4,10 @@ user's plain environment and signals.
 This machine's shell (and pytest's own process, once gluon_bbb is imported) sets variables a
 user's shell does not have: PYTHONUNBUFFERED changes when a closed pipe is noticed, and the
 package's own OMP_NUM_THREADS, MXNET_USE_OPERATOR_TUNING and MXNET_ENGINE_TYPE defaults must be
-found by the command itself. ``user_env`` drops them; the data directory ($GLUON_BBB_DATA) stays. A test run started
-in the background (``pytest &``, a CI runner) has SIGINT ignored, which its children would
-inherit; a command starts here with SIGINT's default, as from a terminal.
+found by the command itself. ``user_env`` drops them; the data directory ($GLUON_BBB_DATA)
+stays. A test run started in the background (``pytest &``, a CI runner) has SIGINT ignored,
+which its children would inherit; a command starts here with SIGINT's default, as from a
+terminal.
 """
 import os
 import signal

@@ -7,10 +7,11 @@ computes, for those combinations, with the parameter-side work in two passes ove
 vectors: draw eps and form w = mu + sigma * eps (or sigma and the perturbation for the other
 estimators), then, after the network's forward and backward pass (the local reparametrization's
 and Flipout's graphs with ``operators.py``'s operators where MXNet has them), the KL term and
-both gradients. ``kept`` gives what stays in the network where a run removes what the log-uniform prior switches
-off; ``optimizer_update`` runs MXNet's SGD and Adam updates in place; ``prior_terms`` gives a
-prior's log density, gradient and precision at given weights (a MAP model's prior, IVON's);
-``ivon_draw`` and ``ivon_update`` compute IVON's (``learning/ivon.py``) for its fast paths.
+both gradients. ``kept`` gives what stays in the network where a run removes what the
+log-uniform prior switches off; ``optimizer_update`` runs MXNet's SGD and Adam updates in place;
+``prior_terms`` gives a prior's log density, gradient and precision at given weights (a MAP
+model's prior, IVON's); ``ivon_draw`` and ``ivon_update`` compute IVON's
+(``learning/ivon.py``) for its fast paths.
 
 The library is built at install time (``setup.py``; it needs a C compiler). It is used only if
 it loads, was built from the ``_fused.c`` beside it (not older than it) and reports the
