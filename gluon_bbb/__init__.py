@@ -17,7 +17,8 @@ requires a NumPy before 1.24 (setup.cfg), as MXNet's users pin it, so MXNet impo
 order. ``require_mxnet`` imports it with the deprecation warnings of its own import silenced
 (under ``PYTHONWARNINGS=error`` they would stop it), and starts MXNet's engine without the line
 MXNet writes when MXNET_ENGINE_TYPE names one (the package's names and commands load MXNet
-through it; a program that runs MXNet's first operator itself sees that line).
+through it; a program that imports one of the package's modules directly sees that line where
+MXNet starts its engine without it: at the program's first operator, or as it exits).
 """
 import contextlib as _contextlib
 import importlib as _importlib
