@@ -119,12 +119,14 @@ def transform_gaussian_samples(mus, sigmas, epsilons):
     return [mu + sigma * eps for mu, sigma, eps in zip(mus, sigmas, epsilons)]
 
 
-def net(X, layer_params, F=nd, network=None):
+def net(X, layer_params, F=None, network=None):
     """Logits of the network: by default the MLP the parameters shape (ReLU hidden layers,
     linear output), else ``network`` (a ``network.Network``); X (batch, inputs).
 
-    With ``F=mx.sym`` and symbols for X and the parameters it builds the same network as a
-    graph (``NetworkGraph`` trains with it).
+    F None: MXNet's NDArray operators (outside autograd, a convolution and the max pooling
+    after it in one pass of the C kernels where they are built: ``Network.__call__``);
+    ``F=mx.nd``: MXNet's operators alone. With ``F=mx.sym`` and symbols for X and the
+    parameters it builds the same network as a graph (``NetworkGraph`` trains with it).
     """
     return (network or mlp_of(layer_params))(X, layer_params, F)
 

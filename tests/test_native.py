@@ -612,3 +612,39 @@ def test_a_library_that_does_not_match_the_source_is_not_used(monkeypatch, capfd
         monkeypatch.undo()
         native._load.cache_clear()
     assert native.available()
+
+
+def test_a_forward_pass_takes_the_pooling_kernel_only_for_the_formula_it_computes(
+        ctx, native_kernels, monkeypatch):
+    from mxnet import autograd
+    from gluon_bbb.networks.layers import Conv2D, Dense, Flatten, MaxPool2D, Network
+    calls = []
+    kernel = native.conv_maxpool
+    monkeypatch.setattr(native, "conv_maxpool",
+                        lambda *args: calls.append(args[0].shape) or kernel(*args))
+
+    class Doubled(Conv2D):  # a user's convolution with its own formula
+        def __call__(self, F, h, params, input_shape):
+            return 2 * super().__call__(F, h, params, input_shape)
+
+    class MeanPool(MaxPool2D):
+        def __call__(self, F, h, params, input_shape):
+            return F.Pooling(h, kernel=(self.size,) * 2, stride=(self.size,) * 2, pool_type="avg")
+
+    rng = np.random.default_rng(0)
+    for conv, pool, taken in ((Conv2D(5, 3), MaxPool2D(2), True), (Doubled(5, 3), MaxPool2D(2),
+                              False), (Conv2D(5, 3), MeanPool(2), False)):
+        network = Network([conv, pool, Flatten(), Dense(3)], input_shape=(2, 9, 9))
+        params = [nd.array(rng.normal(size=s), ctx=ctx) for s in network.param_shapes()]
+        X = nd.array(rng.normal(size=(4, 162)), ctx=ctx)
+        del calls[:]
+        plain = network(X, params, F=nd).asnumpy()  # MXNet's operators alone
+        assert calls == []
+        np.testing.assert_allclose(network(X, params).asnumpy(), plain, rtol=1e-5, atol=1e-5)
+        assert calls == ([(4, 2, 9, 9)] if taken else [])
+        with autograd.record():  # the kernel has no backward pass: MXNet's operators
+            recorded = network(X, params)
+        np.testing.assert_allclose(recorded.asnumpy(), plain, rtol=1e-5, atol=1e-5)
+        float64 = [p.astype("float64") for p in params]
+        network(X.astype("float64"), float64)
+        assert len(calls) == (1 if taken else 0)

@@ -2,8 +2,9 @@
 shapes and settings (Hypothesis): the convolution (a one-channel input as a dense product over
 its patches; MXNet's oneDNN operator otherwise) and max pooling against NumPy, values and
 gradients, in every way the package runs them; the NumPy predictor's convolution and pooling in
-one product against NumPy's; the NumPy predictor against MXNet's network for randomly drawn
-networks. A hand-picked shape is an example; these are the checks.
+one product, and the C kernel's in one pass at each vector width, against NumPy's; the NumPy
+predictor and the networks' forward pass outside autograd (which takes the C kernel) against
+MXNet's operators for randomly drawn networks. A hand-picked shape is an example; these are the checks.
 
 MXNet 1.9.1's oneDNN picks blocked memory layouts by shape and ISA (8 channels a block on AVX2,
 16 on AVX-512), so the channel counts are drawn from 1-70 with the multiples of 8 and 16 drawn
@@ -188,6 +189,19 @@ def test_the_numpy_convolution_pooled_in_one_product_matches_numpy(case, always_
     np.testing.assert_allclose(ours, expected, rtol=1e-4, atol=1e-5 * (np.abs(expected).max() + 1))
 
 
+@given(pooled_convolutions(), st.sampled_from([4, 8, 16]))
+def test_the_kernels_convolution_pooled_in_one_pass_matches_numpy(native_kernels, case, widest):
+    # bbb_conv_maxpool at each vector width the CPU has (a wider one than it has runs the
+    # widest it has): output channels in blocks of two vectors, zeros past the last; a row's
+    # outputs in tiles, the last one partial; the windows that fit
+    x, W, b, pool = case
+    expected = np_max_pooling(np_convolution(x.astype(np.float64), W, b)[0], pool)[0]
+    ours = native_kernels.conv_maxpool(nd.array(x), nd.array(W), nd.array(b), pool,
+                                       widest).asnumpy()
+    assert ours.shape == expected.shape and ours.dtype == np.float32
+    np.testing.assert_allclose(ours, expected, rtol=1e-4, atol=1e-5 * (np.abs(expected).max() + 1))
+
+
 @st.composite
 def networks(draw):
     """A network description of the layers the package trains, on square images of a drawn
@@ -226,8 +240,24 @@ def test_the_numpy_predictor_computes_mxnets_network(ctx, description, seed):
     params = [(rng.normal(size=s) / np.sqrt(np.prod(s[1:]) if len(s) > 1 else 1))
               .astype(np.float32) for s in network.param_shapes()]
     X = rng.uniform(size=(rng.integers(1, 5), features)).astype(np.float32)
-    theirs = network(nd.array(X, ctx=ctx), [nd.array(p, ctx=ctx) for p in params]).asnumpy()
+    theirs = network(nd.array(X, ctx=ctx), [nd.array(p, ctx=ctx) for p in params],
+                     F=nd).asnumpy()
     ours = network(X, params, F=compressed.NumPyOperators)
+    np.testing.assert_allclose(ours, theirs, rtol=1e-4, atol=1e-5 * (np.abs(theirs).max() + 1))
+
+
+@given(networks(), SEEDS)
+def test_a_networks_forward_pass_outside_autograd_computes_mxnets(native_kernels, ctx,
+                                                                  description, seed):
+    # F None: each convolution that a max pooling follows computed with it by the C kernel
+    description, features, classes = description
+    network = parse_network(description, features, classes).without_dropout()
+    rng = np.random.default_rng(seed)
+    params = [nd.array(rng.normal(size=s) / np.sqrt(np.prod(s[1:]) if len(s) > 1 else 1),
+                       ctx=ctx) for s in network.param_shapes()]
+    X = nd.array(rng.uniform(size=(rng.integers(1, 5), features)), ctx=ctx)
+    theirs = network(X, params, F=nd).asnumpy()
+    ours = network(X, params).asnumpy()
     np.testing.assert_allclose(ours, theirs, rtol=1e-4, atol=1e-5 * (np.abs(theirs).max() + 1))
 
 

@@ -16,6 +16,8 @@
  *                       (a MAP model's prior, IVON's)
  *   bbb_ivon_draw, bbb_ivon_update: IVON's draw of the weights and its update from one draw
  *                       (learning/ivon.py), about 30 operators of a step in two passes
+ *   bbb_conv_maxpool:   a convolution and the max pooling after it, forward only, in one pass
+ *                       over each image (the Monte Carlo predictive of a convolutional network)
  *
  * Normal draws: element i of stream s belongs to chunk c = i / CHUNK; chunk c takes its
  * uniforms from the 64-bit words of Philox4x64-10 blocks with counter (c * BLOCKS_PER_CHUNK + j
@@ -29,10 +31,12 @@
  */
 #include <math.h>
 #include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
 
 /* native.py refuses a library whose version differs from its own ABI_VERSION: raise both
  * whenever a function's signature or meaning changes. */
-#define ABI_VERSION 9
+#define ABI_VERSION 10
 #define CHUNK 8192
 #define BLOCKS_PER_CHUNK 1024 /* CHUNK / 2 words per pair of normals / 4 words per block */
 #define LOG_SQRT_2PI 0.91893853320467274178f
@@ -654,4 +658,168 @@ void bbb_ivon_update(int64_t n, float *mu, float *momentum, float *hessian, cons
 #undef PRIOR_PRECISION
 #undef PRIOR_GRADIENT
     }
+}
+
+/* A convolution (stride 1, no padding) of in (N, C, H, W) with w (OC, C, K, K) and b (OC,),
+ * then a max pooling of P x P windows at stride P (the windows that fit), into out (N, OC,
+ * (H - K + 1) / P, (W - K + 1) / P): networks.layers.Conv2D then MaxPool2D, forward only.
+ *
+ * The weights are laid out once a call as (C, K, K, OCP), OCP the output channels rounded up
+ * to two vectors with zeros; each tile of TILE outputs of a row and two vectors of channels
+ * sums its C K K terms in registers (one broadcast input times two weight vectors a term),
+ * P rows of the convolution at a time, which are pooled at once. The images are split among
+ * the threads, each image summed in one fixed order: the result does not depend on the number
+ * of threads. MXNet 1.9.1's oneDNN runs the LeNet's convolutions (20 and 50 output channels,
+ * not multiples of 8) as im2col and a matrix product and pools in a second pass
+ * (docs/PERFORMANCE.md). `widest`: the most floats a vector may hold (16, 8 or 4: the tests
+ * run each width the CPU has). Returns 0, or -1 where memory could not be allocated. */
+#define CONV_TILE_FUNCTION(NAME, VL, TILE, TARGET)                                           \
+typedef float NAME##_vector __attribute__((vector_size(VL * 4)));                            \
+TARGET static void NAME(int64_t C, int64_t H, int64_t W, int64_t K, int64_t OCP,             \
+                        int64_t oy, int64_t ox0, int64_t width, int64_t ob,                  \
+                        const float *in, const float *wp, const float *bp, float *row_out) { \
+    NAME##_vector acc0[TILE], acc1[TILE], b0, b1;                                            \
+    memcpy(&b0, bp + ob, sizeof b0);                                                         \
+    memcpy(&b1, bp + ob + VL, sizeof b1);                                                    \
+    for (int p = 0; p < TILE; ++p) {                                                         \
+        acc0[p] = b0;                                                                        \
+        acc1[p] = b1;                                                                        \
+    }                                                                                        \
+    for (int64_t c = 0; c < C; ++c)                                                          \
+        for (int64_t ky = 0; ky < K; ++ky) {                                                 \
+            const float *x = in + (c * H + oy + ky) * W + ox0;                               \
+            const float *wk = wp + (c * K + ky) * K * OCP + ob;                              \
+            for (int64_t kx = 0; kx < K; ++kx) {                                             \
+                NAME##_vector w0, w1;                                                        \
+                memcpy(&w0, wk + kx * OCP, sizeof w0);                                       \
+                memcpy(&w1, wk + kx * OCP + VL, sizeof w1);                                  \
+                if (width == TILE) {                                                         \
+                    for (int p = 0; p < TILE; ++p) {                                         \
+                        acc0[p] += x[p + kx] * w0;                                           \
+                        acc1[p] += x[p + kx] * w1;                                           \
+                    }                                                                        \
+                } else {                                                                     \
+                    for (int p = 0; p < width; ++p) {                                        \
+                        acc0[p] += x[p + kx] * w0;                                           \
+                        acc1[p] += x[p + kx] * w1;                                           \
+                    }                                                                        \
+                }                                                                            \
+            }                                                                                \
+        }                                                                                    \
+    for (int p = 0; p < width; ++p) {                                                        \
+        memcpy(row_out + (ox0 + p) * OCP + ob, &acc0[p], sizeof acc0[p]);                    \
+        memcpy(row_out + (ox0 + p) * OCP + ob + VL, &acc1[p], sizeof acc1[p]);               \
+    }                                                                                        \
+}
+
+/* the largest of each P x P window of P rows (P, OW, OCP) into pooled (PW, OCP) */
+#define CONV_POOL_FUNCTION(NAME, TARGET)                                                     \
+TARGET static void NAME(int64_t P, int64_t OW, int64_t PW, int64_t OCP, const float *rows,   \
+                        float *pooled) {                                                     \
+    for (int64_t px = 0; px < PW; ++px) {                                                    \
+        float *m = pooled + px * OCP;                                                        \
+        memcpy(m, rows + px * P * OCP, sizeof(float) * OCP);                                 \
+        for (int64_t dy = 0; dy < P; ++dy)                                                   \
+            for (int64_t dx = 0; dx < P; ++dx) {                                             \
+                const float *v = rows + (dy * OW + px * P + dx) * OCP;                       \
+                for (int64_t oc = 0; oc < OCP; ++oc)                                         \
+                    m[oc] = v[oc] > m[oc] ? v[oc] : m[oc];                                   \
+            }                                                                                \
+    }                                                                                        \
+}
+
+typedef void (*conv_tile_function)(int64_t, int64_t, int64_t, int64_t, int64_t, int64_t,
+                                   int64_t, int64_t, int64_t, const float *, const float *,
+                                   const float *, float *);
+typedef void (*conv_pool_function)(int64_t, int64_t, int64_t, int64_t, const float *, float *);
+
+/* 16 floats a vector where the CPU has AVX-512, 8 with AVX2, 4 elsewhere; tiles of as many
+ * outputs as the registers hold (AVX2 has 16: 6 outputs, or 4, two vectors each) */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#define AVX512 __attribute__((target("avx512f")))
+#define AVX2 __attribute__((target("avx2,fma")))
+CONV_TILE_FUNCTION(conv_tile_avx512, 16, 8, AVX512)
+CONV_POOL_FUNCTION(conv_pool_avx512, AVX512)
+CONV_TILE_FUNCTION(conv_tile_avx2_6, 8, 6, AVX2)
+CONV_TILE_FUNCTION(conv_tile_avx2_4, 8, 4, AVX2)
+CONV_POOL_FUNCTION(conv_pool_avx2, AVX2)
+#endif
+CONV_TILE_FUNCTION(conv_tile_plain, 4, 4, )
+CONV_POOL_FUNCTION(conv_pool_plain, )
+
+/* Of the tiles of `sizes`, the one that leaves the fewest outputs unused in a row of `width`
+ * (a row's last tile, where it is partial, sums fewer outputs at a tile's cost), the larger
+ * on a tie: 4 on AVX2 for the LeNet's second convolution (8 outputs a row), 6 for its first
+ * (24), where 6 took 12.7 ms of 245 images against 4's 7.7 (emulated on AVX-512). */
+static int choose_tile(int64_t width, int count, const int64_t *sizes) {
+    int best = 0;
+    for (int i = 1; i < count; ++i) {
+        int64_t spent = (width + sizes[i] - 1) / sizes[i] * sizes[i];
+        int64_t best_spent = (width + sizes[best] - 1) / sizes[best] * sizes[best];
+        if (spent < best_spent || (spent == best_spent && sizes[i] > sizes[best]))
+            best = i;
+    }
+    return best;
+}
+
+int bbb_conv_maxpool(int64_t N, int64_t C, int64_t H, int64_t W, int64_t OC, int64_t K,
+                     int64_t P, const float *in, const float *w, const float *b, float *out,
+                     int64_t widest) {
+    int64_t OH = H - K + 1, OW = W - K + 1, PH = OH / P, PW = OW / P;
+    int64_t vector = 4, tile = 4;
+    conv_tile_function conv_tile = conv_tile_plain;
+    conv_pool_function pool = conv_pool_plain;
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+    if (widest >= 16 && __builtin_cpu_supports("avx512f")) {
+        vector = 16, tile = 8, conv_tile = conv_tile_avx512, pool = conv_pool_avx512;
+    } else if (widest >= 8 && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) {
+        static const int64_t sizes[] = {6, 4};
+        static const conv_tile_function tiles[] = {conv_tile_avx2_6, conv_tile_avx2_4};
+        int chosen = choose_tile(PW * P, 2, sizes);
+        vector = 8, tile = sizes[chosen], conv_tile = tiles[chosen], pool = conv_pool_avx2;
+    }
+#endif
+    int64_t OCP = (OC + 2 * vector - 1) / (2 * vector) * (2 * vector);
+    float *wp = malloc(sizeof(float) * (size_t)(C * K * K * OCP + OCP));
+    if (!wp)
+        return -1;
+    float *bp = wp + C * K * K * OCP;
+    for (int64_t o = 0; o < OCP; ++o)
+        bp[o] = o < OC ? b[o] : 0.0f;
+    for (int64_t c = 0; c < C; ++c)
+        for (int64_t k = 0; k < K * K; ++k)
+            for (int64_t o = 0; o < OCP; ++o)
+                wp[(c * K * K + k) * OCP + o] = o < OC ? w[(o * C + c) * K * K + k] : 0.0f;
+    int failed = 0;
+#pragma omp parallel reduction(| : failed)
+    {
+        /* P rows of the convolution, (P, OW, OCP), and their pooled row, (PW, OCP) */
+        float *rows = malloc(sizeof(float) * (size_t)((P * OW + PW) * OCP));
+        if (!rows)
+            failed = 1;
+#pragma omp for schedule(static)
+        for (int64_t n = 0; n < N; ++n) {
+            if (!rows)
+                continue;
+            float *pooled = rows + P * OW * OCP;
+            const float *image = in + n * C * H * W;
+            float *o = out + n * OC * PH * PW;
+            for (int64_t py = 0; py < PH; ++py) {
+                for (int64_t dy = 0; dy < P; ++dy)
+                    for (int64_t ob = 0; ob < OCP; ob += 2 * vector)
+                        for (int64_t ox0 = 0; ox0 < PW * P; ox0 += tile) {
+                            int64_t width = PW * P - ox0 < tile ? PW * P - ox0 : tile;
+                            conv_tile(C, H, W, K, OCP, py * P + dy, ox0, width, ob, image, wp,
+                                      bp, rows + dy * OW * OCP);
+                        }
+                pool(P, OW, PW, OCP, rows, pooled);
+                for (int64_t oc = 0; oc < OC; ++oc)
+                    for (int64_t px = 0; px < PW; ++px)
+                        o[(oc * PH + py) * PW + px] = pooled[px * OCP + oc];
+            }
+        }
+        free(rows);
+    }
+    free(wp);
+    return failed ? -1 : 0;
 }

@@ -11,7 +11,9 @@ both gradients. ``kept`` gives what stays in the network where a run removes wha
 log-uniform prior switches off; ``optimizer_update`` runs MXNet's SGD and Adam updates in place;
 ``prior_terms`` gives a prior's log density, gradient and precision at given weights (a MAP
 model's prior, IVON's); ``ivon_draw`` and ``ivon_update`` compute IVON's
-(``learning/ivon.py``) for its fast paths.
+(``learning/ivon.py``) for its fast paths. ``conv_maxpool`` computes a convolution and the max
+pooling after it in one pass, forward only: ``with_convolution_max_pool`` hands it to the
+networks' forward passes outside autograd (``networks.layers.Network``).
 
 The library is built at install time (``setup.py``; it needs a C compiler). It is used only if
 it loads, was built from the ``_fused.c`` beside it (not older than it) and reports the
@@ -33,7 +35,7 @@ from .built import open_built
 from ..family.parametrizations import SOFTPLUS
 
 
-ABI_VERSION = 9           # must match ABI_VERSION in _fused.c
+ABI_VERSION = 10          # must match ABI_VERSION in _fused.c
 FLOAT32_MAX = float(np.finfo(np.float32).max)
 
 _P, _I64, _U64, _F32 = ctypes.c_void_p, ctypes.c_int64, ctypes.c_uint64, ctypes.c_float
@@ -55,6 +57,7 @@ _SIGNATURES = {
     "bbb_ivon_draw": ([_I64, _P, _P, _P, _F32, _F32, _F32, _U64, _U64, _U64, _P, _P], None),
     "bbb_ivon_log_variance": ([_I64, _P, _P, _F32, _F32, _F32, _P], None),
     "bbb_ivon_update": ([_I64] + [_P] * 7 + [_F32] * 10 + [_P], None),
+    "bbb_conv_maxpool": ([_I64] * 7 + [_P] * 4 + [_I64], ctypes.c_int),
 }
 
 
@@ -430,3 +433,42 @@ def ivon_log_variance(hessian, prior_precision, ess, weight_decay, floor, log_va
     library().bbb_ivon_log_variance(hessian.size, _host_pointer(hessian),
                                     _host_pointer(prior_precision), ess, weight_decay, floor,
                                     _host_pointer(log_variance, write=True))
+
+
+def conv_maxpool(h, W, b, pool, widest=16):
+    """``networks.layers.Conv2D``'s convolution (stride 1, no padding) of ``h`` (N, C, H, W)
+    with ``W`` (OC, C, K, K) and ``b`` (OC,), then ``MaxPool2D``'s pooling of ``pool`` x
+    ``pool`` windows at stride ``pool``, in one pass (``bbb_conv_maxpool``); forward only.
+    Float32 NDArrays on a CPU context; returns (N, OC, (H - K + 1) // pool, (W - K + 1) //
+    pool) on it. ``widest``: the most floats a vector of the kernel holds (16: AVX-512 where
+    the CPU has it; 8: AVX2; 4)."""
+    N, C, height, width = h.shape
+    channels, _, kernel, _ = W.shape
+    out = mx.nd.empty((N, channels, (height - kernel + 1) // pool, (width - kernel + 1) // pool),
+                      ctx=h.context)
+    if library().bbb_conv_maxpool(N, C, height, width, channels, kernel, pool, _host_pointer(h),
+                                  _host_pointer(W), _host_pointer(b),
+                                  _host_pointer(out, write=True), widest):
+        raise MemoryError("bbb_conv_maxpool: no memory for the packed weights")
+    return out
+
+
+class _ConvolutionMaxPool:
+    """MXNet's NDArray operators ``F`` with ``ConvolutionMaxPool``, the name the networks'
+    forward pass takes a convolution and its max pooling by (``Network.run``)."""
+
+    def __init__(self, F):
+        self._F, self.__name__ = F, F.__name__
+
+    def __getattr__(self, name):
+        return getattr(self._F, name)
+
+    @staticmethod
+    def ConvolutionMaxPool(h, W, b, num_filter, kernel, pool):
+        return conv_maxpool(h, W, b, pool)
+
+
+def with_convolution_max_pool(F, arrays):
+    """``F`` (MXNet's NDArray operators) with the kernel's ``ConvolutionMaxPool`` where the
+    kernels can take ``arrays`` (``serves_arrays``), else ``F`` itself."""
+    return _ConvolutionMaxPool(F) if serves_arrays(*arrays) else F

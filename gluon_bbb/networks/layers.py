@@ -23,6 +23,7 @@ import math
 
 from ..errors import ConfigError
 from ..family.elementwise import LRT_VARIANCE_FLOOR
+from ..family.formulas import Keyed
 
 
 # How the estimators that draw per example give a dense or convolution layer's output, written
@@ -139,6 +140,8 @@ class Dense(_Linear):
 class Conv2D(_Linear):
     """A 2-D convolution, stride 1, no padding; takes (batch, channels, height, width)."""
     convolution = True
+    # a max pooling right after it may be computed with it (``Network.run``'s ``pooled``)
+    pooled_with = Keyed(True, "__call__")
 
     def __init__(self, channels, kernel):
         layer = "conv:%s:%s" % (channels, kernel)
@@ -233,6 +236,7 @@ def _differentiated(F):
 class MaxPool2D:
     """Max pooling over size x size windows with stride size."""
     has_weights = False
+    pooled_with = Keyed(True, "__call__")
 
     def __init__(self, size):
         self.size = _whole_number(size, "SIZE", "pool:%s" % (size,))
@@ -460,9 +464,16 @@ class Network:
     def __call__(self, X, params, F=None):
         """The logits for X with ``params``. Where F has ``ConvolutionMaxPool`` (NumPy's
         operators, ``compressed.NumPyOperators``), a convolution right before a max pooling is
-        computed with it, in one step."""
+        computed with it, in one step. F None: MXNet's NDArray operators, with the C kernels'
+        ``ConvolutionMaxPool`` outside autograd where they take the arrays (built; float32 on
+        a CPU context: ``native.library.with_convolution_max_pool``); ``F=mx.nd``: MXNet's
+        operators alone."""
         if F is None:
             from mxnet import nd as F
+            if not _differentiated(F) and any(isinstance(layer, Conv2D)
+                                              for layer in self.layers):
+                from ..native import library
+                F = library.with_convolution_max_pool(F, [X] + list(params))
         pooled = None
         if getattr(F, "ConvolutionMaxPool", None) is not None:
             def pooled(conv, pool, h, index):
@@ -480,7 +491,8 @@ class Network:
         first parameter's position in the parameter list: W and b, or a gate's one vector);
         other layers as they are, or by ``weightless(layer, h, index, count, input_shape)``
         where given; a convolution that the computing order puts right before a max pooling,
-        with the pooling, by ``pooled(conv, pool, h, index)`` where given."""
+        with the pooling, by ``pooled(conv, pool, h, index)`` where given (and where neither
+        layer's class changes the formula, ``__call__``, that ``pooled`` computes)."""
         if F is None:
             from mxnet import nd as F
         h = X
@@ -494,8 +506,8 @@ class Network:
             shape = self.input_shapes[position]
             following = (self.layers[self._order[step + 1]]
                          if step + 1 < len(self._order) else None)
-            if (pooled is not None and isinstance(layer, Conv2D)
-                    and isinstance(following, MaxPool2D)):
+            if (pooled is not None and isinstance(layer, Conv2D) and layer.pooled_with
+                    and isinstance(following, MaxPool2D) and following.pooled_with):
                 h, skip = pooled(layer, following, h, index), self._order[step + 1]
                 k += 1
             elif isinstance(layer, NOISY_LAYERS):
