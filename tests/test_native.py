@@ -648,3 +648,36 @@ def test_a_forward_pass_takes_the_pooling_kernel_only_for_the_formula_it_compute
         float64 = [p.astype("float64") for p in params]
         network(X.astype("float64"), float64)
         assert len(calls) == (1 if taken else 0)
+
+
+def test_a_relu_next_to_a_pooled_convolution_is_computed_with_it_only_as_relu(
+        ctx, native_kernels, monkeypatch):
+    from gluon_bbb.networks.layers import Conv2D, Dense, Flatten, MaxPool2D, Network, ReLU
+    calls = []
+    kernel = native.conv_maxpool
+    monkeypatch.setattr(native, "conv_maxpool",
+                        lambda *args: calls.append(args[4]) or kernel(*args))
+
+    class Absolute(ReLU):  # a user's activation with its own formula, which a pooling's
+        def __call__(self, F, h, params, input_shape):  # maximum does not commute with
+            return F.abs(h)
+
+    rng = np.random.default_rng(1)
+    # the kernel's calls, by whether each computed the ReLU too: the user's activation is
+    # not moved after the pooling, nor computed with it
+    for layers, expected in (([ReLU(), MaxPool2D(2)], [True]), ([MaxPool2D(2), ReLU()], [True]),
+                             ([Absolute(), MaxPool2D(2)], []),
+                             ([MaxPool2D(2), Absolute()], [False])):
+        network = Network([Conv2D(6, 3)] + layers + [Flatten(), Dense(3)], input_shape=(1, 8, 8))
+        params = [nd.array(rng.normal(size=s), ctx=ctx) for s in network.param_shapes()]
+        X = nd.array(rng.normal(size=(5, 64)), ctx=ctx)
+        # the layers one by one, as listed
+        h, shape, rest = nd.reshape(X, shape=(-1, 1, 8, 8)), (1, 8, 8), list(params)
+        for layer in network.layers:
+            count = len(layer.param_shapes(shape)[0])
+            h, shape, rest = layer(nd, h, rest[:count], shape), layer.param_shapes(shape)[1], \
+                rest[count:]
+        del calls[:]
+        np.testing.assert_allclose(network(X, params).asnumpy(), h.asnumpy(), rtol=1e-5,
+                                   atol=1e-5)
+        assert calls == expected

@@ -171,32 +171,36 @@ def pooled_convolutions(draw):
             .astype(np.float32), pool)
 
 
-@given(pooled_convolutions(), st.booleans())
-def test_the_numpy_convolution_pooled_in_one_product_matches_numpy(case, always_one_product):
+@given(pooled_convolutions(), st.booleans(), st.booleans())
+def test_the_numpy_convolution_pooled_in_one_product_matches_numpy(case, always_one_product,
+                                                                   relu):
     # compressed.NumPyOperators.ConvolutionMaxPool: the shifted kernels' one product over the
     # windows' patches (forced for every kernel and window when always_one_product), or the
-    # convolution then the pooling where the product's zeros would cost more
+    # convolution then the pooling where the product's zeros would cost more; the ReLU after
     x, W, b, pool = case
     expected = np_max_pooling(np_convolution(x.astype(np.float64), W, b)[0], pool)[0]
+    expected = np.maximum(expected, 0) if relu else expected
     limit = compressed.FUSED_MULTIPLY_ADDS
     compressed.FUSED_MULTIPLY_ADDS = np.inf if always_one_product else limit
     try:
         ours = compressed.NumPyOperators.ConvolutionMaxPool(
-            x, W, b, num_filter=W.shape[0], kernel=W.shape[2:], pool=pool)
+            x, W, b, num_filter=W.shape[0], kernel=W.shape[2:], pool=pool, relu=relu)
     finally:
         compressed.FUSED_MULTIPLY_ADDS = limit
     assert ours.shape == expected.shape and ours.dtype == np.float32
     np.testing.assert_allclose(ours, expected, rtol=1e-4, atol=1e-5 * (np.abs(expected).max() + 1))
 
 
-@given(pooled_convolutions(), st.sampled_from([4, 8, 16]))
-def test_the_kernels_convolution_pooled_in_one_pass_matches_numpy(native_kernels, case, widest):
+@given(pooled_convolutions(), st.booleans(), st.sampled_from([4, 8, 16]))
+def test_the_kernels_convolution_pooled_in_one_pass_matches_numpy(native_kernels, case, relu,
+                                                                 widest):
     # bbb_conv_maxpool at each vector width the CPU has (a wider one than it has runs the
     # widest it has): output channels in blocks of two vectors, zeros past the last; a row's
-    # outputs in tiles, the last one partial; the windows that fit
+    # outputs in tiles, the last one partial; the windows that fit; the ReLU after
     x, W, b, pool = case
     expected = np_max_pooling(np_convolution(x.astype(np.float64), W, b)[0], pool)[0]
-    ours = native_kernels.conv_maxpool(nd.array(x), nd.array(W), nd.array(b), pool,
+    expected = np.maximum(expected, 0) if relu else expected
+    ours = native_kernels.conv_maxpool(nd.array(x), nd.array(W), nd.array(b), pool, relu,
                                        widest).asnumpy()
     assert ours.shape == expected.shape and ours.dtype == np.float32
     np.testing.assert_allclose(ours, expected, rtol=1e-4, atol=1e-5 * (np.abs(expected).max() + 1))

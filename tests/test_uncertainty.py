@@ -173,19 +173,25 @@ def test_mc_dropout_trains_on_mnist_and_predicts_with_masks(tmp_path, mnist, ctx
 
 def test_prediction_batches_follow_the_networks_activations(ctx):
     """The LeNet predicts in batches of 245 (its 34,130 activation floats an image), the MLPs in
-    batches of 1,000; the batches change nothing but the speed: one seed's draws of the weights
-    give the same predictive in batches of 245 and of 1,000."""
+    batches of 1,000, and the LeNet in batches of 1,000 where the C kernel computes each
+    convolution with its pooling and ReLU (4,690 floats: 2,880 + 800 + 500 + 500 + 10, the
+    rectified poolings' and the dense layers'); the batches change nothing but the speed: one
+    seed's draws of the weights give the same predictive in batches of 245 and of 1,000."""
     from gluon_bbb.networks.layers import mlp, parse_network
     from gluon_bbb.analysis.uncertainty import prediction_batch_size
     lenet = parse_network("lenet")
     assert prediction_batch_size(lenet) == 2 ** 23 // 34130 == 245
+    assert lenet.pooled_activation_size == 4690
+    assert prediction_batch_size(lenet, pooled=True) == min(1000, 2 ** 23 // 4690) == 1000
     assert prediction_batch_size(None) == prediction_batch_size(mlp(num_hidden=1200)) == 1000
     rng = np.random.default_rng(0)
     mus = [nd.array(rng.normal(scale=0.1, size=s), ctx=ctx) for s in lenet.param_shapes()]
     sigmas = [nd.full(s, 0.05, ctx=ctx) for s in lenet.param_shapes()]
     X = rng.uniform(0, 2, size=(300, 784)).astype(np.float32)
     default = predict(X, mus, sigmas, num_samples=2, seed=3, network=lenet).asnumpy()
-    whole = predict(X, mus, sigmas, num_samples=2, seed=3, network=lenet, batch_size=1000)
-    np.testing.assert_allclose(default, whole.asnumpy(), rtol=1e-5, atol=1e-6)
+    for batch_size in (245, 1000):
+        batched = predict(X, mus, sigmas, num_samples=2, seed=3, network=lenet,
+                          batch_size=batch_size)
+        np.testing.assert_allclose(default, batched.asnumpy(), rtol=1e-5, atol=1e-6)
     assert not np.allclose(default, predict(X, mus, sigmas, num_samples=2, seed=4,
                                             network=lenet).asnumpy(), atol=1e-3)

@@ -11,22 +11,28 @@ from .metrics import (auroc, expected_calibration_error, negative_log_likelihood
                       predictive_entropy, reliability)
 from ..tutorial import net, sample_epsilons, transform_gaussian_samples
 from ..learning.noise import noise_for, seed_generator
+from ..native import library as native
 
 
 # Floats of activations a prediction batch holds at most: a batch's layers then stay near the
 # cache. Measured on a LeNet pass of 10,000 images (2 cores, AVX-512): 0.52 s in batches of 250
-# against 0.76 s of 1,000; MLPs, whose examples hold few activations, keep batches of 1,000
-# (0.055 s against 0.071 s of 250 for the 2x400 network).
+# against 0.76 s of 1,000 on MXNet's operators; MLPs, whose examples hold few activations, keep
+# batches of 1,000 (0.055 s against 0.071 s of 250 for the 2x400 network). Where the C kernel
+# computes the LeNet's convolutions with their poolings, which holds a fifth of the
+# activations, 10 draws of 10,000 images took 4.37 s in batches of 1,000 against 4.71 s of 245.
 PREDICTION_ACTIVATIONS = 2 ** 23
 MAX_PREDICTION_BATCH = 1000
 
 
-def prediction_batch_size(network=None):
+def prediction_batch_size(network=None, pooled=False):
     """Images a prediction batch takes: 1,000, or fewer where ``network``'s activations for
-    1,000 would pass ``PREDICTION_ACTIVATIONS`` (245 for the LeNet)."""
+    1,000 would pass ``PREDICTION_ACTIVATIONS`` (245 for the LeNet; 1,000 with ``pooled``,
+    where the C kernel computes each convolution with the max pooling after it and the
+    convolutions' outputs are not held: ``Network.pooled_activation_size``)."""
     if network is None:  # the tutorial's MLP
         return MAX_PREDICTION_BATCH
-    return max(1, min(MAX_PREDICTION_BATCH, PREDICTION_ACTIVATIONS // network.activation_size))
+    held = network.pooled_activation_size if pooled else network.activation_size
+    return max(1, min(MAX_PREDICTION_BATCH, PREDICTION_ACTIVATIONS // held))
 
 
 def predict(X, mus, sigmas, num_samples, batch_size=None, seed=None, network=None):
@@ -49,8 +55,9 @@ def predict(X, mus, sigmas, num_samples, batch_size=None, seed=None, network=Non
 def sampled_outputs(X, mus, sigmas, num_samples, batch_size=None, seed=None, network=None):
     """The network's outputs for X under each of ``num_samples`` draws (``predict``'s), one
     NDArray (N, outputs) at a time; the mean weights' alone for ``num_samples=0``. Batches of
-    ``batch_size`` images, by default ``prediction_batch_size(network)``."""
-    batch_size = batch_size or prediction_batch_size(network)
+    ``batch_size`` images, by default ``prediction_batch_size(network)`` (``pooled`` where the
+    C kernels take the parameters: ``Network.__call__``)."""
+    batch_size = batch_size or prediction_batch_size(network, native.serves_arrays(*mus))
     ctx = mus[0].context
     X = X.as_in_context(ctx) if isinstance(X, nd.NDArray) else nd.array(X, ctx=ctx)
     if num_samples == 0:

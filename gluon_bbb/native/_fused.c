@@ -662,7 +662,8 @@ void bbb_ivon_update(int64_t n, float *mu, float *momentum, float *hessian, cons
 
 /* A convolution (stride 1, no padding) of in (N, C, H, W) with w (OC, C, K, K) and b (OC,),
  * then a max pooling of P x P windows at stride P (the windows that fit), into out (N, OC,
- * (H - K + 1) / P, (W - K + 1) / P): networks.layers.Conv2D then MaxPool2D, forward only.
+ * (H - K + 1) / P, (W - K + 1) / P): networks.layers.Conv2D then MaxPool2D (and ReLU), forward
+ * only.
  *
  * The weights are laid out once a call as (C, K, K, OCP), OCP the output channels rounded up
  * to two vectors with zeros; each tile of TILE outputs of a row and two vectors of channels
@@ -671,8 +672,9 @@ void bbb_ivon_update(int64_t n, float *mu, float *momentum, float *hessian, cons
  * the threads, each image summed in one fixed order: the result does not depend on the number
  * of threads. MXNet 1.9.1's oneDNN runs the LeNet's convolutions (20 and 50 output channels,
  * not multiples of 8) as im2col and a matrix product and pools in a second pass
- * (docs/PERFORMANCE.md). `widest`: the most floats a vector may hold (16, 8 or 4: the tests
- * run each width the CPU has). Returns 0, or -1 where memory could not be allocated. */
+ * (docs/PERFORMANCE.md). `rectify`: a ReLU after the pooling too (max(x, 0)). `widest`: the
+ * most floats a vector may hold (16, 8 or 4: the tests run each width the CPU has). Returns 0,
+ * or -1 where memory could not be allocated. */
 #define CONV_TILE_FUNCTION(NAME, VL, TILE, TARGET)                                           \
 typedef float NAME##_vector __attribute__((vector_size(VL * 4)));                            \
 TARGET static void NAME(int64_t C, int64_t H, int64_t W, int64_t K, int64_t OCP,             \
@@ -764,7 +766,7 @@ static int choose_tile(int64_t width, int count, const int64_t *sizes) {
 
 int bbb_conv_maxpool(int64_t N, int64_t C, int64_t H, int64_t W, int64_t OC, int64_t K,
                      int64_t P, const float *in, const float *w, const float *b, float *out,
-                     int64_t widest) {
+                     int64_t rectify, int64_t widest) {
     int64_t OH = H - K + 1, OW = W - K + 1, PH = OH / P, PW = OW / P;
     int64_t vector = 4, tile = 4;
     conv_tile_function conv_tile = conv_tile_plain;
@@ -814,8 +816,10 @@ int bbb_conv_maxpool(int64_t N, int64_t C, int64_t H, int64_t W, int64_t OC, int
                         }
                 pool(P, OW, PW, OCP, rows, pooled);
                 for (int64_t oc = 0; oc < OC; ++oc)
-                    for (int64_t px = 0; px < PW; ++px)
-                        o[(oc * PH + py) * PW + px] = pooled[px * OCP + oc];
+                    for (int64_t px = 0; px < PW; ++px) {
+                        float v = pooled[px * OCP + oc];
+                        o[(oc * PH + py) * PW + px] = rectify && v < 0.0f ? 0.0f : v;
+                    }
             }
         }
         free(rows);

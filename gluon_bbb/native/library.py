@@ -57,7 +57,7 @@ _SIGNATURES = {
     "bbb_ivon_draw": ([_I64, _P, _P, _P, _F32, _F32, _F32, _U64, _U64, _U64, _P, _P], None),
     "bbb_ivon_log_variance": ([_I64, _P, _P, _F32, _F32, _F32, _P], None),
     "bbb_ivon_update": ([_I64] + [_P] * 7 + [_F32] * 10 + [_P], None),
-    "bbb_conv_maxpool": ([_I64] * 7 + [_P] * 4 + [_I64], ctypes.c_int),
+    "bbb_conv_maxpool": ([_I64] * 7 + [_P] * 4 + [_I64] * 2, ctypes.c_int),
 }
 
 
@@ -435,20 +435,20 @@ def ivon_log_variance(hessian, prior_precision, ess, weight_decay, floor, log_va
                                     _host_pointer(log_variance, write=True))
 
 
-def conv_maxpool(h, W, b, pool, widest=16):
+def conv_maxpool(h, W, b, pool, relu=False, widest=16):
     """``networks.layers.Conv2D``'s convolution (stride 1, no padding) of ``h`` (N, C, H, W)
     with ``W`` (OC, C, K, K) and ``b`` (OC,), then ``MaxPool2D``'s pooling of ``pool`` x
-    ``pool`` windows at stride ``pool``, in one pass (``bbb_conv_maxpool``); forward only.
-    Float32 NDArrays on a CPU context; returns (N, OC, (H - K + 1) // pool, (W - K + 1) //
-    pool) on it. ``widest``: the most floats a vector of the kernel holds (16: AVX-512 where
-    the CPU has it; 8: AVX2; 4)."""
+    ``pool`` windows at stride ``pool`` (and, with ``relu``, ``ReLU``), in one pass
+    (``bbb_conv_maxpool``); forward only. Float32 NDArrays on a CPU context; returns (N, OC,
+    (H - K + 1) // pool, (W - K + 1) // pool) on it. ``widest``: the most floats a vector of
+    the kernel holds (16: AVX-512 where the CPU has it; 8: AVX2; 4)."""
     N, C, height, width = h.shape
     channels, _, kernel, _ = W.shape
     out = mx.nd.empty((N, channels, (height - kernel + 1) // pool, (width - kernel + 1) // pool),
                       ctx=h.context)
     if library().bbb_conv_maxpool(N, C, height, width, channels, kernel, pool, _host_pointer(h),
                                   _host_pointer(W), _host_pointer(b),
-                                  _host_pointer(out, write=True), widest):
+                                  _host_pointer(out, write=True), bool(relu), widest):
         raise MemoryError("bbb_conv_maxpool: no memory for the packed weights")
     return out
 
@@ -464,8 +464,8 @@ class _ConvolutionMaxPool:
         return getattr(self._F, name)
 
     @staticmethod
-    def ConvolutionMaxPool(h, W, b, num_filter, kernel, pool):
-        return conv_maxpool(h, W, b, pool)
+    def ConvolutionMaxPool(h, W, b, num_filter, kernel, pool, relu=False):
+        return conv_maxpool(h, W, b, pool, relu)
 
 
 def with_convolution_max_pool(F, arrays):

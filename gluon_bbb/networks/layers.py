@@ -267,6 +267,8 @@ class MaxPool2D:
 
 class ReLU:
     has_weights = False
+    # commutes with a max pooling; after one, computed with it (``Network.run``)
+    pooled_with = Keyed(True, "__call__")
 
     def param_shapes(self, input_shape):
         return [], input_shape
@@ -440,6 +442,18 @@ class Network:
         # each layer's first parameter's position in the parameter list
         self._param_offsets = [sum(self._param_counts[:i]) for i in range(len(self.layers))]
         self._order = self._computing_order()
+        # The convolutions that ``run`` computes with the max pooling after them where it is
+        # handed ``pooled``, by position, each with the positions of the layers computed with
+        # it: the pooling's, and a ReLU's right after it. Only where no layer's class changes
+        # the formula (``__call__``) that ``pooled`` computes.
+        self._pooled_convolutions = {}
+        following = lambda step, kind: (  # noqa: E731
+            step < len(self._order) and isinstance(self.layers[self._order[step]], kind)
+            and self.layers[self._order[step]].pooled_with)
+        for step, position in enumerate(self._order):
+            if following(step, Conv2D) and following(step + 1, MaxPool2D):
+                fused = 3 if following(step + 2, ReLU) else 2
+                self._pooled_convolutions[position] = self._order[step + 1:step + fused]
 
     def param_shapes(self):
         """``[W1, b1, W2, b2, ...]`` shapes, in layer order."""
@@ -453,6 +467,20 @@ class Network:
     def activation_size(self):
         """Floats one example's forward pass holds (every layer's output)."""
         return sum(math.prod(shape) for shape in self.output_shapes)
+
+    @property
+    def pooled_activation_size(self):
+        """Floats one example's forward pass holds where ``run`` computes each convolution
+        that a max pooling follows with the pooling, and a ReLU right after it (``pooled``):
+        each step's output in the computing order, but for the convolutions' own and those
+        ReLUs'."""
+        computed_with = {p for fused in self._pooled_convolutions.values() for p in fused[1:]}
+        size, shape = 0, self.input_shape
+        for position in self._order:
+            shape = self.layers[position].param_shapes(shape)[1]
+            if position not in self._pooled_convolutions and position not in computed_with:
+                size += math.prod(shape)
+        return size
 
     @property
     def linear_layers_only(self):
@@ -476,10 +504,11 @@ class Network:
                 F = library.with_convolution_max_pool(F, [X] + list(params))
         pooled = None
         if getattr(F, "ConvolutionMaxPool", None) is not None:
-            def pooled(conv, pool, h, index):
+            def pooled(conv, pool, h, index, relu):
                 W, b = params[index:index + conv.num_params]
                 return F.ConvolutionMaxPool(h, W, b, num_filter=conv.channels,
-                                            kernel=(conv.kernel, conv.kernel), pool=pool.size)
+                                            kernel=(conv.kernel, conv.kernel), pool=pool.size,
+                                            relu=relu)
         return self.run(X, lambda layer, h, k, index, shape: layer(
             F, h, params[index:index + layer.num_params], shape), F,
             weightless=lambda layer, h, index, count, shape: layer(
@@ -491,24 +520,23 @@ class Network:
         first parameter's position in the parameter list: W and b, or a gate's one vector);
         other layers as they are, or by ``weightless(layer, h, index, count, input_shape)``
         where given; a convolution that the computing order puts right before a max pooling,
-        with the pooling, by ``pooled(conv, pool, h, index)`` where given (and where neither
-        layer's class changes the formula, ``__call__``, that ``pooled`` computes)."""
+        with the pooling and a ReLU right after it (``relu`` True), by ``pooled(conv, pool,
+        h, index, relu)`` where given (and where no layer's class changes the formula,
+        ``__call__``, that ``pooled`` computes: ``_pooled_convolutions``)."""
         if F is None:
             from mxnet import nd as F
         h = X
         if len(self.input_shape) > 1:
             h = F.reshape(h, shape=(-1,) + self.input_shape)
-        k, skip = 0, None
-        for step, position in enumerate(self._order):
-            if position == skip:
+        k, skip = 0, ()
+        for position in self._order:
+            if position in skip:
                 continue
             layer, index = self.layers[position], self._param_offsets[position]
             shape = self.input_shapes[position]
-            following = (self.layers[self._order[step + 1]]
-                         if step + 1 < len(self._order) else None)
-            if (pooled is not None and isinstance(layer, Conv2D) and layer.pooled_with
-                    and isinstance(following, MaxPool2D) and following.pooled_with):
-                h, skip = pooled(layer, following, h, index), self._order[step + 1]
+            if pooled is not None and position in self._pooled_convolutions:
+                skip = self._pooled_convolutions[position]
+                h = pooled(layer, self.layers[skip[0]], h, index, len(skip) == 2)
                 k += 1
             elif isinstance(layer, NOISY_LAYERS):
                 h = weighted(layer, h, k, index, shape)
@@ -524,11 +552,13 @@ class Network:
         max pooling, which comes after it. The two commute exactly (relu is monotonic, so the
         largest of the rectified values is the rectified largest, gradients included), and the
         ReLU then takes a quarter of the values (pool:2): 12% of a LeNet's Monte Carlo pass
-        was its ReLUs."""
+        was its ReLUs. Not where a class changes either formula (``__call__``): a user's
+        activation need not be monotonic."""
         order = list(range(len(self.layers)))
         for i in range(len(order) - 1):
-            if (isinstance(self.layers[order[i]], ReLU)
-                    and isinstance(self.layers[order[i + 1]], MaxPool2D)):
+            first, second = self.layers[order[i]], self.layers[order[i + 1]]
+            if (isinstance(first, ReLU) and first.pooled_with
+                    and isinstance(second, MaxPool2D) and second.pooled_with):
                 order[i], order[i + 1] = order[i + 1], order[i]
         return order
 

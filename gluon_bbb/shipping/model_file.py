@@ -140,7 +140,7 @@ class NumPyOperators:
         return out.transpose(1, 0, 2, 3)
 
     @staticmethod
-    def ConvolutionMaxPool(h, W, b, num_filter, kernel, pool):
+    def ConvolutionMaxPool(h, W, b, num_filter, kernel, pool, relu=False):
         """``Pooling(Convolution(h, W, b), (pool, pool) windows at stride pool)`` in one product
         (a convolution of stride 1, no padding; ``network.Network`` calls it for a ``conv``
         right before a ``pool``): the pool x pool outputs under a window all come from one patch
@@ -152,7 +152,7 @@ class NumPyOperators:
         the multiply-adds: a 3-18-144 LeNet's prediction of 1,000 images takes 1.3-1.5 times
         less time (bench/bench_compress.py). The shifted copies are built at each call: 0.3 ms
         of a 20-50-500 LeNet's one image. ``num_filter`` is W's first axis (MXNet's
-        signature)."""
+        signature); ``relu``: the ReLU after the pooling too."""
         n, channels, height, width = h.shape
         kh, kw = kernel
         rows, cols = (height - kh + 1) // pool, (width - kw + 1) // pool
@@ -160,9 +160,10 @@ class NumPyOperators:
         if extent[0] * extent[1] > FUSED_MULTIPLY_ADDS * kh * kw:
             # a small kernel under a wide window: the shifted copies' zeros would cost more
             # than the patches save
-            return NumPyOperators.Pooling(
+            out = NumPyOperators.Pooling(
                 NumPyOperators.Convolution(h, W, b, num_filter, kernel), (pool, pool),
                 (pool, pool))
+            return np.maximum(out, 0.0) if relu else out
         shifted = np.zeros((pool, pool, num_filter, channels) + extent, dtype=np.float32)
         for i in range(pool):
             for j in range(pool):
@@ -176,6 +177,8 @@ class NumPyOperators:
         for offset in range(2, pool * pool):
             np.maximum(out, outputs[offset], out=out)
         out += b[:, None, None, None]  # the bias is the same under the window: added once
+        if relu:
+            np.maximum(out, 0.0, out=out)
         return out.transpose(1, 0, 2, 3)
 
     @staticmethod
