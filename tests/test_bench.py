@@ -53,6 +53,24 @@ def test_bench_estimators_prints_a_variance_table_for_each_estimator():
     assert all(float(value) > 0 for r in rows for value in r[2:])
 
 
+def test_bench_predict_prints_both_operator_sets_and_their_ratio():
+    bench = [PYTHON, os.path.join(ROOT, "bench", "bench_predict.py")]
+    proc = run(bench, "--images", "300", "--draws", "2", "--rounds", "2")
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.strip().splitlines()
+    assert "C kernels: " in lines[0]
+    if os.environ.get("GLUON_BBB_REQUIRE_NATIVE"):  # built where CI builds them
+        assert "C kernels: built;" in lines[0]
+    for network in ("LeNet", "2x400 MLP"):
+        for operators in ("kernel", "mxnet"):
+            assert any(re.match(r"%s +%s +\d+\.\d{3} s \[\d+\.\d{3}, \d+\.\d{3}\]$"
+                                % (network, operators), line) for line in lines), lines
+        assert any(re.match(r"%s kernel/mxnet = \d+\.\d\d \[\d+\.\d\d, \d+\.\d\d\]$"
+                            % network, line) for line in lines), lines
+    proc = run(bench, "--draws", "0", timeout=120)
+    assert proc.returncode == 2 and "must be between" in proc.stderr, proc.stderr
+
+
 def test_bench_compress_prints_sizes_latency_and_narrower_networks(tmp_path):
     out = tmp_path / "run"
     proc = run(TRAIN, "--out", out, "--epochs", "1", "--train-size", "512",

@@ -35,7 +35,7 @@ def prediction_batch_size(network=None, pooled=False):
     return max(1, min(MAX_PREDICTION_BATCH, PREDICTION_ACTIVATIONS // held))
 
 
-def predict(X, mus, sigmas, num_samples, batch_size=None, seed=None, network=None):
+def predict(X, mus, sigmas, num_samples, batch_size=None, seed=None, network=None, F=None):
     """Mean over ``num_samples`` weight draws w ~ N(mu, sigma^2) of softmax(net(X, w)), for
     ``network`` (default: the MLP the parameters shape).
 
@@ -43,26 +43,29 @@ def predict(X, mus, sigmas, num_samples, batch_size=None, seed=None, network=Non
     ``num_samples=0`` gives the deterministic prediction with the mean weights (and every unit
     where the network has dropout). Monte Carlo dropout: ``sigmas`` None and a network with
     dropout, each draw a dropout mask. The draws are those of ``noise.noise_for(ctx, seed)``
-    and of MXNet's generator seeded from ``seed``.
+    and of MXNet's generator seeded from ``seed``. ``F``: the operators the network takes
+    (``net``'s: None, MXNet's with the C kernels' where they serve; ``mx.nd``: MXNet's alone).
     """
     total = None
-    for output in sampled_outputs(X, mus, sigmas, num_samples, batch_size, seed, network):
+    for output in sampled_outputs(X, mus, sigmas, num_samples, batch_size, seed, network, F):
         probs = nd.softmax(output, axis=1)
         total = probs if total is None else total + probs
     return total / max(num_samples, 1)
 
 
-def sampled_outputs(X, mus, sigmas, num_samples, batch_size=None, seed=None, network=None):
+def sampled_outputs(X, mus, sigmas, num_samples, batch_size=None, seed=None, network=None,
+                    F=None):
     """The network's outputs for X under each of ``num_samples`` draws (``predict``'s), one
     NDArray (N, outputs) at a time; the mean weights' alone for ``num_samples=0``. Batches of
     ``batch_size`` images, by default ``prediction_batch_size(network)`` (``pooled`` where the
     C kernels take the parameters: ``Network.__call__``)."""
-    batch_size = batch_size or prediction_batch_size(network, native.serves_arrays(*mus))
+    batch_size = batch_size or prediction_batch_size(
+        network, F is None and native.serves_arrays(*mus))
     ctx = mus[0].context
     X = X.as_in_context(ctx) if isinstance(X, nd.NDArray) else nd.array(X, ctx=ctx)
     if num_samples == 0:
         network = network.without_dropout() if network is not None else None
-        yield _batched(X, mus, batch_size, network)
+        yield _batched(X, mus, batch_size, network, F)
         return
     noise = noise_for(ctx, seed)
     if network is not None and network.has_dropout:
@@ -71,11 +74,11 @@ def sampled_outputs(X, mus, sigmas, num_samples, batch_size=None, seed=None, net
     for _ in range(num_samples):
         weights = (mus if sigmas is None else
                    transform_gaussian_samples(mus, sigmas, sample_epsilons(shapes, ctx, noise)))
-        yield _batched(X, weights, batch_size, network)
+        yield _batched(X, weights, batch_size, network, F)
 
 
-def _batched(X, params, batch_size, network=None):
-    return nd.concat(*[net(X[i:i + batch_size], params, network=network)
+def _batched(X, params, batch_size, network=None, F=None):
+    return nd.concat(*[net(X[i:i + batch_size], params, F, network)
                        for i in range(0, X.shape[0], batch_size)], dim=0)
 
 
