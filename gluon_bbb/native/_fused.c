@@ -29,6 +29,7 @@
  * Compiled with -ffast-math for vectorized expf/logf (glibc libmvec) but linked without it, so
  * that loading this library does not switch the process to flush-to-zero arithmetic.
  */
+#include <float.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -665,165 +666,183 @@ void bbb_ivon_update(int64_t n, float *mu, float *momentum, float *hessian, cons
  * (H - K + 1) / P, (W - K + 1) / P): networks.layers.Conv2D then MaxPool2D (and ReLU), forward
  * only.
  *
- * The weights are laid out once a call as (C, K, K, OCP), OCP the output channels rounded up
- * to two vectors with zeros; each tile of TILE outputs of a row and two vectors of channels
- * sums its C K K terms in registers (one broadcast input times two weight vectors a term),
- * P rows of the convolution at a time, which are pooled at once. The images are split among
- * the threads, each image summed in one fixed order: the result does not depend on the number
- * of threads. MXNet 1.9.1's oneDNN runs the LeNet's convolutions (20 and 50 output channels,
- * not multiples of 8) as im2col and a matrix product and pools in a second pass
- * (docs/PERFORMANCE.md). `rectify`: a ReLU after the pooling too (max(x, 0)). `widest`: the
- * most floats a vector may hold (16, 8 or 4: the tests run each width the CPU has). Returns 0,
- * or -1 where memory could not be allocated. */
-#define CONV_TILE_FUNCTION(NAME, VL, TILE, TARGET)                                           \
-typedef float NAME##_vector __attribute__((vector_size(VL * 4)));                            \
-TARGET static void NAME(int64_t C, int64_t H, int64_t W, int64_t K, int64_t OCP,             \
-                        int64_t oy, int64_t ox0, int64_t width, int64_t ob,                  \
-                        const float *in, const float *wp, const float *bp, float *row_out) { \
-    NAME##_vector acc0[TILE], acc1[TILE], b0, b1;                                            \
-    memcpy(&b0, bp + ob, sizeof b0);                                                         \
-    memcpy(&b1, bp + ob + VL, sizeof b1);                                                    \
-    for (int p = 0; p < TILE; ++p) {                                                         \
-        acc0[p] = b0;                                                                        \
-        acc1[p] = b1;                                                                        \
+ * Each image's patches are laid out as (C K K, positions), the positions the pooling reads
+ * (rows and columns of whole windows), padded with zeros to a whole number of tiles; the
+ * product with w (OC, C K K) is summed in registers, a tile of ROWS output channels times TILE
+ * positions (vectors of 16 floats with AVX-512, 8 with AVX2, 4 elsewhere), one broadcast
+ * weight times each position vector a term; the last channels' tile repeats the last channel
+ * where ROWS does not divide OC (ROWS is chosen among three to waste the fewest). Then each
+ * window's largest. The images are split among the threads, each summed in one fixed order:
+ * the result does not depend on the number of threads. MXNet 1.9.1's oneDNN runs the LeNet's
+ * convolutions (20 and 50 output channels, not multiples of 8) as im2col and a matrix product
+ * and pools in a second pass: 245 images through the first layer and its pooling took 3.2 ms
+ * there against 1.2 ms here, through the second 7.3 against 4.3 (AVX-512, 2 threads; 1.3 and
+ * 4.3 ms with the AVX2 tiles on the same CPU; docs/PERFORMANCE.md). `rectify`: a ReLU after the pooling too
+ * (max(x, 0)). `widest`: the most floats a vector may hold (16, 8 or 4: the tests run each
+ * width the CPU has). Returns 0, or -1 where memory could not be allocated. */
+#define CONV_TILE_FUNCTION(NAME, VL, VECTORS, ROWS, TARGET)                                  \
+typedef float NAME##_vector                                                                  \
+    __attribute__((vector_size(VL * 4), aligned(4), may_alias));                             \
+TARGET static void NAME(int64_t terms, int64_t positions, int64_t OC, int64_t oc0,           \
+                        int64_t p0, const float *patches, const float *w, const float *b,    \
+                        float *conv) {                                                        \
+    NAME##_vector acc[ROWS][VECTORS];                                                        \
+    const float *wr[ROWS];                                                                   \
+    for (int r = 0; r < ROWS; ++r) {                                                         \
+        int64_t oc = oc0 + r < OC ? oc0 + r : OC - 1;                                        \
+        wr[r] = w + oc * terms;                                                              \
+        for (int v = 0; v < VECTORS; ++v)                                                    \
+            acc[r][v] = (NAME##_vector){0} + b[oc];                                          \
     }                                                                                        \
+    for (int64_t k = 0; k < terms; ++k) {                                                    \
+        const NAME##_vector *x = (const NAME##_vector *)(patches + k * positions + p0);      \
+        for (int r = 0; r < ROWS; ++r)                                                       \
+            for (int v = 0; v < VECTORS; ++v)                                                \
+                acc[r][v] += wr[r][k] * x[v];                                                \
+    }                                                                                        \
+    for (int r = 0; r < ROWS; ++r)                                                           \
+        if (oc0 + r < OC)                                                                    \
+            for (int v = 0; v < VECTORS; ++v)                                                \
+                *(NAME##_vector *)(conv + (oc0 + r) * positions + p0 + v * VL) = acc[r][v];  \
+}
+
+/* An image's patches (terms, positions) from in (C, H, W); and the largest of each window of
+ * the convolution's outputs (OC, positions), rows of `cols`, into out (OC, PH, PW): the
+ * windows' rows first, as vectors, then each window's columns */
+#define CONV_IMAGE_FUNCTIONS(NAME, TARGET)                                                   \
+TARGET static void NAME##_patches(int64_t C, int64_t H, int64_t W, int64_t K, int64_t rows,  \
+                                  int64_t cols, int64_t positions, const float *image,       \
+                                  float *patches) {                                           \
     for (int64_t c = 0; c < C; ++c)                                                          \
-        for (int64_t ky = 0; ky < K; ++ky) {                                                 \
-            const float *x = in + (c * H + oy + ky) * W + ox0;                               \
-            const float *wk = wp + (c * K + ky) * K * OCP + ob;                              \
+        for (int64_t ky = 0; ky < K; ++ky)                                                   \
             for (int64_t kx = 0; kx < K; ++kx) {                                             \
-                NAME##_vector w0, w1;                                                        \
-                memcpy(&w0, wk + kx * OCP, sizeof w0);                                       \
-                memcpy(&w1, wk + kx * OCP + VL, sizeof w1);                                  \
-                if (width == TILE) {                                                         \
-                    for (int p = 0; p < TILE; ++p) {                                         \
-                        acc0[p] += x[p + kx] * w0;                                           \
-                        acc1[p] += x[p + kx] * w1;                                           \
-                    }                                                                        \
-                } else {                                                                     \
-                    for (int p = 0; p < width; ++p) {                                        \
-                        acc0[p] += x[p + kx] * w0;                                           \
-                        acc1[p] += x[p + kx] * w1;                                           \
-                    }                                                                        \
+                float *row = patches + ((c * K + ky) * K + kx) * positions;                  \
+                for (int64_t oy = 0; oy < rows; ++oy) {                                      \
+                    const float *from = image + (c * H + oy + ky) * W + kx;                  \
+                    int64_t ox = 0; /* 8 floats a move: rows are short (8 in the LeNet) */   \
+                    for (; ox + 8 <= cols; ox += 8)                                          \
+                        memcpy(row + oy * cols + ox, from + ox, 8 * sizeof(float));          \
+                    for (; ox < cols; ++ox)                                                  \
+                        row[oy * cols + ox] = from[ox];                                      \
                 }                                                                            \
             }                                                                                \
-        }                                                                                    \
-    for (int p = 0; p < width; ++p) {                                                        \
-        memcpy(row_out + (ox0 + p) * OCP + ob, &acc0[p], sizeof acc0[p]);                    \
-        memcpy(row_out + (ox0 + p) * OCP + ob + VL, &acc1[p], sizeof acc1[p]);               \
-    }                                                                                        \
-}
-
-/* the largest of each P x P window of P rows (P, OW, OCP) into pooled (PW, OCP) */
-#define CONV_POOL_FUNCTION(NAME, TARGET)                                                     \
-TARGET static void NAME(int64_t P, int64_t OW, int64_t PW, int64_t OCP, const float *rows,   \
-                        float *pooled) {                                                     \
-    for (int64_t px = 0; px < PW; ++px) {                                                    \
-        float *m = pooled + px * OCP;                                                        \
-        memcpy(m, rows + px * P * OCP, sizeof(float) * OCP);                                 \
-        for (int64_t dy = 0; dy < P; ++dy)                                                   \
-            for (int64_t dx = 0; dx < P; ++dx) {                                             \
-                const float *v = rows + (dy * OW + px * P + dx) * OCP;                       \
-                for (int64_t oc = 0; oc < OCP; ++oc)                                         \
-                    m[oc] = v[oc] > m[oc] ? v[oc] : m[oc];                                   \
+}                                                                                            \
+TARGET static void NAME##_pool(int64_t OC, int64_t P, int64_t PH, int64_t PW, int64_t cols,  \
+                               int64_t positions, int64_t rectify, const float *conv,        \
+                               float *rowmax, float *out) {                                  \
+    float floor = rectify ? 0.0f : -FLT_MAX;                                                 \
+    for (int64_t oc = 0; oc < OC; ++oc)                                                      \
+        for (int64_t py = 0; py < PH; ++py) {                                                \
+            const float *first = conv + oc * positions + py * P * cols;                      \
+            float *o = out + (oc * PH + py) * PW;                                            \
+            if (P == 2) { /* the pooling the networks take: a loop the compiler vectorizes */ \
+                const float *second = first + cols;                                          \
+                for (int64_t px = 0; px < PW; ++px) {                                        \
+                    float a = first[2 * px] > first[2 * px + 1] ? first[2 * px]              \
+                                                                : first[2 * px + 1];         \
+                    float b = second[2 * px] > second[2 * px + 1] ? second[2 * px]           \
+                                                                  : second[2 * px + 1];      \
+                    float m = a > b ? a : b;                                                 \
+                    o[px] = m > floor ? m : floor;                                           \
+                }                                                                            \
+                continue;                                                                    \
             }                                                                                \
-    }                                                                                        \
+            for (int64_t x = 0; x < cols; ++x)                                               \
+                rowmax[x] = first[x];                                                        \
+            for (int64_t dy = 1; dy < P; ++dy)                                               \
+                for (int64_t x = 0; x < cols; ++x)                                           \
+                    rowmax[x] = first[dy * cols + x] > rowmax[x] ? first[dy * cols + x]      \
+                                                                 : rowmax[x];                \
+            for (int64_t px = 0; px < PW; ++px) {                                            \
+                float m = rowmax[px * P];                                                    \
+                for (int64_t dx = 1; dx < P; ++dx)                                           \
+                    m = rowmax[px * P + dx] > m ? rowmax[px * P + dx] : m;                   \
+                o[px] = m > floor ? m : floor;                                               \
+            }                                                                                \
+        }                                                                                    \
 }
 
-typedef void (*conv_tile_function)(int64_t, int64_t, int64_t, int64_t, int64_t, int64_t,
-                                   int64_t, int64_t, int64_t, const float *, const float *,
-                                   const float *, float *);
-typedef void (*conv_pool_function)(int64_t, int64_t, int64_t, int64_t, const float *, float *);
+typedef void (*conv_patches_function)(int64_t, int64_t, int64_t, int64_t, int64_t, int64_t,
+                                      int64_t, const float *, float *);
+typedef void (*conv_pool_function)(int64_t, int64_t, int64_t, int64_t, int64_t, int64_t,
+                                   int64_t, const float *, float *, float *);
+typedef void (*conv_tile_function)(int64_t, int64_t, int64_t, int64_t, int64_t, const float *,
+                                   const float *, const float *, float *);
 
-/* 16 floats a vector where the CPU has AVX-512, 8 with AVX2, 4 elsewhere; tiles of as many
- * outputs as the registers hold (AVX2 has 16: 6 outputs, or 4, two vectors each) */
+/* Tiles of ROWS channels by VECTORS vectors of positions, as many as the registers hold: 24
+ * sums of AVX-512's 32 registers, 12 of AVX2's 16 */
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
 #define AVX512 __attribute__((target("avx512f")))
 #define AVX2 __attribute__((target("avx2,fma")))
-CONV_TILE_FUNCTION(conv_tile_avx512, 16, 8, AVX512)
-CONV_POOL_FUNCTION(conv_pool_avx512, AVX512)
-CONV_TILE_FUNCTION(conv_tile_avx2_6, 8, 6, AVX2)
-CONV_TILE_FUNCTION(conv_tile_avx2_4, 8, 4, AVX2)
-CONV_POOL_FUNCTION(conv_pool_avx2, AVX2)
+CONV_TILE_FUNCTION(conv_tile_avx512_6, 16, 4, 6, AVX512)
+CONV_TILE_FUNCTION(conv_tile_avx512_5, 16, 4, 5, AVX512)
+CONV_TILE_FUNCTION(conv_tile_avx512_4, 16, 4, 4, AVX512)
+CONV_TILE_FUNCTION(conv_tile_avx2_6, 8, 2, 6, AVX2)
+CONV_TILE_FUNCTION(conv_tile_avx2_5, 8, 2, 5, AVX2)
+CONV_TILE_FUNCTION(conv_tile_avx2_4, 8, 2, 4, AVX2)
+CONV_IMAGE_FUNCTIONS(conv_avx512, AVX512)
+CONV_IMAGE_FUNCTIONS(conv_avx2, AVX2)
 #endif
-CONV_TILE_FUNCTION(conv_tile_plain, 4, 4, )
-CONV_POOL_FUNCTION(conv_pool_plain, )
+CONV_IMAGE_FUNCTIONS(conv_plain, )
+CONV_TILE_FUNCTION(conv_tile_plain_6, 4, 2, 6, )
+CONV_TILE_FUNCTION(conv_tile_plain_5, 4, 2, 5, )
+CONV_TILE_FUNCTION(conv_tile_plain_4, 4, 2, 4, )
 
-/* Of the tiles of `sizes`, the one that leaves the fewest outputs unused in a row of `width`
- * (a row's last tile, where it is partial, sums fewer outputs at a tile's cost), the larger
- * on a tie: 4 on AVX2 for the LeNet's second convolution (8 outputs a row), 6 for its first
- * (24), where 6 took 12.7 ms of 245 images against 4's 7.7 (emulated on AVX-512). */
-static int choose_tile(int64_t width, int count, const int64_t *sizes) {
+/* Of the tiles of 6, 5 and 4 channels, the one that repeats the fewest channels to cover OC,
+ * the larger on a tie (5 for the LeNet's 20 and 50 channels) */
+static int choose_rows(int64_t OC) {
+    static const int64_t rows[] = {6, 5, 4};
     int best = 0;
-    for (int i = 1; i < count; ++i) {
-        int64_t spent = (width + sizes[i] - 1) / sizes[i] * sizes[i];
-        int64_t best_spent = (width + sizes[best] - 1) / sizes[best] * sizes[best];
-        if (spent < best_spent || (spent == best_spent && sizes[i] > sizes[best]))
+    for (int i = 1; i < 3; ++i)
+        if ((OC + rows[i] - 1) / rows[i] * rows[i] < (OC + rows[best] - 1) / rows[best] * rows[best])
             best = i;
-    }
     return best;
 }
 
 int bbb_conv_maxpool(int64_t N, int64_t C, int64_t H, int64_t W, int64_t OC, int64_t K,
                      int64_t P, const float *in, const float *w, const float *b, float *out,
                      int64_t rectify, int64_t widest) {
-    int64_t OH = H - K + 1, OW = W - K + 1, PH = OH / P, PW = OW / P;
-    int64_t vector = 4, tile = 4;
-    conv_tile_function conv_tile = conv_tile_plain;
-    conv_pool_function pool = conv_pool_plain;
+    int64_t PH = (H - K + 1) / P, PW = (W - K + 1) / P;
+    int64_t rows = PH * P, cols = PW * P, terms = C * K * K;
+    int64_t tile = 8; /* positions a tile sums: vectors x floats a vector */
+    conv_tile_function tiles[3] = {conv_tile_plain_6, conv_tile_plain_5, conv_tile_plain_4};
+    conv_patches_function take_patches = conv_plain_patches;
+    conv_pool_function pool = conv_plain_pool;
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
     if (widest >= 16 && __builtin_cpu_supports("avx512f")) {
-        vector = 16, tile = 8, conv_tile = conv_tile_avx512, pool = conv_pool_avx512;
+        tile = 64, take_patches = conv_avx512_patches, pool = conv_avx512_pool;
+        tiles[0] = conv_tile_avx512_6, tiles[1] = conv_tile_avx512_5,
+        tiles[2] = conv_tile_avx512_4;
     } else if (widest >= 8 && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) {
-        static const int64_t sizes[] = {6, 4};
-        static const conv_tile_function tiles[] = {conv_tile_avx2_6, conv_tile_avx2_4};
-        int chosen = choose_tile(PW * P, 2, sizes);
-        vector = 8, tile = sizes[chosen], conv_tile = tiles[chosen], pool = conv_pool_avx2;
+        tile = 16, take_patches = conv_avx2_patches, pool = conv_avx2_pool;
+        tiles[0] = conv_tile_avx2_6, tiles[1] = conv_tile_avx2_5, tiles[2] = conv_tile_avx2_4;
     }
 #endif
-    int64_t OCP = (OC + 2 * vector - 1) / (2 * vector) * (2 * vector);
-    float *wp = malloc(sizeof(float) * (size_t)(C * K * K * OCP + OCP));
-    if (!wp)
-        return -1;
-    float *bp = wp + C * K * K * OCP;
-    for (int64_t o = 0; o < OCP; ++o)
-        bp[o] = o < OC ? b[o] : 0.0f;
-    for (int64_t c = 0; c < C; ++c)
-        for (int64_t k = 0; k < K * K; ++k)
-            for (int64_t o = 0; o < OCP; ++o)
-                wp[(c * K * K + k) * OCP + o] = o < OC ? w[(o * C + c) * K * K + k] : 0.0f;
+    int chosen = choose_rows(OC);
+    int64_t channels_a_tile = 6 - chosen;
+    conv_tile_function conv_tile = tiles[chosen];
+    int64_t positions = (rows * cols + tile - 1) / tile * tile;
     int failed = 0;
 #pragma omp parallel reduction(| : failed)
     {
-        /* P rows of the convolution, (P, OW, OCP), and their pooled row, (PW, OCP) */
-        float *rows = malloc(sizeof(float) * (size_t)((P * OW + PW) * OCP));
-        if (!rows)
+        /* the patches (terms, positions), zero past the last position, the convolution's
+         * outputs (OC, positions) and a row of the windows' largest */
+        float *patches = calloc((size_t)((terms + OC) * positions + cols), sizeof(float));
+        if (!patches)
             failed = 1;
 #pragma omp for schedule(static)
         for (int64_t n = 0; n < N; ++n) {
-            if (!rows)
+            if (!patches)
                 continue;
-            float *pooled = rows + P * OW * OCP;
-            const float *image = in + n * C * H * W;
-            float *o = out + n * OC * PH * PW;
-            for (int64_t py = 0; py < PH; ++py) {
-                for (int64_t dy = 0; dy < P; ++dy)
-                    for (int64_t ob = 0; ob < OCP; ob += 2 * vector)
-                        for (int64_t ox0 = 0; ox0 < PW * P; ox0 += tile) {
-                            int64_t width = PW * P - ox0 < tile ? PW * P - ox0 : tile;
-                            conv_tile(C, H, W, K, OCP, py * P + dy, ox0, width, ob, image, wp,
-                                      bp, rows + dy * OW * OCP);
-                        }
-                pool(P, OW, PW, OCP, rows, pooled);
-                for (int64_t oc = 0; oc < OC; ++oc)
-                    for (int64_t px = 0; px < PW; ++px) {
-                        float v = pooled[px * OCP + oc];
-                        o[(oc * PH + py) * PW + px] = rectify && v < 0.0f ? 0.0f : v;
-                    }
-            }
+            float *conv = patches + terms * positions;
+            take_patches(C, H, W, K, rows, cols, positions, in + n * C * H * W, patches);
+            for (int64_t p0 = 0; p0 < positions; p0 += tile)
+                for (int64_t oc0 = 0; oc0 < OC; oc0 += channels_a_tile)
+                    conv_tile(terms, positions, OC, oc0, p0, patches, w, b, conv);
+            pool(OC, P, PH, PW, cols, positions, rectify, conv, conv + OC * positions,
+                 out + n * OC * PH * PW);
         }
-        free(rows);
+        free(patches);
     }
-    free(wp);
     return failed ? -1 : 0;
 }
