@@ -4,7 +4,8 @@ its patches; MXNet's oneDNN operator otherwise) and max pooling against NumPy, v
 gradients, in every way the package runs them; the NumPy predictor's convolution and pooling in
 one product, and the C kernel's in one pass at each vector width, against NumPy's; the NumPy
 predictor and the networks' forward pass outside autograd (which takes the C kernel) against
-MXNet's operators for randomly drawn networks. A hand-picked shape is an example; these are the checks.
+MXNet's operators for randomly drawn networks. A hand-picked shape is an example; these are the
+checks.
 
 MXNet 1.9.1's oneDNN picks blocked memory layouts by shape and ISA (8 channels a block on AVX2,
 16 on AVX-512), so the channel counts are drawn from 1-70 with the multiples of 8 and 16 drawn

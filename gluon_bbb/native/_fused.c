@@ -677,9 +677,9 @@ void bbb_ivon_update(int64_t n, float *mu, float *momentum, float *hessian, cons
  * convolutions (20 and 50 output channels, not multiples of 8) as im2col and a matrix product
  * and pools in a second pass: 245 images through the first layer and its pooling took 3.2 ms
  * there against 1.2 ms here, through the second 7.3 against 4.3 (AVX-512, 2 threads; 1.3 and
- * 4.3 ms with the AVX2 tiles on the same CPU; docs/PERFORMANCE.md). `rectify`: a ReLU after the pooling too
- * (max(x, 0)). `widest`: the most floats a vector may hold (16, 8 or 4: the tests run each
- * width the CPU has). Returns 0, or -1 where memory could not be allocated. */
+ * 4.3 ms with the AVX2 tiles on the same CPU; docs/PERFORMANCE.md). `rectify`: a ReLU after
+ * the pooling too (max(x, 0)). `widest`: the most floats a vector may hold (16, 8 or 4: the
+ * tests run each width the CPU has). Returns 0, or -1 where memory could not be allocated. */
 #define CONV_TILE_FUNCTION(NAME, VL, VECTORS, ROWS, TARGET)                                  \
 typedef float NAME##_vector                                                                  \
     __attribute__((vector_size(VL * 4), aligned(4), may_alias));                             \
@@ -794,7 +794,8 @@ static int choose_rows(int64_t OC) {
     static const int64_t rows[] = {6, 5, 4};
     int best = 0;
     for (int i = 1; i < 3; ++i)
-        if ((OC + rows[i] - 1) / rows[i] * rows[i] < (OC + rows[best] - 1) / rows[best] * rows[best])
+        if ((OC + rows[i] - 1) / rows[i] * rows[i]
+            < (OC + rows[best] - 1) / rows[best] * rows[best])
             best = i;
     return best;
 }
