@@ -11,9 +11,9 @@ both gradients. ``kept`` gives what stays in the network where a run removes wha
 log-uniform prior switches off; ``optimizer_update`` runs MXNet's SGD and Adam updates in place;
 ``prior_terms`` gives a prior's log density, gradient and precision at given weights (a MAP
 model's prior, IVON's); ``ivon_draw`` and ``ivon_update`` compute IVON's
-(``learning/ivon.py``) for its fast paths. ``conv_maxpool`` computes a convolution and the max
-pooling after it in one pass, forward only: ``with_convolution_max_pool`` hands it to the
-networks' forward passes outside autograd (``networks.layers.Network``).
+(``learning/ivon.py``) for its fast paths. ``conv_maxpool`` computes a convolution, the max
+pooling and the ReLU after it in one pass, forward only: ``with_convolution_max_pool`` hands it
+to the networks' forward passes outside autograd (``networks.layers.Network``).
 
 The library is built at install time (``setup.py``; it needs a C compiler). It is used only if
 it loads, was built from the ``_fused.c`` beside it (not older than it) and reports the
@@ -449,7 +449,7 @@ def conv_maxpool(h, W, b, pool, relu=False, widest=16):
     if library().bbb_conv_maxpool(N, C, height, width, channels, kernel, pool, _host_pointer(h),
                                   _host_pointer(W), _host_pointer(b),
                                   _host_pointer(out, write=True), bool(relu), widest):
-        raise MemoryError("bbb_conv_maxpool: no memory for the packed weights")
+        raise MemoryError("bbb_conv_maxpool: no memory for an image's patches")
     return out
 
 
