@@ -217,6 +217,12 @@ def convolution(F, h, W, b, num_filter, kernel, in_channels, stride=(1, 1), pad=
                          num_filter=num_filter, kernel=(1, 1))
 
 
+def _pooled_with(layer, kind):
+    """Whether ``layer`` is a ``kind`` whose formula (``__call__``) is its class's own
+    (``pooled_with``): what ``Network`` may reorder or compute with a pooling."""
+    return isinstance(layer, kind) and bool(layer.pooled_with)
+
+
 def _imperative(F):
     """True for MXNet's NDArray operators (not its symbols, not NumPy's)."""
     return F.__name__.startswith("mxnet.ndarray")
@@ -448,8 +454,7 @@ class Network:
         # the formula (``__call__``) that ``pooled`` computes.
         self._pooled_convolutions = {}
         following = lambda step, kind: (  # noqa: E731
-            step < len(self._order) and isinstance(self.layers[self._order[step]], kind)
-            and self.layers[self._order[step]].pooled_with)
+            step < len(self._order) and _pooled_with(self.layers[self._order[step]], kind))
         for step, position in enumerate(self._order):
             if following(step, Conv2D) and following(step + 1, MaxPool2D):
                 fused = 3 if following(step + 2, ReLU) else 2
@@ -498,8 +503,7 @@ class Network:
         operators alone."""
         if F is None:
             from mxnet import nd as F
-            if not _differentiated(F) and any(isinstance(layer, Conv2D)
-                                              for layer in self.layers):
+            if not _differentiated(F) and self._pooled_convolutions:
                 from ..native import library
                 F = library.with_convolution_max_pool(F, [X] + list(params))
         pooled = None
@@ -556,9 +560,8 @@ class Network:
         activation need not be monotonic."""
         order = list(range(len(self.layers)))
         for i in range(len(order) - 1):
-            first, second = self.layers[order[i]], self.layers[order[i + 1]]
-            if (isinstance(first, ReLU) and first.pooled_with
-                    and isinstance(second, MaxPool2D) and second.pooled_with):
+            if (_pooled_with(self.layers[order[i]], ReLU)
+                    and _pooled_with(self.layers[order[i + 1]], MaxPool2D)):
                 order[i], order[i + 1] = order[i + 1], order[i]
         return order
 
