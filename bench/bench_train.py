@@ -25,6 +25,9 @@ weight sample per step, and the LeNet preset's step.
 The variants take turns: each round runs steps/rounds steps of every variant in order, child
 processes included (they stay up between rounds and are handed their share of steps), so that
 a change in the machine's speed during the run slows every variant alike and the ratios hold.
+Each turn starts after a quarter of a second idle and one untimed step, so that no other
+variant's threads still spin on the cores and the turn is timed as a training run's steps are
+(``settled``).
 
     python bench/bench_train.py [--steps 60] [--rounds 5] [--data-dir DIR]
 """
@@ -381,7 +384,8 @@ def peak_resident_mib():
 
 def time_in_turns(timers, warmup, steps, rounds):
     """Seconds per step of each timer: ``warmup`` untimed steps each, then ``rounds`` rounds
-    in which every timer in turn runs its share of ``steps``."""
+    in which every timer in turn runs its share of ``steps``, each turn after ``SETTLE_SECONDS``
+    idle and one untimed step (``settled``)."""
     for timer in timers.values():
         timer.time(0, warmup)
     seconds = dict.fromkeys(timers, 0.0)
@@ -389,12 +393,27 @@ def time_in_turns(timers, warmup, steps, rounds):
     for r in range(rounds):
         count = steps * (r + 1) // rounds - steps * r // rounds
         for name, timer in timers.items():
+            settled(timer, done)
             seconds[name] += timer.time(done, count)
         done += count
     return {name: total / steps for name, total in seconds.items()}
 
 
 WARMUP = 5
+# After a parallel region, an OpenMP runtime's threads spin before they sleep (libgomp's
+# GOMP_SPINCOUNT: milliseconds; Intel's KMP_BLOCKTIME: 200 ms). A child process's threads,
+# spinning after its turn, took a core from the next variant's turn: timed 12 steps a turn
+# right after PyTorch's, the default step took 4.5-5.4 ms against 4.1-4.2 (a/b 1.36-1.48
+# against 1.20-1.27; 2-core AMD EPYC).
+SETTLE_SECONDS = 0.25
+
+
+def settled(timer, step):
+    """Let every other variant's threads go idle, then run mini-batch ``step`` once untimed:
+    the turn that follows is timed as a training run's steps are, with this variant's threads
+    awake and its arrays in cache."""
+    time.sleep(SETTLE_SECONDS)
+    timer.time(step, 1)
 
 
 def main():
