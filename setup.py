@@ -22,6 +22,7 @@ if sys.version_info >= (3, 12):
 
 extensions = [Extension(
     "gluon_bbb.native._fused", ["gluon_bbb/native/_fused.c"],
+    depends=["gluon_bbb/native/_conv_tiles.h"],
     extra_compile_args=["-O3", "-ffast-math", "-fopenmp"],
     extra_link_args=["-fopenmp", "-lm"],
     optional=True)]
@@ -36,6 +37,7 @@ if mxnet_spec is not None and mxnet_spec.origin:
         extensions.append(Extension(
             "gluon_bbb.native._operators", ["gluon_bbb/native/_operators.cc", lib_api],
             include_dirs=[include, os.path.join(include, "mxnet")], language="c++",
+            depends=["gluon_bbb/native/_conv_tiles.h"],
             extra_compile_args=["-O3", "-ffast-math", "-fopenmp", "-std=c++11"],
             extra_link_args=["-fopenmp"], optional=True))
 

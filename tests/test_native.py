@@ -367,14 +367,142 @@ def test_the_signed_operator_follows_the_formula(native_operators, shapes, seed)
             nd.bbb_signed(nd.array(x), nd.ones([1] + shape[1:])).wait_to_read()
 
 
-@pytest.mark.parametrize("estimator_name,operator,per_layer", [("lrt", "lrt_output", 1),
-                                                               ("flipout", "signed", 2)])
+@st.composite
+def convolution_layers(draw):
+    """A convolution layer's arrays (h, W, b, outputs' shape): 1-4 images of 1-5 channels of
+    any side from the kernel's to 9 more, 1-13 output channels (tiles of 6, 5 and 4 rows with
+    the last one partial), kernels of 1-5."""
+    n, c, oc, k = (draw(st.integers(1, top)) for top in (4, 5, 13, 5))
+    height, width = (k + draw(st.integers(0, 9)) for _ in range(2))
+    return (n, c, height, width), (oc, c, k, k), (oc,), (n, oc, height - k + 1, width - k + 1)
+
+
+def plain_convolution(x, W, b):
+    return nd.Convolution(x, W, b, num_filter=W.shape[0], kernel=W.shape[2:])
+
+
+def check_operator_against_autograd(operator, reference, arrays, g):
+    """``operator`` (on float32 NDArrays of ``arrays``) against autograd of ``reference`` in
+    float64, the output and every input's gradient for the output's gradient ``g``."""
+    from mxnet import autograd
+    results = []
+    for dtype, formula in (("float32", operator), ("float64", reference)):
+        inputs = [nd.array(a, dtype=dtype) for a in arrays]
+        for a in inputs:
+            a.attach_grad()
+        with autograd.record():
+            out = formula(*inputs)
+        out.backward(nd.array(g, dtype=dtype))
+        results.append([out.asnumpy()] + [a.grad.asnumpy() for a in inputs])
+    for ours, theirs in zip(*results):
+        assert ours.dtype == np.float32 and ours.shape == theirs.shape
+        np.testing.assert_allclose(ours, theirs, rtol=1e-4, atol=1e-5 * (np.abs(theirs).max() + 1))
+    return results[0]
+
+
+@given(convolution_layers(), st.sampled_from([4, 8, 16]), st.integers(0, 2 ** 32 - 1))
+def test_the_lrt_convolution_operator_follows_the_formula(native_operators, layer, widest,
+                                                          seed):
+    """``bbb_lrt_convolution`` (a convolution layer's local reparametrization in one operator)
+    at each vector width the CPU has, against autograd of ``local_reparametrization`` on
+    MXNet's convolution in float64: the output and the gradients of h, W_mu, b_mu, W_sigma,
+    b_sigma and the noise. In a graph whose input is the data, h's gradient is zeros and the
+    others the same."""
+    from mxnet import sym
+    from gluon_bbb.networks.layers import local_reparametrization
+    rng = np.random.default_rng(seed)
+    h, W, b, out = layer
+    arrays = [rng.normal(size=shape).astype(np.float32) for shape in (h, W, b, W, b, out)]
+    arrays[3][rng.random(W) < 0.2] = 0.0  # sigma 0: the variance's floor
+    accelerated = native_operators.Accelerated(nd)
+    got = check_operator_against_autograd(
+        lambda h, *p: accelerated.lrt_convolution(h, p[0:2], p[2:4], p[4], widest=widest),
+        lambda h, *p: local_reparametrization(
+            nd, lambda F, h, W, b: plain_convolution(h, W, b), h, p[0:2], p[2:4], p[4]),
+        arrays, rng.normal(size=out))
+    names = ["h", "wm", "bm", "ws", "bs", "z"]
+    graph = native_operators.Accelerated(sym, data_inputs=["h"]).lrt_convolution(
+        sym.reshape(sym.var("h"), shape=h), [sym.var(n) for n in names[1:3]],
+        [sym.var(n) for n in names[3:5]], sym.var("z"), widest=widest)
+    gradients = {n: nd.zeros(a.shape) for n, a in zip(names, arrays)}
+    bound = graph.bind(mx.cpu(), {n: nd.array(a) for n, a in zip(names, arrays)},
+                       args_grad=gradients)
+    bound.forward(is_train=True)
+    bound.backward(nd.array(rng.normal(size=out)))
+    assert not gradients["h"].asnumpy().any()
+    assert gradients["wm"].asnumpy().any()
+
+
+@given(convolution_layers(), st.sampled_from([4, 8, 16]), st.integers(0, 2 ** 32 - 1))
+def test_the_flipout_convolution_operator_follows_the_formula(native_operators, layer, widest,
+                                                              seed):
+    """``bbb_flipout_convolution`` (a convolution layer's Flipout in one operator, each image
+    one convolution with its own kernels) at each vector width the CPU has, against autograd
+    of ``flipout`` on MXNet's convolution in float64, zeros among the noise (sign 0); the
+    noise's gradients are zeros (the signs')."""
+    from gluon_bbb.networks.layers import flipout
+    rng = np.random.default_rng(seed)
+    h, W, b, out = layer
+    shapes = (h, W, b, W, b, (h[0], h[1], 1, 1), (h[0], W[0], 1, 1))
+    arrays = [rng.normal(size=shape).astype(np.float32) for shape in shapes]
+    for noise in arrays[5:]:
+        noise[rng.random(noise.shape) < 0.2] = 0.0
+    accelerated = native_operators.Accelerated(nd)
+    got = check_operator_against_autograd(
+        lambda h, *p: accelerated.flipout_convolution(h, p[0:2], p[2:4], p[4], p[5],
+                                                      widest=widest),
+        lambda h, *p: flipout(nd, lambda F, h, W, b: plain_convolution(h, W, b), h, p[0:2],
+                              p[2:4], True, p[4], p[5]),
+        arrays, rng.normal(size=out))
+    assert not got[6].any() and not got[7].any()
+
+
+@pytest.mark.parametrize("estimator_name", ["lrt", "flipout"])
+def test_a_convolution_takes_its_operator_only_for_the_formula_it_computes(
+        native_operators, monkeypatch, estimator_name):
+    """A user's convolution that changes the layer's formula (``__call__``) draws through its
+    own formula under the native backend's operators, not through the built-in convolution's
+    operator; the built-in one takes its operator and gives its formula's output."""
+    from gluon_bbb.networks.layers import Conv2D, Dense, Flatten, MaxPool2D, Network, ReLU
+    operator = estimator_name + "_convolution"
+    calls = []
+    fused = getattr(native_operators.Accelerated, operator)
+    monkeypatch.setattr(native_operators.Accelerated, operator,
+                        lambda self, *args: calls.append(1) or fused(self, *args))
+
+    class Doubled(Conv2D):
+        def __call__(self, F, h, params, input_shape):
+            return 2 * super().__call__(F, h, params, input_shape)
+
+    rng = np.random.default_rng(0)
+    for conv, taken in ((Conv2D(5, 3), True), (Doubled(5, 3), False)):
+        network = Network([conv, ReLU(), MaxPool2D(2), Flatten(), Dense(3)],
+                          input_shape=(2, 9, 9))
+        shapes = network.param_shapes()
+        mus = [nd.array(rng.normal(size=s)) for s in shapes]
+        seconds = [nd.array(rng.random(size=s)) for s in shapes]
+        noise = [nd.array(rng.normal(size=s)) for layer, inp, out in network.linear_layers()
+                 for s in getattr(layer, estimator_name + "_noise_shapes")(4, inp, out)]
+        X = nd.array(rng.normal(size=(4, 162)))
+        del calls[:]
+        ours = network.noisy_run(X, estimator_name, mus, seconds, noise,
+                                 native_operators.Accelerated(nd))
+        assert len(calls) == (1 if taken else 0)
+        plain = network.noisy_run(X, estimator_name, mus, seconds, noise, nd)
+        np.testing.assert_allclose(ours.asnumpy(), plain.asnumpy(), rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("estimator_name,operators", [
+    ("lrt", {"lrt_output": 2, "lrt_convolution": 2}),
+    ("flipout", {"signed": 4, "flipout_convolution": 2})])
 def test_the_native_noisy_graphs_take_the_operators_and_the_ndarray_ones_do_not(
-        ctx, mnist, native_operators, estimator_name, operator, per_layer):
-    """The native backend's local reparametrization runs ``bbb_lrt_output`` (one per dense and
-    convolution layer), its Flipout ``bbb_signed`` (two per layer: the input's signs and the
-    output's); the ndarray backend's graphs, which any context and float64 take, the formulas
-    on MXNet's operators; both give the same loss and gradients."""
+        ctx, mnist, native_operators, estimator_name, operators):
+    """The native backend's local reparametrization runs ``bbb_lrt_output`` for each dense
+    layer and ``bbb_lrt_convolution`` for each convolution, its Flipout ``bbb_signed`` twice
+    for each dense layer (the input's signs and the output's) and
+    ``bbb_flipout_convolution`` for each convolution; the ndarray backend's graphs, which any
+    context and float64 take, the formulas on MXNet's operators; both give the same loss and
+    gradients."""
     from gluon_bbb.learning.ndarray_backend import NetworkGraph
     from gluon_bbb.learning.noise import PhiloxNoise
     config = Config(network="lenet", estimator=estimator_name, kl="analytic")
@@ -386,20 +514,25 @@ def test_the_native_noisy_graphs_take_the_operators_and_the_ndarray_ones_do_not(
     X = nd.array(mnist.train_images[:16], ctx=ctx)
     y = nd.one_hot(nd.array(mnist.train_labels[:16], ctx=ctx), 10)
     calls = []
-    fused = getattr(native_operators.Accelerated, operator)
 
-    def counted(self, *args):
-        calls.append(self._F.__name__)
-        return fused(self, *args)
+    def counted(operator):
+        fused = getattr(native_operators.Accelerated, operator)
+
+        def count(self, *args):
+            calls.append((operator, self._F.__name__))
+            return fused(self, *args)
+        return count
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(native_operators.Accelerated, operator, counted)
+        for operator in operators:
+            patch.setattr(native_operators.Accelerated, operator, counted(operator))
         got = native.loss_gradients(X, y, mu, rho, PhiloxNoise(ctx, seed=3), 1,
                                     GaussianPrior(1.0), 0.01, graph,
                                     native.Workspace(graph.layout.size, ctx), config.kl_kind,
                                     config.estimator_kind)
     # two convolutions, two dense layers, in the symbol graph
-    assert len(calls) == 4 * per_layer
-    assert all(name.startswith("mxnet.symbol") for name in calls)
+    assert {operator: [name for name, _ in calls].count(operator)
+            for operator in operators} == operators
+    assert all(F.startswith("mxnet.symbol") for _, F in calls)
     plain = NetworkGraph(network)
     noise = PhiloxNoise(ctx, seed=3)
     size = config.estimator_kind.noise_size(plain, 16, config.kl_kind)

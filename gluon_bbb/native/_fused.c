@@ -35,6 +35,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "_conv_tiles.h"
+
 /* native.py refuses a library whose version differs from its own ABI_VERSION: raise both
  * whenever a function's signature or meaning changes. */
 #define ABI_VERSION 10
@@ -661,75 +663,12 @@ void bbb_ivon_update(int64_t n, float *mu, float *momentum, float *hessian, cons
     }
 }
 
-/* A convolution (stride 1, no padding) of in (N, C, H, W) with w (OC, C, K, K) and b (OC,),
- * then a max pooling of P x P windows at stride P (the windows that fit), into out (N, OC,
- * (H - K + 1) / P, (W - K + 1) / P): networks.layers.Conv2D then MaxPool2D (and ReLU), forward
- * only.
- *
- * Each image's patches are laid out as (C K K, positions), the positions the pooling reads
- * (rows and columns of whole windows), padded with zeros to a whole number of tiles; the
- * product with w (OC, C K K) is summed in registers, a tile of ROWS output channels times TILE
- * positions (vectors of 16 floats with AVX-512, 8 with AVX2, 4 elsewhere), one broadcast
- * weight times each position vector a term; the last channels' tile repeats the last channel
- * where ROWS does not divide OC (ROWS is chosen among three to waste the fewest). Then each
- * window's largest. The images are split among the threads, each summed in one fixed order:
- * the result does not depend on the number of threads. MXNet 1.9.1's oneDNN runs the LeNet's
- * convolutions (20 and 50 output channels, not multiples of 8) as im2col and a matrix product
- * and pools in a second pass: 245 images through the first layer and its pooling took 3.2 ms
- * there against 1.2 ms here, through the second 7.3 against 4.3 (AVX-512, 2 threads; 1.3 and
- * 4.3 ms with the AVX2 tiles on the same CPU; docs/PERFORMANCE.md). `rectify`: a ReLU after
- * the pooling too (max(x, 0)). `widest`: the most floats a vector may hold (16, 8 or 4: the
- * tests run each width the CPU has). Returns 0, or -1 where memory could not be allocated. */
-#define CONV_TILE_FUNCTION(NAME, VL, VECTORS, ROWS, TARGET)                                  \
-typedef float NAME##_vector                                                                  \
-    __attribute__((vector_size(VL * 4), aligned(4), may_alias));                             \
-TARGET static void NAME(int64_t terms, int64_t positions, int64_t OC, int64_t oc0,           \
-                        int64_t p0, const float *patches, const float *w, const float *b,    \
-                        float *conv) {                                                        \
-    NAME##_vector acc[ROWS][VECTORS];                                                        \
-    const float *wr[ROWS];                                                                   \
-    for (int r = 0; r < ROWS; ++r) {                                                         \
-        int64_t oc = oc0 + r < OC ? oc0 + r : OC - 1;                                        \
-        wr[r] = w + oc * terms;                                                              \
-        for (int v = 0; v < VECTORS; ++v)                                                    \
-            acc[r][v] = (NAME##_vector){0} + b[oc];                                          \
-    }                                                                                        \
-    for (int64_t k = 0; k < terms; ++k) {                                                    \
-        const NAME##_vector *x = (const NAME##_vector *)(patches + k * positions + p0);      \
-        for (int r = 0; r < ROWS; ++r)                                                       \
-            for (int v = 0; v < VECTORS; ++v)                                                \
-                acc[r][v] += wr[r][k] * x[v];                                                \
-    }                                                                                        \
-    for (int r = 0; r < ROWS; ++r)                                                           \
-        if (oc0 + r < OC)                                                                    \
-            for (int v = 0; v < VECTORS; ++v)                                                \
-                *(NAME##_vector *)(conv + (oc0 + r) * positions + p0 + v * VL) = acc[r][v];  \
-}
-
-/* An image's patches (terms, positions) from in (C, H, W); and the largest of each window of
- * the convolution's outputs (OC, positions), rows of `cols`, into out (OC, PH, PW): the
- * windows' rows first, as vectors, then each window's columns */
-#define CONV_IMAGE_FUNCTIONS(NAME, TARGET)                                                   \
-TARGET static void NAME##_patches(int64_t C, int64_t H, int64_t W, int64_t K, int64_t rows,  \
-                                  int64_t cols, int64_t positions, const float *image,       \
-                                  float *patches) {                                           \
-    for (int64_t c = 0; c < C; ++c)                                                          \
-        for (int64_t ky = 0; ky < K; ++ky)                                                   \
-            for (int64_t kx = 0; kx < K; ++kx) {                                             \
-                float *row = patches + ((c * K + ky) * K + kx) * positions;                  \
-                for (int64_t oy = 0; oy < rows; ++oy) {                                      \
-                    const float *from = image + (c * H + oy + ky) * W + kx;                  \
-                    int64_t ox = 0; /* 8 floats a move: rows are short (8 in the LeNet) */   \
-                    for (; ox + 8 <= cols; ox += 8)                                          \
-                        memcpy(row + oy * cols + ox, from + ox, 8 * sizeof(float));          \
-                    for (; ox < cols; ++ox)                                                  \
-                        row[oy * cols + ox] = from[ox];                                      \
-                }                                                                            \
-            }                                                                                \
-}                                                                                            \
-TARGET static void NAME##_pool(int64_t OC, int64_t P, int64_t PH, int64_t PW, int64_t cols,  \
-                               int64_t positions, int64_t rectify, const float *conv,        \
-                               float *rowmax, float *out) {                                  \
+/* The largest of each window of the convolution's outputs (OC, positions), rows of `cols`,
+ * into out (OC, PH, PW): the windows' rows first, as vectors, then each window's columns */
+#define CONV_POOL_FUNCTION(NAME, TARGET)                                                     \
+TARGET static void NAME(int64_t OC, int64_t P, int64_t PH, int64_t PW, int64_t cols,         \
+                        int64_t positions, int64_t rectify, const float *conv,               \
+                        float *rowmax, float *out) {                                          \
     float floor = rectify ? 0.0f : -FLT_MAX;                                                 \
     for (int64_t oc = 0; oc < OC; ++oc)                                                      \
         for (int64_t py = 0; py < PH; ++py) {                                                \
@@ -762,67 +701,42 @@ TARGET static void NAME##_pool(int64_t OC, int64_t P, int64_t PH, int64_t PW, in
         }                                                                                    \
 }
 
-typedef void (*conv_patches_function)(int64_t, int64_t, int64_t, int64_t, int64_t, int64_t,
-                                      int64_t, const float *, float *);
 typedef void (*conv_pool_function)(int64_t, int64_t, int64_t, int64_t, int64_t, int64_t,
                                    int64_t, const float *, float *, float *);
-typedef void (*conv_tile_function)(int64_t, int64_t, int64_t, int64_t, int64_t, const float *,
-                                   const float *, const float *, float *);
 
-/* Tiles of ROWS channels by VECTORS vectors of positions, as many as the registers hold: 24
- * sums of AVX-512's 32 registers, 12 of AVX2's 16 */
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-#define AVX512 __attribute__((target("avx512f")))
-#define AVX2 __attribute__((target("avx2,fma")))
-CONV_TILE_FUNCTION(conv_tile_avx512_6, 16, 4, 6, AVX512)
-CONV_TILE_FUNCTION(conv_tile_avx512_5, 16, 4, 5, AVX512)
-CONV_TILE_FUNCTION(conv_tile_avx512_4, 16, 4, 4, AVX512)
-CONV_TILE_FUNCTION(conv_tile_avx2_6, 8, 2, 6, AVX2)
-CONV_TILE_FUNCTION(conv_tile_avx2_5, 8, 2, 5, AVX2)
-CONV_TILE_FUNCTION(conv_tile_avx2_4, 8, 2, 4, AVX2)
-CONV_IMAGE_FUNCTIONS(conv_avx512, AVX512)
-CONV_IMAGE_FUNCTIONS(conv_avx2, AVX2)
+CONV_POOL_FUNCTION(conv_pool_avx512, CONV_AVX512)
+CONV_POOL_FUNCTION(conv_pool_avx2, CONV_AVX2)
 #endif
-CONV_IMAGE_FUNCTIONS(conv_plain, )
-CONV_TILE_FUNCTION(conv_tile_plain_6, 4, 2, 6, )
-CONV_TILE_FUNCTION(conv_tile_plain_5, 4, 2, 5, )
-CONV_TILE_FUNCTION(conv_tile_plain_4, 4, 2, 4, )
+CONV_POOL_FUNCTION(conv_pool_plain, )
 
-/* Of the tiles of 6, 5 and 4 channels, the one that repeats the fewest channels to cover OC,
- * the larger on a tie (5 for the LeNet's 20 and 50 channels) */
-static int choose_rows(int64_t OC) {
-    static const int64_t rows[] = {6, 5, 4};
-    int best = 0;
-    for (int i = 1; i < 3; ++i)
-        if ((OC + rows[i] - 1) / rows[i] * rows[i]
-            < (OC + rows[best] - 1) / rows[best] * rows[best])
-            best = i;
-    return best;
-}
-
+/* A convolution (stride 1, no padding) of in (N, C, H, W) with w (OC, C, K, K) and b (OC,),
+ * then a max pooling of P x P windows at stride P (the windows that fit), into out (N, OC,
+ * (H - K + 1) / P, (W - K + 1) / P): networks.layers.Conv2D then MaxPool2D (and ReLU), forward
+ * only.
+ *
+ * Each image's patches (_conv_tiles.h) hold the positions the pooling reads (rows and
+ * columns of whole windows); their product with w (OC, C K K) is summed in register tiles
+ * (_conv_tiles.h), then each window's largest taken. The images are split among the threads,
+ * each summed in one fixed order: the result does not depend on the number of threads. MXNet 1.9.1's oneDNN runs the LeNet's
+ * convolutions (20 and 50 output channels, not multiples of 8) as im2col and a matrix product
+ * and pools in a second pass: 245 images through the first layer and its pooling took 3.2 ms
+ * there against 1.2 ms here, through the second 7.3 against 4.3 (AVX-512, 2 threads; 1.3 and
+ * 4.3 ms with the AVX2 tiles on the same CPU; docs/PERFORMANCE.md). `rectify`: a ReLU after
+ * the pooling too (max(x, 0)). `widest`: the most floats a vector may hold (16, 8 or 4: the
+ * tests run each width the CPU has). Returns 0, or -1 where memory could not be allocated. */
 int bbb_conv_maxpool(int64_t N, int64_t C, int64_t H, int64_t W, int64_t OC, int64_t K,
                      int64_t P, const float *in, const float *w, const float *b, float *out,
                      int64_t rectify, int64_t widest) {
     int64_t PH = (H - K + 1) / P, PW = (W - K + 1) / P;
     int64_t rows = PH * P, cols = PW * P, terms = C * K * K;
-    int64_t tile = 8; /* positions a tile sums: vectors x floats a vector */
-    conv_tile_function tiles[3] = {conv_tile_plain_6, conv_tile_plain_5, conv_tile_plain_4};
-    conv_patches_function take_patches = conv_plain_patches;
-    conv_pool_function pool = conv_plain_pool;
+    conv_kernels kernels = conv_kernels_for(widest);
+    conv_pool_function pools[3] = {conv_pool_plain, conv_pool_plain, conv_pool_plain};
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-    if (widest >= 16 && __builtin_cpu_supports("avx512f")) {
-        tile = 64, take_patches = conv_avx512_patches, pool = conv_avx512_pool;
-        tiles[0] = conv_tile_avx512_6, tiles[1] = conv_tile_avx512_5,
-        tiles[2] = conv_tile_avx512_4;
-    } else if (widest >= 8 && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) {
-        tile = 16, take_patches = conv_avx2_patches, pool = conv_avx2_pool;
-        tiles[0] = conv_tile_avx2_6, tiles[1] = conv_tile_avx2_5, tiles[2] = conv_tile_avx2_4;
-    }
+    pools[1] = conv_pool_avx2, pools[2] = conv_pool_avx512;
 #endif
-    int chosen = choose_rows(OC);
-    int64_t channels_a_tile = 6 - chosen;
-    conv_tile_function conv_tile = tiles[chosen];
-    int64_t positions = (rows * cols + tile - 1) / tile * tile;
+    conv_pool_function pool = pools[kernels.level];
+    int64_t positions = conv_padded(rows * cols, kernels.width);
     int failed = 0;
 #pragma omp parallel reduction(| : failed)
     {
@@ -836,10 +750,9 @@ int bbb_conv_maxpool(int64_t N, int64_t C, int64_t H, int64_t W, int64_t OC, int
             if (!patches)
                 continue;
             float *conv = patches + terms * positions;
-            take_patches(C, H, W, K, rows, cols, positions, in + n * C * H * W, patches);
-            for (int64_t p0 = 0; p0 < positions; p0 += tile)
-                for (int64_t oc0 = 0; oc0 < OC; oc0 += channels_a_tile)
-                    conv_tile(terms, positions, OC, oc0, p0, patches, w, b, conv);
+            kernels.patches(C, H, W, K, rows, cols, positions, in + n * C * H * W, patches);
+            conv_gemm(&kernels, OC, positions, terms, w, terms, b, 0, patches, positions, conv,
+                      positions);
             pool(OC, P, PH, PW, cols, positions, rectify, conv, conv + OC * positions,
                  out + n * OC * PH * PW);
         }

@@ -16,10 +16,10 @@ pooling and the ReLU after it in one pass, forward only: ``with_convolution_max_
 to the networks' forward passes outside autograd (``networks.layers.Network``).
 
 The library is built at install time (``setup.py``; it needs a C compiler). It is used only if
-it loads, was built from the ``_fused.c`` beside it (not older than it) and reports the
-``ABI_VERSION`` below, and its own answers to what it serves (``bbb_serves``) are those of
-``kernels.SERVED`` for every code; otherwise ``available()`` is False, ``unavailable_reason()``
-says why and training uses the NDArray backend.
+it loads, was built from the ``_fused.c`` and ``_conv_tiles.h`` beside it (not older than
+either) and reports the ``ABI_VERSION`` below, and its own answers to what it serves
+(``bbb_serves``) are those of ``kernels.SERVED`` for every code; otherwise ``available()`` is
+False, ``unavailable_reason()`` says why and training uses the NDArray backend.
 """
 import ctypes
 import functools
@@ -65,8 +65,8 @@ _SIGNATURES = {
 def _load():
     """(library or None, why not) for the built ``_fused`` shared object. A library that is
     there but does not match this source is reported once, on one line of stderr."""
-    lib, problem, stale = open_built("_fused", "_fused.c", "bbb_abi_version", ABI_VERSION,
-                                     "kernels")
+    lib, problem, stale = open_built("_fused", ("_fused.c", "_conv_tiles.h"), "bbb_abi_version",
+                                     ABI_VERSION, "kernels")
     if stale:
         sys.stderr.write("gluon_bbb: warning: %s; using the ndarray backend\n" % problem)
     if lib is None:
@@ -269,15 +269,17 @@ def _local_reparametrization(estimator, graph, X, targets, mu, rho, noise, ws, k
             delta=ws.delta if kl.per_draw else None, w=ws.w if kl.per_draw else None)
     nll, grad_mu, grad_sigma = graph.noisy_nll_and_grads(estimator, X, targets, drawn_mu,
                                                          ws.sigma, eps[:split],
-                                                         _graph_operators())
+                                                         _graph_operators(graph.DATA_INPUT))
     return nll, grad_mu, grad_sigma, eps_w, ws.w
 
 
 @functools.lru_cache(maxsize=None)
-def _graph_operators():
+def _graph_operators(data_input):
     """What the native backend builds its network graphs from: MXNet's symbols with this
-    accelerator's operators beside them where MXNet has loaded them (``operators.py``)."""
-    return operators.Accelerated(mx.sym) if operators.available() else mx.sym
+    accelerator's operators beside them where MXNet has loaded them (``operators.py``), for
+    graphs whose data is the input named ``data_input``."""
+    return (operators.Accelerated(mx.sym, data_inputs=[data_input]) if operators.available()
+            else mx.sym)
 
 
 def _flipout(estimator, graph, X, targets, mu, rho, noise, ws, kl, parametrization, keep):
@@ -287,7 +289,8 @@ def _flipout(estimator, graph, X, targets, mu, rho, noise, ws, kl, parametrizati
     perturb(mu, rho, eps_w, parametrization, keep,
             drawn_mu=drawn_mu if keep is not None else None, delta=ws.delta, w=ws.w)
     nll, grad_mu, grad_delta = graph.noisy_nll_and_grads(
-        estimator, X, targets, drawn_mu, ws.delta, eps[graph.layout.size:], _graph_operators())
+        estimator, X, targets, drawn_mu, ws.delta, eps[graph.layout.size:],
+        _graph_operators(graph.DATA_INPUT))
     return nll, grad_mu, grad_delta, eps_w, ws.w
 
 

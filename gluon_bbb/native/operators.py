@@ -9,25 +9,33 @@ one pass each way: MXNet 1.9.1's ``sqrt`` runs a scalar loop, 6.5 ms over a Baye
 first-layer pre-activations. ``bbb_signed(x, noise)`` is Flipout's ``x * sign(noise)``, the
 signs broadcast over x's trailing axes (``networks.layers.flipout``), where MXNet's
 ``broadcast_mul`` and its backward pass take 28 ms over the same outputs.
+``bbb_lrt_convolution`` and ``bbb_flipout_convolution`` are a convolution layer's whole local
+reparametrization and Flipout, forward and backward, on the register tiles of
+``_conv_tiles.h`` (``networks.layers.Conv2D.lrt_output`` and ``flipout_output``), where MXNet
+1.9.1's oneDNN runs the LeNet's convolutions (20 and 50 channels) as im2col and a matrix
+product: a Bayesian LeNet's step with them took 36.5 ms against 48.2 with the local
+reparametrization, 26.2 against 48.1 with Flipout (2-core AMD EPYC with AVX-512, batch 128;
+``docs/PERFORMANCE.md``).
 
 The library is built at install time beside ``_fused.c`` (``setup.py``, against the
 ``lib_api.h`` of MXNet's wheel). It is used only if it is there, was built from the
-``_operators.cc`` beside it (not older than it), reports the ``ABI_VERSION`` below and MXNet
-loads it; otherwise ``available()`` is False and ``unavailable_reason()`` says why.
+``_operators.cc`` and ``_conv_tiles.h`` beside it (not older than either), reports the
+``ABI_VERSION`` below and MXNet loads it; otherwise ``available()`` is False and
+``unavailable_reason()`` says why.
 """
 import functools
 
 from ..family.elementwise import LRT_VARIANCE_FLOOR
 from .built import open_built
 
-ABI_VERSION = 2  # must match OPERATORS_ABI_VERSION in _operators.cc
+ABI_VERSION = 3  # must match OPERATORS_ABI_VERSION in _operators.cc
 
 
 @functools.lru_cache(maxsize=None)
 def _load():
     """(True, None) once MXNet has loaded the operators, else (False, why not)."""
-    lib, problem, _ = open_built("_operators", "_operators.cc", "bbb_operators_abi_version",
-                                 ABI_VERSION, "operators")
+    lib, problem, _ = open_built("_operators", ("_operators.cc", "_conv_tiles.h"),
+                                 "bbb_operators_abi_version", ABI_VERSION, "operators")
     if lib is None:
         return False, problem
     import mxnet as mx
@@ -53,10 +61,13 @@ class Accelerated:
     beside them, for float32 graphs on CPU contexts: what the layers' formulas take as ``F``
     where the native backend builds its graphs. Every other name is ``F``'s own."""
 
-    def __init__(self, F):
+    def __init__(self, F, data_inputs=()):
+        """``data_inputs``: the names of a symbolic graph's inputs whose gradient no one takes
+        (its data): a layer whose input is computed from them alone skips its gradient."""
         if not available():
             raise RuntimeError(unavailable_reason())
         self._F = F
+        self._data_inputs = frozenset(data_inputs)
         self.__name__ = F.__name__
 
     def __getattr__(self, name):
@@ -65,6 +76,32 @@ class Accelerated:
     def lrt_output(self, mean, variance, noise):
         """mean + sqrt(variance + ``LRT_VARIANCE_FLOOR``) * noise."""
         return self._F.bbb_lrt_output(mean, variance, noise, floor=repr(LRT_VARIANCE_FLOOR))
+
+    def lrt_convolution(self, h, mus, sigmas, noise, widest=16):
+        """A convolution layer's local reparametrization (``networks.layers.Conv2D``, stride
+        1, no padding) in one operator, ``bbb_lrt_convolution``: conv(h, W_mu) + b_mu +
+        sqrt(conv(h^2, W_sigma^2) + b_sigma^2 + ``LRT_VARIANCE_FLOOR``) * noise, for
+        ``mus`` [W_mu, b_mu] and ``sigmas`` [W_sigma, b_sigma]; h's gradient is written as
+        zeros where h is computed from ``data_inputs`` alone. ``widest``: the most floats a
+        vector may hold (16, 8 or 4; the tests run each width the CPU has)."""
+        outputs = self._F.bbb_lrt_convolution(
+            h, mus[0], mus[1], sigmas[0], sigmas[1], noise, floor=repr(LRT_VARIANCE_FLOOR),
+            input_gradient=str(int(not self._from_data(h))), widest=str(int(widest)))
+        return outputs[0]
+
+    def flipout_convolution(self, h, mus, deltas, noise_in, noise_out, widest=16):
+        """A convolution layer's Flipout (``networks.layers.Conv2D``, stride 1, no padding) in
+        one operator, ``bbb_flipout_convolution``: conv(h, W_mu) + b_mu + (conv(h s,
+        W_delta) + b_delta) r, s and r the signs of ``noise_in`` (N, C, 1, 1) and
+        ``noise_out`` (N, OC, 1, 1), for ``mus`` [W_mu, b_mu] and ``deltas`` [W_delta,
+        b_delta]; h's gradient as ``lrt_convolution``'s."""
+        return self._F.bbb_flipout_convolution(
+            h, mus[0], mus[1], deltas[0], deltas[1], noise_in, noise_out,
+            input_gradient=str(int(not self._from_data(h))), widest=str(int(widest)))
+
+    def _from_data(self, h):
+        """Whether symbol ``h`` is computed from ``data_inputs`` alone."""
+        return hasattr(h, "list_arguments") and set(h.list_arguments()) <= self._data_inputs
 
     def signed(self, x, noise):
         """x times the signs of ``noise``, broadcast over x's trailing axes where ``noise`` has
