@@ -27,6 +27,7 @@
 
 #include <cmath>
 #include <cstdlib>
+#include <initializer_list>
 #include <string>
 #include <utility>
 #include <vector>
@@ -207,52 +208,31 @@ MXReturnValue signed_backward(const Attributes &, std::vector<MXTensor> *inputs,
 }
 
 
-/* bbb_lrt_convolution(h, W_mu, b_mu, W_sigma, b_sigma, noise; floor, input_gradient, widest):
- * the local reparametrization of a convolution layer (stride 1, no padding) in one operator,
- * (out, spread) with spread = sqrt(conv(h^2, W_sigma^2) + b_sigma^2 + floor) and out =
- * conv(h, W_mu) + b_mu + spread * noise. */
-MXReturnValue lrt_convolution_attributes(const Attributes &attributes, int *inputs,
-                                         int *outputs) {
-    for (const char *name : {"floor", "input_gradient", "widest"})
+/* What a convolution layer's operators share: their attributes' check, their shapes' check,
+ * the sizes of a call, the images split among the threads with a buffer each, the patches and
+ * their gradient. */
+
+typedef std::vector<std::vector<unsigned int> > Shapes;
+
+MXReturnValue has_attributes(const char *op, const Attributes &attributes,
+                             std::initializer_list<const char *> names) {
+    for (const char *name : names)
         if (attributes.count(name) == 0) {
-            MX_ERROR_MSG << "bbb_lrt_convolution takes the attribute " << name;
+            MX_ERROR_MSG << op << " takes the attribute " << name;
             return MX_FAIL;
         }
-    *inputs = 6;
-    *outputs = 2;
     return MX_SUCCESS;
 }
 
-MXReturnValue lrt_convolution_type(const Attributes &, std::vector<int> *in_types,
-                                   std::vector<int> *out_types) {
-    MXReturnValue result = float32_only("bbb_lrt_convolution", *in_types, out_types);
-    (*out_types)[1] = kFloat32;
-    return result;
-}
-
-MXReturnValue lrt_convolution_shape(const Attributes &,
-                                    std::vector<std::vector<unsigned int> > *in_shapes,
-                                    std::vector<std::vector<unsigned int> > *out_shapes) {
-    const std::vector<std::vector<unsigned int> > &in = *in_shapes;
+/* The output's shape (N, OC, H - K + 1, W - K + 1) of h (N, C, H, W) and two pairs of kernels
+ * (OC, C, K, K) and biases (OC,), the first four inputs after h; empty where they do not fit */
+std::vector<unsigned int> convolution_output(const Shapes &in) {
     bool fits = in[0].size() == 4 && in[1].size() == 4 && in[1][1] == in[0][1]
                 && in[1][2] == in[1][3] && in[1][2] <= in[0][2] && in[1][3] <= in[0][3]
                 && in[3] == in[1] && in[2] == std::vector<unsigned int>{in[1][0]}
                 && in[4] == in[2];
-    if (!fits) {
-        MX_ERROR_MSG << "bbb_lrt_convolution takes h (N, C, H, W), W_mu and W_sigma (OC, C, K, K),"
-                        " b_mu and b_sigma (OC,)";
-        return MX_FAIL;
-    }
-    std::vector<unsigned int> out = {in[0][0], in[1][0], in[0][2] - in[1][2] + 1,
-                                     in[0][3] - in[1][3] + 1};
-    if (in[5] != out) {
-        MX_ERROR_MSG << "bbb_lrt_convolution takes noise of the output's shape (N, OC, H - K + 1,"
-                        " W - K + 1)";
-        return MX_FAIL;
-    }
-    (*out_shapes)[0] = out;
-    (*out_shapes)[1] = out;
-    return MX_SUCCESS;
+    if (!fits) return {};
+    return {in[0][0], in[1][0], in[0][2] - in[1][2] + 1, in[0][3] - in[1][3] + 1};
 }
 
 /* The sizes of one call: h (N, C, H, W), kernels (OC, C, K, K), outputs (N, OC, OH, OW) */
@@ -264,7 +244,53 @@ struct ConvolutionSizes {
           OH(H - K + 1), OW(W - K + 1) {}
     int64_t terms() const { return C * K * K; }
     int64_t positions() const { return OH * OW; }
+    int64_t image() const { return C * H * W; }
 };
+
+/* The images of a call split among the threads (static schedule), each thread with a buffer
+ * of its own, zeroed; the buffers are kept, in thread order, for the caller's sums. */
+class ThreadBuffers {
+  public:
+    explicit ThreadBuffers(int64_t floats)
+        : floats_(floats), buffers_(omp_get_max_threads(), nullptr) {}
+    ~ThreadBuffers() {
+        for (float *buffer : buffers_) free(buffer);
+    }
+    /* body(buffer, n) for each image n; false where memory ran out */
+    template <typename Body>
+    bool for_each_image(int64_t N, Body body) {
+        int failed = 0;
+#pragma omp parallel reduction(| : failed)
+        {
+            float *buffer = static_cast<float *>(calloc((size_t)floats_, sizeof(float)));
+            failed = buffer == nullptr;
+            buffers_[omp_get_thread_num()] = buffer;
+#pragma omp for schedule(static)
+            for (int64_t n = 0; n < N; ++n)
+                if (buffer) body(buffer, n);
+        }
+        return !failed;
+    }
+    /* out (rows, length) = the threads' sums, in thread order, of the rows `stride` floats
+     * apart from `at` in their buffers */
+    void add_up(int64_t at, int64_t rows, int64_t length, int64_t stride, float *out) const {
+        for (int64_t i = 0; i < rows * length; ++i) out[i] = 0.0f;
+        for (const float *buffer : buffers_)
+            if (buffer)
+                for (int64_t r = 0; r < rows; ++r)
+                    for (int64_t k = 0; k < length; ++k)
+                        out[r * length + k] += buffer[at + r * stride + k];
+    }
+
+  private:
+    int64_t floats_;
+    std::vector<float *> buffers_;
+};
+
+MXReturnValue out_of_memory(const char *op) {
+    MX_ERROR_MSG << op << ": no memory for an image's patches";
+    return MX_FAIL;
+}
 
 std::vector<float> squared(const float *x, int64_t n) {
     std::vector<float> out(x, x + n);
@@ -273,17 +299,22 @@ std::vector<float> squared(const float *x, int64_t n) {
 }
 
 /* a (rows, columns) transposed into out (columns, rows) */
-std::vector<float> transposed(const float *a, int64_t rows, int64_t columns) {
-    std::vector<float> out(rows * columns);
+void transpose(const float *a, int64_t rows, int64_t columns, float *out) {
     for (int64_t r = 0; r < rows; ++r)
         for (int64_t c = 0; c < columns; ++c) out[c * rows + r] = a[r * columns + c];
+}
+
+std::vector<float> transposed(const float *a, int64_t rows, int64_t columns) {
+    std::vector<float> out(rows * columns);
+    transpose(a, rows, columns, out.data());
     return out;
 }
 
 /* An image's patches as (positions, columns): row p holds the C K K inputs under the kernel
- * at output position p, zeros past them; and their squares where squares_t is given. Taken from the image rather than
- * by transposing its patches (C K K, positions), whose rows are a power of two floats apart in
- * the LeNet: writing down their columns took most of the backward pass. */
+ * at output position p, zeros past them; and their squares where squares_t is given. Taken
+ * from the image rather than by transposing its patches (C K K, positions), whose rows are a
+ * power of two floats apart in the LeNet: writing down their columns took most of the
+ * backward pass. */
 void patches_transposed(const ConvolutionSizes &z, int64_t columns, const float *image,
                         float *patches_t, float *squares_t) {
     for (int64_t oy = 0; oy < z.OH; ++oy)
@@ -306,7 +337,7 @@ void patches_transposed(const ConvolutionSizes &z, int64_t columns, const float 
  * patches col_var where given (the squared patches' gradient col_var) */
 void col_to_image(const ConvolutionSizes &z, int64_t positions, const float *col,
                   const float *patches, const float *col_var, float *image) {
-    memset(image, 0, sizeof(float) * z.C * z.H * z.W);
+    memset(image, 0, sizeof(float) * z.image());
     for (int64_t c = 0; c < z.C; ++c)
         for (int64_t ky = 0; ky < z.K; ++ky)
             for (int64_t kx = 0; kx < z.K; ++kx) {
@@ -331,8 +362,41 @@ int64_t widest_of(const Attributes &attributes) {
     return std::strtol(attributes.at("widest").c_str(), nullptr, 10);
 }
 
-/* Each image (split among the threads): its patches P and their squares, the two products
- * with W_mu and W_sigma^2 (_conv_tiles.h), then the output's formula position by position. */
+bool input_gradient_of(const Attributes &attributes) {
+    return attributes.at("input_gradient") != "0";
+}
+
+/* bbb_lrt_convolution(h, W_mu, b_mu, W_sigma, b_sigma, noise; floor, input_gradient, widest):
+ * the local reparametrization of a convolution layer (stride 1, no padding) in one operator,
+ * (out, spread) with spread = sqrt(conv(h^2, W_sigma^2) + b_sigma^2 + floor) and out =
+ * conv(h, W_mu) + b_mu + spread * noise. */
+MXReturnValue lrt_convolution_attributes(const Attributes &attributes, int *inputs,
+                                         int *outputs) {
+    *inputs = 6;
+    *outputs = 2;
+    return has_attributes("bbb_lrt_convolution", attributes,
+                          {"floor", "input_gradient", "widest"});
+}
+
+MXReturnValue lrt_convolution_type(const Attributes &, std::vector<int> *in_types,
+                                   std::vector<int> *out_types) {
+    (*out_types)[1] = kFloat32;
+    return float32_only("bbb_lrt_convolution", *in_types, out_types);
+}
+
+MXReturnValue lrt_convolution_shape(const Attributes &, Shapes *in_shapes, Shapes *out_shapes) {
+    std::vector<unsigned int> out = convolution_output(*in_shapes);
+    if (out.empty() || (*in_shapes)[5] != out) {
+        MX_ERROR_MSG << "bbb_lrt_convolution takes h (N, C, H, W), W_mu and W_sigma (OC, C, K, K),"
+                        " b_mu and b_sigma (OC,), noise (N, OC, H - K + 1, W - K + 1)";
+        return MX_FAIL;
+    }
+    (*out_shapes)[0] = (*out_shapes)[1] = out;
+    return MX_SUCCESS;
+}
+
+/* Each image: its patches P and their squares, the two products with W_mu and W_sigma^2
+ * (_conv_tiles.h), then the output's formula position by position. */
 MXReturnValue lrt_convolution_forward(const Attributes &attributes,
                                       std::vector<MXTensor> *inputs,
                                       std::vector<MXTensor> *outputs, const OpResource &) {
@@ -346,41 +410,27 @@ MXReturnValue lrt_convolution_forward(const Attributes &attributes,
     const float floor = floor_of(attributes);
     const int64_t terms = z.terms(), n_out = z.positions();
     const int64_t positions = conv_padded(n_out, kernels.width);
-    int failed = 0;
-#pragma omp parallel reduction(| : failed)
-    {
-        float *patches = static_cast<float *>(
-            calloc((size_t)(2 * (terms + z.OC) * positions), sizeof(float)));
-        failed = patches == nullptr;
+    ThreadBuffers buffers(2 * (terms + z.OC) * positions);
+    bool done = buffers.for_each_image(z.N, [&](float *patches, int64_t n) {
         float *squares = patches + terms * positions, *mean = squares + terms * positions;
         float *variance = mean + z.OC * positions;
-#pragma omp for schedule(static)
-        for (int64_t n = 0; n < z.N; ++n) {
-            if (!patches) continue;
-            kernels.patches(z.C, z.H, z.W, z.K, z.OH, z.OW, positions, h + n * z.C * z.H * z.W,
-                            patches);
-            for (int64_t i = 0; i < terms * positions; ++i) squares[i] = patches[i] * patches[i];
-            conv_gemm(&kernels, z.OC, positions, terms, w_mu, terms, b_mu, 0, patches, positions,
-                      mean, positions);
-            conv_gemm(&kernels, z.OC, positions, terms, w_var.data(), terms, b_var.data(), 0,
-                      squares, positions, variance, positions);
-            for (int64_t oc = 0; oc < z.OC; ++oc) {
-                const int64_t at = (n * z.OC + oc) * n_out;
+        kernels.patches(z.C, z.H, z.W, z.K, z.OH, z.OW, positions, h + n * z.image(), patches);
+        for (int64_t i = 0; i < terms * positions; ++i) squares[i] = patches[i] * patches[i];
+        conv_gemm(&kernels, z.OC, positions, terms, w_mu, terms, b_mu, 0, patches, positions,
+                  mean, positions);
+        conv_gemm(&kernels, z.OC, positions, terms, w_var.data(), terms, b_var.data(), 0,
+                  squares, positions, variance, positions);
+        for (int64_t oc = 0; oc < z.OC; ++oc) {
+            const int64_t at = (n * z.OC + oc) * n_out;
 #pragma omp simd
-                for (int64_t p = 0; p < n_out; ++p) {
-                    const float s = sqrtf(variance[oc * positions + p] + floor);
-                    spread[at + p] = s;
-                    out[at + p] = mean[oc * positions + p] + s * noise[at + p];
-                }
+            for (int64_t p = 0; p < n_out; ++p) {
+                const float s = sqrtf(variance[oc * positions + p] + floor);
+                spread[at + p] = s;
+                out[at + p] = mean[oc * positions + p] + s * noise[at + p];
             }
         }
-        free(patches);
-    }
-    if (failed) {
-        MX_ERROR_MSG << "bbb_lrt_convolution: no memory for an image's patches";
-        return MX_FAIL;
-    }
-    return MX_SUCCESS;
+    });
+    return done ? MX_SUCCESS : out_of_memory("bbb_lrt_convolution");
 }
 
 /* MXNet hands the backward pass the outputs' gradients (g of out, g_s of spread), the inputs
@@ -400,113 +450,78 @@ MXReturnValue lrt_convolution_backward(const Attributes &attributes,
     const float *h = (*inputs)[2].data<float>(), *w_mu = (*inputs)[3].data<float>();
     const float *w_sigma = (*inputs)[5].data<float>(), *b_sigma = (*inputs)[6].data<float>();
     const float *noise = (*inputs)[7].data<float>(), *spread = (*inputs)[9].data<float>();
-    float *d_h = (*outputs)[0].data<float>(), *d_w_mu = (*outputs)[1].data<float>();
-    float *d_b_mu = (*outputs)[2].data<float>(), *d_w_sigma = (*outputs)[3].data<float>();
-    float *d_b_sigma = (*outputs)[4].data<float>(), *d_noise = (*outputs)[5].data<float>();
-    const bool input_gradient = attributes.at("input_gradient") != "0";
+    float *d_h = (*outputs)[0].data<float>(), *d_noise = (*outputs)[5].data<float>();
+    const bool input_gradient = input_gradient_of(attributes);
     const int64_t terms = z.terms(), n_out = z.positions(), OC = z.OC;
     const int64_t positions = conv_padded(n_out, kernels.width);
     const int64_t columns = conv_padded(terms, kernels.width);  /* of the kernels' gradients */
     const std::vector<float> w_mu_t = transposed(w_mu, OC, terms);
-    const std::vector<float> w_var = squared(w_sigma, OC * terms);
-    const std::vector<float> w_var_t = transposed(w_var.data(), OC, terms);
-    /* each thread's sums: dW_mu, d(W_sigma^2) (OC, columns), db_mu, d(b_sigma^2) (OC) */
-    const int64_t sums_size = 2 * OC * columns + 2 * OC;
-    const int64_t sums_at = 4 * terms * positions + 2 * positions * columns + 2 * OC * positions;
-    std::vector<float *> buffers(omp_get_max_threads(), nullptr);
-    int failed = 0;
-    if (!input_gradient) memset(d_h, 0, sizeof(float) * z.N * z.C * z.H * z.W);
-#pragma omp parallel reduction(| : failed)
-    {
-        float *patches = static_cast<float *>(calloc((size_t)(sums_at + sums_size),
-                                                     sizeof(float)));
-        failed = patches == nullptr;
-        float *squares = patches + terms * positions, *col = squares + terms * positions;
-        float *col_var = col + terms * positions, *patches_t = col_var + terms * positions;
+    const std::vector<float> w_var_t = transposed(squared(w_sigma, OC * terms).data(), OC, terms);
+    /* a thread's buffer: an image's work, then its sums dW_mu, d(W_sigma^2) (OC, columns),
+     * db_mu, d(b_sigma^2) (OC) */
+    const int64_t sums = 3 * terms * positions + 2 * positions * columns + 2 * OC * positions;
+    ThreadBuffers buffers(sums + 2 * OC * columns + 2 * OC);
+    if (!input_gradient) memset(d_h, 0, sizeof(float) * z.N * z.image());
+    bool done = buffers.for_each_image(z.N, [&](float *patches, int64_t n) {
+        float *col = patches + terms * positions, *col_var = col + terms * positions;
+        float *patches_t = col_var + terms * positions;
         float *squares_t = patches_t + positions * columns;
         float *d_mean = squares_t + positions * columns, *d_var = d_mean + OC * positions;
-        float *mine = patches + sums_at;
-        buffers[omp_get_thread_num()] = patches;
-        float *my_w_mu = mine, *my_w_var = mine + OC * columns, *my_b_mu = my_w_var + OC * columns;
-        float *my_b_var = my_b_mu + OC;
-#pragma omp for schedule(static)
-        for (int64_t n = 0; n < z.N; ++n) {
-            if (!patches) continue;
-            kernels.patches(z.C, z.H, z.W, z.K, z.OH, z.OW, positions, h + n * z.C * z.H * z.W,
-                            patches);
-            for (int64_t i = 0; i < terms * positions; ++i) squares[i] = patches[i] * patches[i];
-            patches_transposed(z, columns, h + n * z.C * z.H * z.W, patches_t, squares_t);
-            for (int64_t oc = 0; oc < OC; ++oc) {
-                const int64_t at = (n * OC + oc) * n_out;
-                float *dm = d_mean + oc * positions, *dv = d_var + oc * positions;
-                float sum_mean = 0.0f, sum_var = 0.0f;
+        float *my_w_mu = patches + sums, *my_w_var = my_w_mu + OC * columns;
+        float *my_b_mu = my_w_var + OC * columns, *my_b_var = my_b_mu + OC;
+        const float *image = h + n * z.image();
+        patches_transposed(z, columns, image, patches_t, squares_t);
+        for (int64_t oc = 0; oc < OC; ++oc) {
+            const int64_t at = (n * OC + oc) * n_out;
+            float *dm = d_mean + oc * positions, *dv = d_var + oc * positions;
+            float sum_mean = 0.0f, sum_var = 0.0f;
 #pragma omp simd reduction(+ : sum_mean, sum_var)
-                for (int64_t p = 0; p < n_out; ++p) {
-                    const float s = spread[at + p];
-                    dm[p] = g[at + p];
-                    dv[p] = (g[at + p] * noise[at + p] + g_spread[at + p]) * (0.5f / s);
-                    d_noise[at + p] = g[at + p] * s;
-                    sum_mean += dm[p];
-                    sum_var += dv[p];
-                }
-                my_b_mu[oc] += sum_mean;
-                my_b_var[oc] += sum_var;
+            for (int64_t p = 0; p < n_out; ++p) {
+                const float s = spread[at + p];
+                dm[p] = g[at + p];
+                dv[p] = (g[at + p] * noise[at + p] + g_spread[at + p]) * (0.5f / s);
+                d_noise[at + p] = g[at + p] * s;
+                sum_mean += dm[p];
+                sum_var += dv[p];
             }
-            conv_gemm(&kernels, OC, columns, n_out, d_mean, positions, nullptr, 1, patches_t,
-                      columns, my_w_mu, columns);
-            conv_gemm(&kernels, OC, columns, n_out, d_var, positions, nullptr, 1, squares_t,
-                      columns, my_w_var, columns);
-            if (!input_gradient) continue;
-            conv_gemm(&kernels, terms, positions, OC, w_mu_t.data(), OC, nullptr, 0, d_mean,
-                      positions, col, positions);
-            conv_gemm(&kernels, terms, positions, OC, w_var_t.data(), OC, nullptr, 0, d_var,
-                      positions, col_var, positions);
-            col_to_image(z, positions, col, patches, col_var, d_h + n * z.C * z.H * z.W);
+            my_b_mu[oc] += sum_mean;
+            my_b_var[oc] += sum_var;
         }
-    }
-    if (!failed) {
-        for (int64_t i = 0; i < OC; ++i) d_b_mu[i] = d_b_sigma[i] = 0.0f;
-        for (int64_t i = 0; i < OC * terms; ++i) d_w_mu[i] = d_w_sigma[i] = 0.0f;
-        for (float *buffer : buffers) {
-            if (!buffer) continue;
-            const float *mine = buffer + sums_at;
-            for (int64_t oc = 0; oc < OC; ++oc) {
-                for (int64_t k = 0; k < terms; ++k) {
-                    d_w_mu[oc * terms + k] += mine[oc * columns + k];
-                    d_w_sigma[oc * terms + k] += mine[(OC + oc) * columns + k];
-                }
-                d_b_mu[oc] += mine[2 * OC * columns + oc];
-                d_b_sigma[oc] += mine[2 * OC * columns + OC + oc];
-            }
-        }
-        for (int64_t i = 0; i < OC * terms; ++i) d_w_sigma[i] *= 2.0f * w_sigma[i];
-        for (int64_t oc = 0; oc < OC; ++oc) d_b_sigma[oc] *= 2.0f * b_sigma[oc];
-    }
-    for (float *buffer : buffers) free(buffer);
-    if (failed) {
-        MX_ERROR_MSG << "bbb_lrt_convolution: no memory for an image's patches";
-        return MX_FAIL;
-    }
+        conv_gemm(&kernels, OC, columns, n_out, d_mean, positions, nullptr, 1, patches_t,
+                  columns, my_w_mu, columns);
+        conv_gemm(&kernels, OC, columns, n_out, d_var, positions, nullptr, 1, squares_t,
+                  columns, my_w_var, columns);
+        if (!input_gradient) return;
+        kernels.patches(z.C, z.H, z.W, z.K, z.OH, z.OW, positions, image, patches);
+        conv_gemm(&kernels, terms, positions, OC, w_mu_t.data(), OC, nullptr, 0, d_mean,
+                  positions, col, positions);
+        conv_gemm(&kernels, terms, positions, OC, w_var_t.data(), OC, nullptr, 0, d_var,
+                  positions, col_var, positions);
+        col_to_image(z, positions, col, patches, col_var, d_h + n * z.image());
+    });
+    if (!done) return out_of_memory("bbb_lrt_convolution");
+    float *d_w_mu = (*outputs)[1].data<float>(), *d_b_mu = (*outputs)[2].data<float>();
+    float *d_w_sigma = (*outputs)[3].data<float>(), *d_b_sigma = (*outputs)[4].data<float>();
+    buffers.add_up(sums, OC, terms, columns, d_w_mu);
+    buffers.add_up(sums + OC * columns, OC, terms, columns, d_w_sigma);
+    buffers.add_up(sums + 2 * OC * columns, 1, OC, 0, d_b_mu);
+    buffers.add_up(sums + 2 * OC * columns + OC, 1, OC, 0, d_b_sigma);
+    for (int64_t i = 0; i < OC * terms; ++i) d_w_sigma[i] *= 2.0f * w_sigma[i];
+    for (int64_t oc = 0; oc < OC; ++oc) d_b_sigma[oc] *= 2.0f * b_sigma[oc];
     return MX_SUCCESS;
 }
 
-
-/* bbb_flipout_convolution(h, W_mu, b_mu, W_delta, b_delta, noise_in, noise_out; widest): a
- * convolution layer's Flipout in one operator, conv(h, W_mu) + b_mu + (conv(h s, W_delta) +
- * b_delta) r, s and r the signs of noise_in (N, C, 1, 1) and noise_out (N, OC, 1, 1). Image n's
- * signs make it one convolution with the image's own kernels W_mu + r s W_delta (r over the
- * output channels, s over the input channels) and bias b_mu + r b_delta: one matrix product
- * each way where the two convolutions take two. */
+/* bbb_flipout_convolution(h, W_mu, b_mu, W_delta, b_delta, noise_in, noise_out;
+ * input_gradient, widest): a convolution layer's Flipout in one operator, conv(h, W_mu) + b_mu
+ * + (conv(h s, W_delta) + b_delta) r, s and r the signs of noise_in (N, C, 1, 1) and noise_out
+ * (N, OC, 1, 1). Image n's signs make it one convolution with the image's own kernels W_mu +
+ * r s W_delta (r over the output channels, s over the input channels) and bias b_mu + r
+ * b_delta: one matrix product each way where the two convolutions take two. */
 MXReturnValue flipout_convolution_attributes(const Attributes &attributes, int *inputs,
                                              int *outputs) {
-    for (const char *name : {"input_gradient", "widest"})
-        if (attributes.count(name) == 0) {
-            MX_ERROR_MSG << "bbb_flipout_convolution takes the attribute " << name;
-            return MX_FAIL;
-        }
     *inputs = 7;
     *outputs = 1;
-    return MX_SUCCESS;
+    return has_attributes("bbb_flipout_convolution", attributes, {"input_gradient", "widest"});
 }
 
 MXReturnValue flipout_convolution_type(const Attributes &, std::vector<int> *in_types,
@@ -514,30 +529,28 @@ MXReturnValue flipout_convolution_type(const Attributes &, std::vector<int> *in_
     return float32_only("bbb_flipout_convolution", *in_types, out_types);
 }
 
-MXReturnValue flipout_convolution_shape(const Attributes &,
-                                        std::vector<std::vector<unsigned int> > *in_shapes,
-                                        std::vector<std::vector<unsigned int> > *out_shapes) {
-    const std::vector<std::vector<unsigned int> > &in = *in_shapes;
-    bool fits = in[0].size() == 4 && in[1].size() == 4 && in[1][1] == in[0][1]
-                && in[1][2] == in[1][3] && in[1][2] <= in[0][2] && in[1][3] <= in[0][3]
-                && in[3] == in[1] && in[2] == std::vector<unsigned int>{in[1][0]}
-                && in[4] == in[2]
-                && in[5] == std::vector<unsigned int>{in[0][0], in[0][1], 1, 1}
-                && in[6] == std::vector<unsigned int>{in[0][0], in[1][0], 1, 1};
-    if (!fits) {
+MXReturnValue flipout_convolution_shape(const Attributes &, Shapes *in_shapes,
+                                        Shapes *out_shapes) {
+    const Shapes &in = *in_shapes;
+    std::vector<unsigned int> out = convolution_output(in);
+    if (out.empty() || in[5] != std::vector<unsigned int>{out[0], in[0][1], 1, 1}
+        || in[6] != std::vector<unsigned int>{out[0], out[1], 1, 1}) {
         MX_ERROR_MSG << "bbb_flipout_convolution takes h (N, C, H, W), W_mu and W_delta (OC, C, K,"
                         " K), b_mu and b_delta (OC,), noise_in (N, C, 1, 1), noise_out (N, OC, 1,"
                         " 1)";
         return MX_FAIL;
     }
-    (*out_shapes)[0] = {in[0][0], in[1][0], in[0][2] - in[1][2] + 1, in[0][3] - in[1][3] + 1};
+    (*out_shapes)[0] = out;
     return MX_SUCCESS;
 }
 
-/* Image n's kernels W_mu + r s W_delta into w (OC, C K K) and bias b_mu + r b_delta */
-void flipout_kernels(const ConvolutionSizes &z, int64_t n, const float *w_mu, const float *b_mu,
-                     const float *w_delta, const float *b_delta, const float *noise_in,
-                     const float *noise_out, float *w, float *bias) {
+/* Image n's kernels W_mu + r s W_delta into w (OC, C K K) and bias b_mu + r b_delta, the
+ * inputs from W_mu on */
+void flipout_kernels(const ConvolutionSizes &z, int64_t n, MXTensor *from, float *w,
+                     float *bias) {
+    const float *w_mu = from[0].data<float>(), *b_mu = from[1].data<float>();
+    const float *w_delta = from[2].data<float>(), *b_delta = from[3].data<float>();
+    const float *noise_in = from[4].data<float>(), *noise_out = from[5].data<float>();
     const int64_t KK = z.K * z.K;
     for (int64_t oc = 0; oc < z.OC; ++oc) {
         const float r = sign_of(noise_out[n * z.OC + oc]);
@@ -559,35 +572,18 @@ MXReturnValue flipout_convolution_forward(const Attributes &attributes,
     float *out = (*outputs)[0].data<float>();
     const int64_t terms = z.terms(), n_out = z.positions(), OC = z.OC;
     const int64_t positions = conv_padded(n_out, kernels.width);
-    int failed = 0;
-#pragma omp parallel reduction(| : failed)
-    {
-        float *patches = static_cast<float *>(
-            calloc((size_t)((terms + OC) * positions + OC * terms + OC), sizeof(float)));
-        failed = patches == nullptr;
+    ThreadBuffers buffers((terms + OC) * positions + OC * terms + OC);
+    bool done = buffers.for_each_image(z.N, [&](float *patches, int64_t n) {
         float *conv = patches + terms * positions, *w = conv + OC * positions;
         float *bias = w + OC * terms;
-#pragma omp for schedule(static)
-        for (int64_t n = 0; n < z.N; ++n) {
-            if (!patches) continue;
-            kernels.patches(z.C, z.H, z.W, z.K, z.OH, z.OW, positions, h + n * z.C * z.H * z.W,
-                            patches);
-            flipout_kernels(z, n, (*inputs)[1].data<float>(), (*inputs)[2].data<float>(),
-                            (*inputs)[3].data<float>(), (*inputs)[4].data<float>(),
-                            (*inputs)[5].data<float>(), (*inputs)[6].data<float>(), w, bias);
-            conv_gemm(&kernels, OC, positions, terms, w, terms, bias, 0, patches, positions, conv,
-                      positions);
-            for (int64_t oc = 0; oc < OC; ++oc)
-                memcpy(out + (n * OC + oc) * n_out, conv + oc * positions,
-                       sizeof(float) * n_out);
-        }
-        free(patches);
-    }
-    if (failed) {
-        MX_ERROR_MSG << "bbb_flipout_convolution: no memory for an image's patches";
-        return MX_FAIL;
-    }
-    return MX_SUCCESS;
+        kernels.patches(z.C, z.H, z.W, z.K, z.OH, z.OW, positions, h + n * z.image(), patches);
+        flipout_kernels(z, n, &(*inputs)[1], w, bias);
+        conv_gemm(&kernels, OC, positions, terms, w, terms, bias, 0, patches, positions, conv,
+                  positions);
+        for (int64_t oc = 0; oc < OC; ++oc)
+            memcpy(out + (n * OC + oc) * n_out, conv + oc * positions, sizeof(float) * n_out);
+    });
+    return done ? MX_SUCCESS : out_of_memory("bbb_flipout_convolution");
 }
 
 /* Inputs: g, then h, W_mu, b_mu, W_delta, b_delta, noise_in, noise_out, then out. With image
@@ -602,94 +598,63 @@ MXReturnValue flipout_convolution_backward(const Attributes &attributes,
     const conv_kernels kernels = conv_kernels_for(widest_of(attributes));
     const float *g = (*inputs)[0].data<float>(), *h = (*inputs)[1].data<float>();
     const float *noise_in = (*inputs)[6].data<float>(), *noise_out = (*inputs)[7].data<float>();
-    float *d_h = (*outputs)[0].data<float>(), *d_w_mu = (*outputs)[1].data<float>();
-    float *d_b_mu = (*outputs)[2].data<float>(), *d_w_delta = (*outputs)[3].data<float>();
-    float *d_b_delta = (*outputs)[4].data<float>();
-    const bool input_gradient = attributes.at("input_gradient") != "0";
+    float *d_h = (*outputs)[0].data<float>();
+    const bool input_gradient = input_gradient_of(attributes);
     const int64_t terms = z.terms(), n_out = z.positions(), OC = z.OC, KK = z.K * z.K;
     const int64_t positions = conv_padded(n_out, kernels.width);
     const int64_t columns = conv_padded(terms, kernels.width);
-    /* each thread's sums: dW_mu, dW_delta (OC, terms), db_mu, db_delta (OC) */
-    const int64_t sums_size = 2 * OC * terms + 2 * OC;
-    const int64_t sums_at = terms * positions + positions * columns + OC * columns
-                            + OC * positions + 2 * OC * terms + OC;
-    std::vector<float *> buffers(omp_get_max_threads(), nullptr);
-    int failed = 0;
+    /* a thread's buffer: an image's work, then its sums dW_mu, dW_delta (OC, terms), db_mu,
+     * db_delta (OC) */
+    const int64_t sums = terms * positions + positions * columns + OC * columns
+                         + OC * positions + 2 * OC * terms + OC;
+    ThreadBuffers buffers(sums + 2 * OC * terms + 2 * OC);
     memset((*outputs)[5].data<float>(), 0, sizeof(float) * z.N * z.C);
     memset((*outputs)[6].data<float>(), 0, sizeof(float) * z.N * OC);
-    if (!input_gradient) memset(d_h, 0, sizeof(float) * z.N * z.C * z.H * z.W);
-#pragma omp parallel reduction(| : failed)
-    {
-        float *col = static_cast<float *>(calloc((size_t)(sums_at + sums_size), sizeof(float)));
-        failed = col == nullptr;
-        float *patches_t = col + terms * positions;
-        float *product = patches_t + positions * columns, *g_image = product + OC * columns;
-        float *w = g_image + OC * positions, *w_t = w + OC * terms, *bias = w_t + OC * terms;
-        float *my_w_mu = col + sums_at, *my_w_delta = my_w_mu + OC * terms;
+    if (!input_gradient) memset(d_h, 0, sizeof(float) * z.N * z.image());
+    bool done = buffers.for_each_image(z.N, [&](float *col, int64_t n) {
+        float *patches_t = col + terms * positions, *product = patches_t + positions * columns;
+        float *g_image = product + OC * columns, *w = g_image + OC * positions;
+        float *w_t = w + OC * terms, *bias = w_t + OC * terms;
+        float *my_w_mu = col + sums, *my_w_delta = my_w_mu + OC * terms;
         float *my_b_mu = my_w_delta + OC * terms, *my_b_delta = my_b_mu + OC;
-        buffers[omp_get_thread_num()] = col;
-#pragma omp for schedule(static)
-        for (int64_t n = 0; n < z.N; ++n) {
-            if (!col) continue;
-            const float *image = h + n * z.C * z.H * z.W;
-            patches_transposed(z, columns, image, patches_t, nullptr);
-            for (int64_t oc = 0; oc < OC; ++oc) {
-                const float *from = g + (n * OC + oc) * n_out;
-                const float r = sign_of(noise_out[n * OC + oc]);
-                float sum = 0.0f;
+        patches_transposed(z, columns, h + n * z.image(), patches_t, nullptr);
+        for (int64_t oc = 0; oc < OC; ++oc) {
+            const float *from = g + (n * OC + oc) * n_out;
+            const float r = sign_of(noise_out[n * OC + oc]);
+            float sum = 0.0f;
 #pragma omp simd reduction(+ : sum)
-                for (int64_t p = 0; p < n_out; ++p) sum += from[p];
-                my_b_mu[oc] += sum;
-                my_b_delta[oc] += r * sum;
-                memcpy(g_image + oc * positions, from, sizeof(float) * n_out);
-            }
-            conv_gemm(&kernels, OC, columns, n_out, g_image, positions, nullptr, 0, patches_t,
-                      columns, product, columns);
-            for (int64_t oc = 0; oc < OC; ++oc) {
-                const float r = sign_of(noise_out[n * OC + oc]);
-                for (int64_t c = 0; c < z.C; ++c) {
-                    const float rs = r * sign_of(noise_in[n * z.C + c]);
-                    const float *from = product + oc * columns + c * KK;
-                    float *mu = my_w_mu + (oc * z.C + c) * KK;
-                    float *delta = my_w_delta + (oc * z.C + c) * KK;
-                    for (int64_t k = 0; k < KK; ++k) {
-                        mu[k] += from[k];
-                        delta[k] += rs * from[k];
-                    }
+            for (int64_t p = 0; p < n_out; ++p) sum += from[p];
+            my_b_mu[oc] += sum;
+            my_b_delta[oc] += r * sum;
+            memcpy(g_image + oc * positions, from, sizeof(float) * n_out);
+        }
+        conv_gemm(&kernels, OC, columns, n_out, g_image, positions, nullptr, 0, patches_t,
+                  columns, product, columns);
+        for (int64_t oc = 0; oc < OC; ++oc) {
+            const float r = sign_of(noise_out[n * OC + oc]);
+            for (int64_t c = 0; c < z.C; ++c) {
+                const float rs = r * sign_of(noise_in[n * z.C + c]);
+                const float *from = product + oc * columns + c * KK;
+                float *mu = my_w_mu + (oc * z.C + c) * KK;
+                float *delta = my_w_delta + (oc * z.C + c) * KK;
+                for (int64_t k = 0; k < KK; ++k) {
+                    mu[k] += from[k];
+                    delta[k] += rs * from[k];
                 }
             }
-            if (!input_gradient) continue;
-            flipout_kernels(z, n, (*inputs)[2].data<float>(), (*inputs)[3].data<float>(),
-                            (*inputs)[4].data<float>(), (*inputs)[5].data<float>(), noise_in,
-                            noise_out, w, bias);
-            for (int64_t oc = 0; oc < OC; ++oc)
-                for (int64_t k = 0; k < terms; ++k) w_t[k * OC + oc] = w[oc * terms + k];
-            conv_gemm(&kernels, terms, positions, OC, w_t, OC, nullptr, 0, g_image, positions,
-                      col, positions);
-            col_to_image(z, positions, col, nullptr, nullptr, d_h + n * z.C * z.H * z.W);
         }
-    }
-    if (!failed) {
-        for (int64_t i = 0; i < OC; ++i) d_b_mu[i] = d_b_delta[i] = 0.0f;
-        for (int64_t i = 0; i < OC * terms; ++i) d_w_mu[i] = d_w_delta[i] = 0.0f;
-        for (float *buffer : buffers) {
-            if (!buffer) continue;
-            const float *mine = buffer + sums_at;
-            for (int64_t i = 0; i < OC * terms; ++i) {
-                d_w_mu[i] += mine[i];
-                d_w_delta[i] += mine[OC * terms + i];
-            }
-            for (int64_t oc = 0; oc < OC; ++oc) {
-                d_b_mu[oc] += mine[2 * OC * terms + oc];
-                d_b_delta[oc] += mine[2 * OC * terms + OC + oc];
-            }
-        }
-    }
-    for (float *buffer : buffers) free(buffer);
-    if (failed) {
-        MX_ERROR_MSG << "bbb_flipout_convolution: no memory for an image's patches";
-        return MX_FAIL;
-    }
+        if (!input_gradient) return;
+        flipout_kernels(z, n, &(*inputs)[2], w, bias);
+        transpose(w, OC, terms, w_t);
+        conv_gemm(&kernels, terms, positions, OC, w_t, OC, nullptr, 0, g_image, positions, col,
+                  positions);
+        col_to_image(z, positions, col, nullptr, nullptr, d_h + n * z.image());
+    });
+    if (!done) return out_of_memory("bbb_flipout_convolution");
+    buffers.add_up(sums, 1, OC * terms, 0, (*outputs)[1].data<float>());
+    buffers.add_up(sums + OC * terms, 1, OC * terms, 0, (*outputs)[3].data<float>());
+    buffers.add_up(sums + 2 * OC * terms, 1, OC, 0, (*outputs)[2].data<float>());
+    buffers.add_up(sums + 2 * OC * terms + OC, 1, OC, 0, (*outputs)[4].data<float>());
     return MX_SUCCESS;
 }
 
