@@ -460,9 +460,10 @@ def test_the_flipout_convolution_operator_follows_the_formula(native_operators, 
 @pytest.mark.parametrize("estimator_name", ["lrt", "flipout"])
 def test_a_convolution_takes_its_operator_only_for_the_formula_it_computes(
         native_operators, monkeypatch, estimator_name):
-    """A user's convolution that changes the layer's formula (``__call__``) draws through its
-    own formula under the native backend's operators, not through the built-in convolution's
-    operator; the built-in one takes its operator and gives its formula's output."""
+    """A user's convolution that changes the layer's formula (``__call__``) or the estimator's
+    noise (here Flipout's signs per position) draws through its own formulas under the native
+    backend's operators, not through the built-in convolution's operator; the built-in one
+    takes its operator and gives its formula's output."""
     from gluon_bbb.networks.layers import Conv2D, Dense, Flatten, MaxPool2D, Network, ReLU
     operator = estimator_name + "_convolution"
     calls = []
@@ -474,8 +475,15 @@ def test_a_convolution_takes_its_operator_only_for_the_formula_it_computes(
         def __call__(self, F, h, params, input_shape):
             return 2 * super().__call__(F, h, params, input_shape)
 
+    class OwnNoise(Conv2D):
+        def lrt_noise_shapes(self, batch_size, input_shape, output_shape):
+            return super().lrt_noise_shapes(batch_size, input_shape, output_shape)
+
+        def flipout_noise_shapes(self, batch_size, input_shape, output_shape):
+            return [(batch_size,) + tuple(input_shape), (batch_size,) + tuple(output_shape)]
+
     rng = np.random.default_rng(0)
-    for conv, taken in ((Conv2D(5, 3), True), (Doubled(5, 3), False)):
+    for conv, taken in ((Conv2D(5, 3), True), (Doubled(5, 3), False), (OwnNoise(5, 3), False)):
         network = Network([conv, ReLU(), MaxPool2D(2), Flatten(), Dense(3)],
                           input_shape=(2, 9, 9))
         shapes = network.param_shapes()
@@ -721,16 +729,16 @@ def test_the_lrt_graph_without_the_operators_gives_the_same_run(ctx, mnist, monk
         np.testing.assert_allclose(ours.asnumpy(), theirs.asnumpy(), rtol=0, atol=1e-4)
 
 
-@pytest.mark.parametrize("problem", ["version", "stale"])
+@pytest.mark.parametrize("problem", ["version", "_fused.c", "_conv_tiles.h"])
 def test_a_library_that_does_not_match_the_source_is_not_used(monkeypatch, capfd, problem):
     real_getmtime = os.path.getmtime
     if problem == "version":
         monkeypatch.setattr(native, "ABI_VERSION", native.ABI_VERSION + 1)
-    else:  # _fused.c edited a second after the library was built, however long ago that was
+    else:  # a source edited a second after the library was built, however long ago that was
         built = max(real_getmtime(path) for path in glob.glob(
             os.path.join(os.path.dirname(native.__file__), "_fused*.so")))
         monkeypatch.setattr(native.os.path, "getmtime", lambda path: built + 1.0
-                            if path.endswith("_fused.c") else real_getmtime(path))
+                            if path.endswith(problem) else real_getmtime(path))
     native._load.cache_clear()
     try:
         assert not native.available()
@@ -740,7 +748,7 @@ def test_a_library_that_does_not_match_the_source_is_not_used(monkeypatch, capfd
         assert err.rstrip().endswith("; using the ndarray backend")
         assert ("has version %d, this gluon_bbb needs %d" % (
             native.ABI_VERSION - 1, native.ABI_VERSION) if problem == "version"
-            else "is older than _fused.c") in err
+            else "is older than %s" % problem) in err
     finally:
         monkeypatch.undo()
         native._load.cache_clear()

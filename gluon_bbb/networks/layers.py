@@ -142,9 +142,10 @@ class Conv2D(_Linear):
     convolution = True
     # a max pooling right after it may be computed with it (``Network.run``'s ``pooled``)
     pooled_with = Keyed(True, "__call__")
-    # its local reparametrization and Flipout may be computed by one operator each
-    # (``lrt_output``, ``flipout_output``)
-    estimators_in_one_operator = Keyed(True, "__call__", "param_shapes")
+    # its local reparametrization and Flipout may each be computed by one operator
+    # (``lrt_output``, ``flipout_output``), written for these formulas and noise shapes
+    lrt_in_one_operator = Keyed(True, "__call__", "param_shapes", "lrt_noise_shapes")
+    flipout_in_one_operator = Keyed(True, "__call__", "param_shapes", "flipout_noise_shapes")
 
     def __init__(self, channels, kernel):
         layer = "conv:%s:%s" % (channels, kernel)
@@ -171,12 +172,12 @@ class Conv2D(_Linear):
     # Where F has them (``native.operators.Accelerated``), in one operator each: the
     # accelerators of ``local_reparametrization`` and ``flipout`` for this class's convolution
     def lrt_output(self, F, h, mus, sigmas, noise, input_shape):
-        if self.estimators_in_one_operator and hasattr(F, "lrt_convolution"):
+        if self.lrt_in_one_operator and hasattr(F, "lrt_convolution"):
             return F.lrt_convolution(h, mus, sigmas, noise[0])
         return super().lrt_output(F, h, mus, sigmas, noise, input_shape)
 
     def flipout_output(self, F, h, mus, deltas, noise, input_shape):
-        if self.estimators_in_one_operator and hasattr(F, "flipout_convolution"):
+        if self.flipout_in_one_operator and hasattr(F, "flipout_convolution"):
             return F.flipout_convolution(h, mus, deltas, noise[0], noise[1])
         return super().flipout_output(F, h, mus, deltas, noise, input_shape)
 
