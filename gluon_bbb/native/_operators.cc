@@ -333,23 +333,24 @@ void patches_transposed(const ConvolutionSizes &z, int64_t columns, const float 
         }
 }
 
-/* The gradient of an image (C, H, W) from that of its patches (C K K, positions): col, plus 2
- * patches col_var where given (the squared patches' gradient col_var) */
+/* The gradient of an image (C, H, W) from that of its patches (C K K, positions): col, plus,
+ * where col_var (the squared patches' gradient) is given, 2 input col_var, input the image
+ * itself (a patch entry is the input value at the place its gradient goes) */
 void col_to_image(const ConvolutionSizes &z, int64_t positions, const float *col,
-                  const float *patches, const float *col_var, float *image) {
+                  const float *col_var, const float *input, float *image) {
     memset(image, 0, sizeof(float) * z.image());
     for (int64_t c = 0; c < z.C; ++c)
         for (int64_t ky = 0; ky < z.K; ++ky)
             for (int64_t kx = 0; kx < z.K; ++kx) {
                 const int64_t row = ((c * z.K + ky) * z.K + kx) * positions;
                 for (int64_t oy = 0; oy < z.OH; ++oy) {
-                    float *to = image + (c * z.H + oy + ky) * z.W + kx;
-                    const int64_t from = row + oy * z.OW;
+                    const int64_t at = (c * z.H + oy + ky) * z.W + kx, from = row + oy * z.OW;
+                    float *to = image + at;
                     if (col_var) {
 #pragma omp simd
                         for (int64_t ox = 0; ox < z.OW; ++ox)
                             to[ox] += col[from + ox]
-                                      + 2.0f * patches[from + ox] * col_var[from + ox];
+                                      + 2.0f * input[at + ox] * col_var[from + ox];
                     } else {
 #pragma omp simd
                         for (int64_t ox = 0; ox < z.OW; ++ox) to[ox] += col[from + ox];
@@ -437,7 +438,7 @@ MXReturnValue lrt_convolution_forward(const Attributes &attributes,
  * (h, W_mu, b_mu, W_sigma, b_sigma, noise) and the outputs (out, spread). With d_mean = g and
  * d_var = (g noise + g_s) / (2 spread), each image's patches P give
  *     dW_mu += d_mean P^T,  d(W_sigma^2) += d_var (P^2)^T    (sums over positions)
- *     d_h = col2im(W_mu^T d_mean + 2 P (W_sigma^2)^T d_var)  (input_gradient 1; else 0)
+ *     d_h = col2im(W_mu^T d_mean) + 2 h col2im((W_sigma^2)^T d_var)  (input_gradient 1)
  *     d_noise = g spread,  db_mu = sum d_mean,  d(b_sigma^2) = sum d_var,
  * then dW_sigma = 2 W_sigma d(W_sigma^2) and db_sigma alike. Each thread sums its images'
  * terms of the kernels' gradients apart; the threads' sums are added in thread order. */
@@ -459,15 +460,14 @@ MXReturnValue lrt_convolution_backward(const Attributes &attributes,
     const std::vector<float> w_var_t = transposed(squared(w_sigma, OC * terms).data(), OC, terms);
     /* a thread's buffer: an image's work, then its sums dW_mu, d(W_sigma^2) (OC, columns),
      * db_mu, d(b_sigma^2) (OC) */
-    const int64_t sums = 3 * terms * positions + 2 * positions * columns + 2 * OC * positions;
+    const int64_t sums = 2 * terms * positions + 2 * positions * columns + 2 * OC * positions;
     ThreadBuffers buffers(sums + 2 * OC * columns + 2 * OC);
     if (!input_gradient) memset(d_h, 0, sizeof(float) * z.N * z.image());
-    bool done = buffers.for_each_image(z.N, [&](float *patches, int64_t n) {
-        float *col = patches + terms * positions, *col_var = col + terms * positions;
-        float *patches_t = col_var + terms * positions;
+    bool done = buffers.for_each_image(z.N, [&](float *col, int64_t n) {
+        float *col_var = col + terms * positions, *patches_t = col_var + terms * positions;
         float *squares_t = patches_t + positions * columns;
         float *d_mean = squares_t + positions * columns, *d_var = d_mean + OC * positions;
-        float *my_w_mu = patches + sums, *my_w_var = my_w_mu + OC * columns;
+        float *my_w_mu = col + sums, *my_w_var = my_w_mu + OC * columns;
         float *my_b_mu = my_w_var + OC * columns, *my_b_var = my_b_mu + OC;
         const float *image = h + n * z.image();
         patches_transposed(z, columns, image, patches_t, squares_t);
@@ -492,12 +492,11 @@ MXReturnValue lrt_convolution_backward(const Attributes &attributes,
         conv_gemm(&kernels, OC, columns, n_out, d_var, positions, nullptr, 1, squares_t,
                   columns, my_w_var, columns);
         if (!input_gradient) return;
-        kernels.patches(z.C, z.H, z.W, z.K, z.OH, z.OW, positions, image, patches);
         conv_gemm(&kernels, terms, positions, OC, w_mu_t.data(), OC, nullptr, 0, d_mean,
                   positions, col, positions);
         conv_gemm(&kernels, terms, positions, OC, w_var_t.data(), OC, nullptr, 0, d_var,
                   positions, col_var, positions);
-        col_to_image(z, positions, col, patches, col_var, d_h + n * z.image());
+        col_to_image(z, positions, col, col_var, image, d_h + n * z.image());
     });
     if (!done) return out_of_memory("bbb_lrt_convolution");
     float *d_w_mu = (*outputs)[1].data<float>(), *d_b_mu = (*outputs)[2].data<float>();
