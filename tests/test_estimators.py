@@ -16,7 +16,8 @@ from gluon_bbb.learning.ndarray_backend import FlatLayout, NetworkGraph, draw_si
 from gluon_bbb.learning.noise import PhiloxNoise, philox_normals_reference
 from gluon_bbb.family.elementwise import operators
 from gluon_bbb.family.parametrizations import parametrization as parametrization_named
-from gluon_bbb.family.priors import GaussianPrior, LogUniformPrior, Prior, ScaleMixturePrior
+from gluon_bbb.family.priors import (GatedPrior, GaussianPrior, LogUniformPrior, NoPrior, Prior,
+                                     ScaleMixturePrior)
 from test_step import assert_matches
 
 LOG_SQRT_2PI = 0.5 * np.log(2 * np.pi)
@@ -163,9 +164,19 @@ def plain_log_q(w, mu, sigma):
     return nd.sum(-LOG_SQRT_2PI - nd.log(sigma) - (w - mu) ** 2 / (2 * sigma ** 2))
 
 
+def part_of(prior, i):
+    """The prior of parameter array ``i``: a gated prior's gates' prior for a gate's array, its
+    weights' elsewhere."""
+    if isinstance(prior, GatedPrior):
+        return prior.gates if i in prior.gate_arrays else prior.weights
+    return prior
+
+
 def plain_closed_form_kl(direction, prior, mu, sigma):
     """The Gaussian prior's closed-form KL, entry by entry; the log-uniform prior's by Molchanov
-    et al.'s approximation (eq. 14) in log alpha, clipped to [-10, 10]."""
+    et al.'s approximation (eq. 14) in log alpha, clipped to [-10, 10]; no prior's, 0."""
+    if isinstance(prior, NoPrior):
+        return mu * 0
     if isinstance(prior, LogUniformPrior):
         log_alpha = nd.clip(nd.log(sigma ** 2) - nd.log(mu ** 2 + 1e-8), -10, 10)
         return (0.63576 - 0.63576 / (1 + nd.exp(-(1.87320 + 1.48695 * log_alpha)))
@@ -180,7 +191,7 @@ def plain_kl(kl, direction, prior, mus, sigmas, weight_eps, prior_normals):
     total = 0
     for i, (mu, sigma) in enumerate(zip(mus, sigmas)):
         if kl == "analytic":
-            total = total + nd.sum(plain_closed_form_kl(direction, prior, mu, sigma))
+            total = total + nd.sum(plain_closed_form_kl(direction, part_of(prior, i), mu, sigma))
         elif direction == "reverse":
             w = mu + sigma * weight_eps[i]
             total = total + plain_log_q(w, mu, sigma) - plain_log_prior(prior, w)
@@ -241,8 +252,8 @@ def reference(estimator, kl, direction, prior, network, layout, mu, rho, X, y, e
             loss = loss + kl_weight * plain_kl(kl, direction, prior, mus, sigmas, weight_eps,
                                                prior_normals)
         else:  # the closed form entry by entry: the kept entries' with their gradient
-            for mu_i, sigma_i, k in zip(mus, sigmas, keeps):
-                entries = plain_closed_form_kl(direction, prior, mu_i, sigma_i)
+            for i, (mu_i, sigma_i, k) in enumerate(zip(mus, sigmas, keeps)):
+                entries = plain_closed_form_kl(direction, part_of(prior, i), mu_i, sigma_i)
                 loss = loss + kl_weight * (nd.sum(entries * k)
                                            + nd.sum(entries * (1 - k)).detach())
     loss.backward()
@@ -336,7 +347,9 @@ def test_flipout_with_every_sign_positive_is_weight_sampling(ctx, network):
 
 
 @given(ESTIMATORS, networks(), st.sampled_from(["mc", "analytic"]),
-       st.one_of(priors(), st.just(("log_uniform", LogUniformPrior()))), st.floats(0.01, 2.0),
+       st.one_of(priors(), st.sampled_from([("log_uniform", LogUniformPrior()),
+                                            ("none, gates log-uniform", None)])),
+       st.floats(0.01, 2.0),
        st.integers(1, 5), st.integers(0, 2 ** 32 - 1),
        st.sampled_from(["softplus", "log_variance"]), st.sampled_from([0.0, 0.3, 0.9]))
 @example("flipout", NETWORKS["conv"], "mc", ("mixture", PRIORS["mixture"]), 0.3, 4, 3,
@@ -346,6 +359,10 @@ def test_flipout_with_every_sign_positive_is_weight_sampling(ctx, network):
 @example("flipout", ("conv:10:3,relu,conv:10:2,gate,relu,pool:2,flatten,dense:7,gate,relu,dense:3",
                      49), "analytic", ("gaussian", GaussianPrior(2.0)), 0.125, 1, 750,
          "softplus", 0.0)
+# the gates under the log-uniform prior, the weights under none (a region of the parameters
+# a call of the kernel)
+@example("lrt", NETWORKS["gated"], "analytic", ("none, gates log-uniform", None), 0.3, 4, 3,
+         "log_variance", 0.0)
 # sparse variational dropout's rows: each estimator under log sigma^2, entries removed
 @example("lrt", NETWORKS["conv"], "analytic", ("log_uniform", LogUniformPrior()), 0.3, 4, 3,
          "log_variance", 0.3)
@@ -361,9 +378,17 @@ def test_the_native_backend_equals_autograd_of_the_plain_loss(ctx, native_kernel
     rounding: rtol 5e-4, or, where a draw makes the loss that sensitive (a pre-activation or a
     pooling tie within rounding of its kink), no further from it than twice MXNet's own
     operators in float32 (the ndarray backend) on the same draw. Every row of the table: the
-    log-uniform prior's closed form under either parametrization, and with the closed-form KL
-    a share of the entries out of the network (``Config.remove_switched_off``)."""
+    log-uniform prior's closed form under either parametrization, no prior's (the weights under
+    log-uniform gates where the network has gates: a gated prior, one region of entries a call),
+    and with the closed-form KL a share of the entries out of the network
+    (``Config.remove_switched_off``)."""
     name, prior = prior
+    if prior is None:
+        gated = "gate" in network[0]
+        prior = Config(network=network[0], num_inputs=network[1], num_outputs=3, prior="none",
+                       gate_prior="log-uniform" if gated else None,
+                       kl="analytic").build_prior()
+        assert isinstance(prior, GatedPrior if gated else NoPrior)
     chosen, kl_kind = estimators.estimator(estimator), kl_estimates.kl_estimate(kl)
     parametrization = parametrization_named(parametrization)
     assume(native_kernels.serves(chosen, kl_kind, prior, parametrization))

@@ -637,18 +637,18 @@ def test_the_c_kernels_serve_what_the_table_declares_and_refuse_the_rest(ctx, na
     from gluon_bbb.native import table as kernels
     from gluon_bbb.family import estimators, kl as kl_estimates
     from gluon_bbb.family.parametrizations import LogVariance
-    from gluon_bbb.family.priors import LogUniformPrior
+    from gluon_bbb.family.priors import LogUniformPrior, NoPrior
     # the loaded library's own answers are the table's, known codes and unknown ones alike
     for codes in kernels.codes_to_check():
         assert bool(native_kernels.library().bbb_serves(*codes)) == kernels.serves(*codes)
     served = {(e.name, k.name, p.name, s.name)
               for e in estimators.ESTIMATORS for k in kl_estimates.KL_ESTIMATES
-              for p in (GaussianPrior(), ScaleMixturePrior(), LogUniformPrior())
+              for p in (GaussianPrior(), ScaleMixturePrior(), LogUniformPrior(), NoPrior())
               for s in (SOFTPLUS, LogVariance()) if native_kernels.serves(e, k, p, s)}
     assert served == {row for row in kernels.SERVED}
-    # 3 estimators x (mc x 2 priors + the Gaussian's closed form + the log-uniform prior's
-    # closed form under 2 parametrizations)
-    assert len(served) == 15
+    # 3 estimators x (mc x 2 priors + the Gaussian's closed form + the closed forms of the
+    # log-uniform prior and of none under 2 parametrizations)
+    assert len(served) == 21
     assert not any(native_kernels.serves(e, kl_estimates.kl_estimate(k, "forward"), GaussianPrior(),
                                          SOFTPLUS)
                    for e in estimators.ESTIMATORS for k in ("mc", "analytic"))

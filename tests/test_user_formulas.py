@@ -139,6 +139,41 @@ def test_a_subclass_that_changes_no_formula_keeps_every_fast_path(ctx):
     assert choose_backend(config, ctx)[0].name == "native"
 
 
+def test_a_subclass_of_no_prior_with_a_kl_of_its_own_trains_with_it_not_the_kernels_zero(ctx):
+    """The kernels serve no prior (the weights under a gated network's gates) as a KL of 0; a
+    subclass whose ``kl`` is not 0 loses that code, alone and as the weights' part of a gated
+    prior, and its KL's gradient reaches the means."""
+    from gluon_bbb.family.priors import GatedPrior, NoPrior
+
+    class Shrinking(NoPrior):
+        name = "test_shrinking_none"
+
+        def kl(self, mu, sigma, F=None):
+            return 0.5 * operators(F).square(mu)
+    assert NoPrior().kernel_args() is not None and Shrinking().kernel_args() is None
+    gated = "conv:3:3,gate,relu,pool:2,flatten,dense:5,gate,relu,dense:3"
+    for prior in (NoPrior(), Shrinking()):
+        for network, gate_prior in (("dense:5,relu,dense:3", None), (gated, "log-uniform")):
+            config = Config(network=network, num_inputs=36, num_outputs=3, prior=prior,
+                            gate_prior=gate_prior, kl="analytic", parametrization="log_variance")
+            assert isinstance(config.build_prior(), GatedPrior) == (gate_prior is not None)
+            backend, why = choose_backend(config, ctx)
+            assert (backend.name == "native") == (type(prior) is NoPrior), why
+    config, layout, mu, rho, X, y = problem(ctx, ("dense:5,relu,dense:3", 36), "float64")
+    graph = NetworkGraph(config.build_network())
+    kl, chosen = kl_estimates.kl_estimate("analytic"), estimators.estimator("sample")
+    eps = nd.array(np.random.default_rng(2).normal(size=draw_size(graph, chosen, kl, NoPrior(),
+                                                                  X.shape[0])), ctx=ctx,
+                   dtype="float64")
+    none = combined_loss_gradients(X, y, mu, rho, [eps], NoPrior(), 0.3, graph, chosen, kl)
+    own = combined_loss_gradients(X, y, mu, rho, [eps], Shrinking(), 0.3, graph, chosen, kl)
+    np.testing.assert_allclose(own[0].asscalar() - none[0].asscalar(),
+                               0.3 * 0.5 * (mu.asnumpy() ** 2).sum(), rtol=1e-12)
+    np.testing.assert_allclose((own[1] - none[1]).asnumpy(), 0.3 * mu.asnumpy(), rtol=1e-12,
+                               atol=1e-15)
+    np.testing.assert_array_equal(own[2].asnumpy(), none[2].asnumpy())
+
+
 def test_the_run_says_which_fast_paths_a_users_formula_retires(ctx, mnist):
     lines = []
     train(Config(prior=LaplaceAsGaussian(0.3), parametrization=TwiceSoftplus(), epochs=1,

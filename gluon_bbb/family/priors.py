@@ -126,6 +126,12 @@ class Prior:
         for."""
         return None
 
+    def regions(self, size=None):
+        """``[(start, stop, prior)]``: the prior of each run of entries of the flat parameter
+        vector (of ``size`` entries), as the C kernels take them, one prior a call: a prior
+        that holds every entry itself, ``[(0, size, self)]``."""
+        return [(0, size, self)]
+
     def closed_form_kl(self, mu, sigma):
         """(KL(N(mu, sigma^2) || P) elementwise, its derivatives with respect to mu and sigma),
         the derivatives by autograd of ``kl``."""
@@ -355,6 +361,10 @@ class NoPrior(Prior):
     def kl(self, mu, sigma, F=None):
         return operators(F).zeros_like(mu)
 
+    @accelerates("kl")
+    def kernel_args(self):
+        return kernels.PRIORS["none"], 0.0, 0.0, 0.0
+
 
 def prior_words(prior):
     """A prior as a message names it: its config word, or its description (``GatedPrior``)."""
@@ -430,7 +440,8 @@ class GatedPrior(Prior):
     positions of the gates' arrays among them, say which entries of the flat vectors it is given
     are gates. It serves the closed-form KL where both parts have one and the Monte Carlo KL
     where both have densities, on NDArrays; it has no pruning rule of its own (``prune`` and
-    ``compress`` rank by |mu| / sigma), and no C kernel."""
+    ``compress`` rank by |mu| / sigma). The C kernels take it a part at a time (``regions``)
+    where they serve both parts."""
     name = None  # Config names its parts: prior and gate_prior
 
     def __init__(self, weights, gates, sizes, gate_arrays):
@@ -475,6 +486,23 @@ class GatedPrior(Prior):
 
     def describe(self):
         return "%s with %s gates" % (self.weights.describe(), self.gates.describe())
+
+    @accelerates("kl", "closed_form_kl", "log_density", "_each", "_gate_mask")
+    def regions(self, size=None):
+        """The runs of entries each part holds: consecutive arrays of the same part make one
+        region."""
+        if size is not None and size != sum(self.sizes):
+            raise ValueError("the gated prior holds %d parameters, not %d"
+                             % (sum(self.sizes), size))
+        found, start = [], 0
+        for i, array_size in enumerate(self.sizes):
+            part = self.gates if i in self.gate_arrays else self.weights
+            if found and found[-1][2] is part:
+                found[-1] = (found[-1][0], start + array_size, part)
+            else:
+                found.append((start, start + array_size, part))
+            start += array_size
+        return found
 
 
 def prior_names():

@@ -39,7 +39,7 @@
 
 /* native.py refuses a library whose version differs from its own ABI_VERSION: raise both
  * whenever a function's signature or meaning changes. */
-#define ABI_VERSION 10
+#define ABI_VERSION 11
 #define CHUNK 8192
 #define BLOCKS_PER_CHUNK 1024 /* CHUNK / 2 words per pair of normals / 4 words per block */
 #define LOG_SQRT_2PI 0.91893853320467274178f
@@ -105,7 +105,7 @@ static inline float softplus(float rho) {
 
 /* The priors (priors.py's kernel_args), the KL estimates (family/kl.py's kernel_code) and the
  * parametrizations of sigma (parametrizations.py's kernel_code). */
-enum { GAUSSIAN_PRIOR = 0, SCALE_MIXTURE_PRIOR = 1, LOG_UNIFORM_PRIOR = 2 };
+enum { GAUSSIAN_PRIOR = 0, SCALE_MIXTURE_PRIOR = 1, LOG_UNIFORM_PRIOR = 2, NO_PRIOR = 3 };
 enum { MONTE_CARLO_KL = 0, CLOSED_FORM_KL = 1 };
 enum { SOFTPLUS_PARAMETRIZATION = 0, LOG_VARIANCE_PARAMETRIZATION = 1 };
 
@@ -369,6 +369,22 @@ static double kl_log_uniform(int64_t n, const float *mu, const float *rho, const
     return total;
 }
 
+/* No prior (priors.NoPrior: a KL term of 0, the weights under a gated network's gates): the
+ * loss's gradients are the data term's, dL/dmu = dNLL/dmu and dL/drho = dNLL/dsigma dsigma/drho,
+ * for any data term ``kind`` and either parametrization. */
+VECTOR_CLONES
+static void kl_none(int64_t n, const float *rho, const float *eps, struct data_gradients data,
+                    int kind, int parametrization, float *grad_mu, float *grad_rho) {
+#pragma omp parallel for simd schedule(static)
+    for (int64_t i = 0; i < n; ++i) {
+        float dsigma;
+        sigma_of(rho[i], parametrization, &dsigma);
+        float data_sigma = kind == SIGMA_GIVEN ? data.sigma[i] : data.sigma[i] * eps[i];
+        grad_mu[i] = data.mu[i];
+        grad_rho[i] = data_sigma * dsigma;
+    }
+}
+
 /* Entries outside the network (keep[i] == 0) get no gradient. */
 static void mask_gradients(int64_t n, const float *keep, float *grad_mu, float *grad_rho) {
 #pragma omp parallel for simd schedule(static)
@@ -387,7 +403,9 @@ int bbb_serves(int kind, int kl_estimate, int prior, int parametrization) {
             || parametrization == LOG_VARIANCE_PARAMETRIZATION);
     if (!known)
         return 0;
-    if (prior == LOG_UNIFORM_PRIOR)  /* no density: its closed form, either parametrization */
+    /* no density: the closed form (the log-uniform prior's, or none's 0), either
+     * parametrization */
+    if (prior == LOG_UNIFORM_PRIOR || prior == NO_PRIOR)
         return kl_estimate == CLOSED_FORM_KL;
     if (parametrization != SOFTPLUS_PARAMETRIZATION)
         return 0;
@@ -397,8 +415,8 @@ int bbb_serves(int kind, int kl_estimate, int prior, int parametrization) {
 }
 
 /* The KL term of the step and the gradients of the whole loss with respect to mu and rho, for
- * the prior GAUSSIAN_PRIOR, N(0, s1^2), SCALE_MIXTURE_PRIOR, (pi, s1, s2) with 0 < pi < 1, or
- * LOG_UNIFORM_PRIOR, estimated by MONTE_CARLO_KL (the sum of log q(w) - log P(w)) or
+ * the prior GAUSSIAN_PRIOR, N(0, s1^2), SCALE_MIXTURE_PRIOR, (pi, s1, s2) with 0 < pi < 1,
+ * LOG_UNIFORM_PRIOR or NO_PRIOR (a KL of 0), estimated by MONTE_CARLO_KL (the sum of log q(w) - log P(w)) or
  * CLOSED_FORM_KL (the sum of KL(q || P) per entry; not the scale mixture's), at w = mu + sigma *
  * eps, given the data term's gradients grad_data_mu and grad_data_sigma of the ``kind``
  * ``struct data_gradients`` describes. Writes grad_mu and grad_rho = dL/dsigma * dsigma/drho of
@@ -420,6 +438,9 @@ double bbb_kl_gradients(int64_t n, const float *mu, const float *rho, const floa
     if (prior == LOG_UNIFORM_PRIOR) {
         total = kl_log_uniform(n, mu, rho, eps, data, kind, kl_weight, parametrization, grad_mu,
                                grad_rho);
+    } else if (prior == NO_PRIOR) {
+        kl_none(n, rho, eps, data, kind, parametrization, grad_mu, grad_rho);
+        total = 0.0;
     } else {
         if (kl_estimate == CLOSED_FORM_KL)
             total = kl_closed_form(n, mu, rho, eps, grad_w, kl_weight, s1, grad_mu, grad_rho);

@@ -35,7 +35,7 @@ from .built import open_built
 from ..family.parametrizations import SOFTPLUS
 
 
-ABI_VERSION = 10          # must match ABI_VERSION in _fused.c
+ABI_VERSION = 11          # must match ABI_VERSION in _fused.c
 FLOAT32_MAX = float(np.finfo(np.float32).max)
 
 _P, _I64, _U64, _F32 = ctypes.c_void_p, ctypes.c_int64, ctypes.c_uint64, ctypes.c_float
@@ -182,10 +182,22 @@ def codes(estimator, kl, prior, parametrization):
             kernel_args[0] if kernel_args else None, parametrization.kernel_code)
 
 
+def _regions(prior, size=None):
+    """``prior.regions(size)`` (``priors.Prior``), or the whole vector for an object without."""
+    return prior.regions(size) if hasattr(prior, "regions") else [(0, size, prior)]
+
+
 def serves(estimator, kl, prior, parametrization):
-    """Whether the C kernels implement these objects together: a row of ``kernels.SERVED``,
-    which the loaded library's own answers (``bbb_serves``) were checked to equal."""
-    return kernels.serves(*codes(estimator, kl, prior, parametrization))
+    """Whether the C kernels implement these objects together: for the prior of each region of
+    the parameters (``priors.Prior.regions``), a row of ``kernels.SERVED``, which the loaded
+    library's own answers (``bbb_serves``) were checked to equal."""
+    return all(kernels.serves(*codes(estimator, kl, part, parametrization))
+               for _, _, part in _regions(prior))
+
+
+def _at(pointer, start):
+    """The address of float32 entry ``start`` of the array at ``pointer`` (None stays None)."""
+    return None if pointer is None else ctypes.c_void_p((pointer.value or 0) + 4 * start)
 
 
 def kl_gradients(mu, rho, eps, w, grad_data_mu, grad_data_sigma, estimator, kl_weight, prior,
@@ -197,25 +209,33 @@ def kl_gradients(mu, rho, eps, w, grad_data_mu, grad_data_sigma, estimator, kl_w
     coefficient of eps in dNLL/dsigma (Flipout); 2, dNLL/dmu and dNLL/dsigma (the local
     reparametrization).
 
-    ``prior``: a ``family/priors.py`` object (its ``kernel_args``); ``kl``: a ``family.kl.KLEstimate``
+    ``prior``: a ``family/priors.py`` object (its ``kernel_args``, those of each part of its
+    ``regions``, one call of the kernel a region); ``kl``: a ``family.kl.KLEstimate``
     (its ``kernel_code``): the Monte Carlo KL, log q(w) - log P(w), or the closed form;
     ``parametrization``: a ``family/parametrizations.py`` object (its ``kernel_code``); ``keep``
     (0/1, or None): the entries at 0 get no gradient (their KL term is in the sum). All arrays
     (N,) float32 on a CPU context.
     """
-    kind, kl_code, density, parametrization_code = codes(estimator, kl, prior, parametrization)
-    if not kernels.serves(kind, kl_code, density, parametrization_code):
+    if not serves(estimator, kl, prior, parametrization):
         raise ValueError("the native kernels do not serve estimator %s, the %s %s KL, prior %s "
                          "and parametrization %s together (step.choose_backend keeps such a run "
                          "on the ndarray backend)" % (estimator, kl.direction, kl,
                                                       getattr(prior, "name", prior),
                                                       parametrization.name))
-    _, pi, sigma1, sigma2 = prior.kernel_args()
-    return library().bbb_kl_gradients(
-        rho.size, _host_pointer(mu), _host_pointer(rho), _host_pointer(eps), _host_pointer(w),
-        _host_pointer(grad_data_mu), _host_pointer(grad_data_sigma), kind,
-        kl_weight, kl_code, density, parametrization_code, pi, sigma1, sigma2, _optional(keep),
-        _host_pointer(grad_mu, write=True), _host_pointer(grad_rho, write=True))
+    inputs = [_host_pointer(array) for array in (mu, rho, eps, w, grad_data_mu,
+                                                 grad_data_sigma)]
+    keep = _optional(keep)
+    outputs = [_host_pointer(array, write=True) for array in (grad_mu, grad_rho)]
+    total = 0.0
+    for start, stop, part in _regions(prior, rho.size):
+        kind, kl_code, density, parametrization_code = codes(estimator, kl, part,
+                                                             parametrization)
+        _, pi, sigma1, sigma2 = part.kernel_args()
+        total += library().bbb_kl_gradients(
+            stop - start, *(_at(pointer, start) for pointer in inputs), kind, kl_weight,
+            kl_code, density, parametrization_code, pi, sigma1, sigma2, _at(keep, start),
+            *(_at(pointer, start) for pointer in outputs))
+    return total
 
 
 class Workspace:

@@ -28,7 +28,7 @@ DATA_TERMS = {"sample": 0,    # WEIGHTS_SAMPLED: dNLL/dw
               "lrt": 2}       # SIGMA_GIVEN: dNLL/dmu and dNLL/dsigma
 # the KL estimates, reverse direction KL(q || P) only
 KL_ESTIMATES = {"mc": 0, "analytic": 1}
-PRIORS = {"gaussian": 0, "scale_mixture": 1, "log_uniform": 2}
+PRIORS = {"gaussian": 0, "scale_mixture": 1, "log_uniform": 2, "none": 3}
 # the log-uniform prior's constants _fused.c is compiled with (LOG_UNIFORM_K1..K3,
 # LOG_ALPHA_LIMIT, PRUNE_LOG_ALPHA): a prior whose own differ gets no kernel
 LOG_UNIFORM_CONSTANTS = {"K1": 0.63576, "K2": 1.87320, "K3": 1.48695, "LOG_ALPHA_LIMIT": 10.0,
@@ -40,14 +40,14 @@ PARAMETRIZATIONS = {"softplus": 0, "log_variance": 1}
 # (estimator, KL estimate, prior, parametrization) by name: every estimator with the Monte
 # Carlo KL under the Gaussian and the scale mixture, and with the closed form under the
 # Gaussian (the scale mixture's has none), sigma = softplus(rho); and every estimator with the
-# log-uniform prior's closed form (it has no density) under either parametrization (sparse
-# variational dropout's).
+# closed form of the log-uniform prior and of none (neither has a density) under either
+# parametrization (sparse variational dropout's; the weights under a gated network's gates).
 SERVED = frozenset(
     [(estimator, "mc", prior, "softplus") for estimator in DATA_TERMS
      for prior in ("gaussian", "scale_mixture")]
     + [(estimator, "analytic", "gaussian", "softplus") for estimator in DATA_TERMS]
-    + [(estimator, "analytic", "log_uniform", parametrization) for estimator in DATA_TERMS
-       for parametrization in PARAMETRIZATIONS])
+    + [(estimator, "analytic", prior, parametrization) for estimator in DATA_TERMS
+       for prior in ("log_uniform", "none") for parametrization in PARAMETRIZATIONS])
 
 SERVED_CODES = frozenset((DATA_TERMS[e], KL_ESTIMATES[k], PRIORS[p], PARAMETRIZATIONS[s])
                          for e, k, p, s in SERVED)
