@@ -416,10 +416,10 @@ int bbb_serves(int kind, int kl_estimate, int prior, int parametrization) {
 
 /* The KL term of the step and the gradients of the whole loss with respect to mu and rho, for
  * the prior GAUSSIAN_PRIOR, N(0, s1^2), SCALE_MIXTURE_PRIOR, (pi, s1, s2) with 0 < pi < 1,
- * LOG_UNIFORM_PRIOR or NO_PRIOR (a KL of 0), estimated by MONTE_CARLO_KL (the sum of log q(w) - log P(w)) or
- * CLOSED_FORM_KL (the sum of KL(q || P) per entry; not the scale mixture's), at w = mu + sigma *
- * eps, given the data term's gradients grad_data_mu and grad_data_sigma of the ``kind``
- * ``struct data_gradients`` describes. Writes grad_mu and grad_rho = dL/dsigma * dsigma/drho of
+ * LOG_UNIFORM_PRIOR or NO_PRIOR (a KL of 0), estimated by MONTE_CARLO_KL (the sum of log q(w) -
+ * log P(w)) or CLOSED_FORM_KL (the sum of KL(q || P) per entry; not the scale mixture's), at w =
+ * mu + sigma * eps, given the data term's gradients grad_data_mu and grad_data_sigma of the
+ * ``kind`` ``struct data_gradients`` describes. Writes grad_mu and grad_rho = dL/dsigma * dsigma/drho of
  * L = NLL + kl_weight * KL (0 for both where keep is given and 0), and returns the KL term's sum
  * (in double, over every entry). */
 double bbb_kl_gradients(int64_t n, const float *mu, const float *rho, const float *eps,
