@@ -194,7 +194,7 @@ def plain_kl(kl, direction, prior, mus, sigmas, weight_eps, prior_normals):
             total = total + nd.sum(plain_closed_form_kl(direction, part_of(prior, i), mu, sigma))
         elif direction == "reverse":
             w = mu + sigma * weight_eps[i]
-            total = total + plain_log_q(w, mu, sigma) - plain_log_prior(prior, w)
+            total = total + plain_log_q(w, mu, sigma) - plain_log_prior(part_of(prior, i), w)
         else:  # at a sample of the prior, which does not depend on mu and sigma
             z, choice = prior_normals[i]
             if isinstance(prior, GaussianPrior):
@@ -347,8 +347,10 @@ def test_flipout_with_every_sign_positive_is_weight_sampling(ctx, network):
 
 
 @given(ESTIMATORS, networks(), st.sampled_from(["mc", "analytic"]),
-       st.one_of(priors(), st.sampled_from([("log_uniform", LogUniformPrior()),
-                                            ("none, gates log-uniform", None)])),
+       st.one_of(priors(), st.just(("log_uniform", LogUniformPrior())),
+                 st.tuples(st.just("gated"), st.tuples(
+                     st.sampled_from(["none", "gaussian", "scale-mixture"]),
+                     st.sampled_from(["log-uniform", "gaussian"])))),
        st.floats(0.01, 2.0),
        st.integers(1, 5), st.integers(0, 2 ** 32 - 1),
        st.sampled_from(["softplus", "log_variance"]), st.sampled_from([0.0, 0.3, 0.9]))
@@ -361,8 +363,14 @@ def test_flipout_with_every_sign_positive_is_weight_sampling(ctx, network):
          "softplus", 0.0)
 # the gates under the log-uniform prior, the weights under none (a region of the parameters
 # a call of the kernel)
-@example("lrt", NETWORKS["gated"], "analytic", ("none, gates log-uniform", None), 0.3, 4, 3,
+@example("lrt", NETWORKS["gated"], "analytic", ("gated", ("none", "log-uniform")), 0.3, 4, 3,
          "log_variance", 0.0)
+# Bayesian Compression's: N(0, 1) weights, log-uniform gates, the closed forms
+@example("sample", NETWORKS["gated"], "analytic", ("gated", ("gaussian", "log-uniform")), 0.3,
+         4, 3, "softplus", 0.0)
+# both parts' densities: the Monte Carlo KL a region a call
+@example("flipout", NETWORKS["gated"], "mc", ("gated", ("scale-mixture", "gaussian")), 0.3, 4,
+         3, "softplus", 0.0)
 # sparse variational dropout's rows: each estimator under log sigma^2, entries removed
 @example("lrt", NETWORKS["conv"], "analytic", ("log_uniform", LogUniformPrior()), 0.3, 4, 3,
          "log_variance", 0.3)
@@ -378,17 +386,21 @@ def test_the_native_backend_equals_autograd_of_the_plain_loss(ctx, native_kernel
     rounding: rtol 5e-4, or, where a draw makes the loss that sensitive (a pre-activation or a
     pooling tie within rounding of its kink), no further from it than twice MXNet's own
     operators in float32 (the ndarray backend) on the same draw. Every row of the table: the
-    log-uniform prior's closed form under either parametrization, no prior's (the weights under
-    log-uniform gates where the network has gates: a gated prior, one region of entries a call),
-    and with the closed-form KL a share of the entries out of the network
+    log-uniform prior's closed form under either parametrization, no prior's, gated priors (the
+    weights under one prior, the gates under another: one region of entries a call), and with
+    the closed-form KL a share of the entries out of the network
     (``Config.remove_switched_off``)."""
     name, prior = prior
-    if prior is None:
+    if name == "gated":  # the weights' prior and the gates' (the weights' alone without gates)
+        weights, gates = prior
         gated = "gate" in network[0]
-        prior = Config(network=network[0], num_inputs=network[1], num_outputs=3, prior="none",
-                       gate_prior="log-uniform" if gated else None,
-                       kl="analytic").build_prior()
-        assert isinstance(prior, GatedPrior if gated else NoPrior)
+        try:
+            prior = Config(network=network[0], num_inputs=network[1], num_outputs=3,
+                           prior=weights, gate_prior=gates if gated else None, kl=kl,
+                           sigma_p=0.8, pi=0.25, sigma_p1=1.0, sigma_p2=0.2).build_prior()
+        except ConfigError:  # a KL estimate a part has not
+            assume(False)
+        assert isinstance(prior, GatedPrior) == (gated and weights != gates)
     chosen, kl_kind = estimators.estimator(estimator), kl_estimates.kl_estimate(kl)
     parametrization = parametrization_named(parametrization)
     assume(native_kernels.serves(chosen, kl_kind, prior, parametrization))
