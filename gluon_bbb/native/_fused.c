@@ -340,6 +340,13 @@ static void correct_all_for_data(int64_t n, const float *rho, const float *eps,
     for (int64_t i = 0; i < n; ++i) correct_for_data(i, rho, eps, data, kind, grad_mu, grad_rho);
 }
 
+/* dNLL/dsigma at entry i: given (the local reparametrization), else the coefficient of eps (or
+ * dNLL/dw, weight sampling) times eps */
+static inline float data_sigma_of(int64_t i, struct data_gradients data, const float *eps,
+                                  int kind) {
+    return kind == SIGMA_GIVEN ? data.sigma[i] : data.sigma[i] * eps[i];
+}
+
 /* The log-uniform prior's KL per entry and the loss's gradients for any data term ``kind`` and
  * either parametrization: dL/dmu = dNLL/dmu + kl_weight dKL/dmu and dL/drho = (dNLL/dsigma +
  * kl_weight dKL/dsigma) dsigma/drho, with dKL/dla = -k1 k3 s (1 - s) - sigmoid(-la) / 2
@@ -359,9 +366,7 @@ static double kl_log_uniform(int64_t n, const float *mu, const float *rho, const
         float inside = (raw >= -LOG_ALPHA_LIMIT && raw <= LOG_ALPHA_LIMIT) ? 1.0f : 0.0f;
         float dkl = inside * (-LOG_UNIFORM_K1 * LOG_UNIFORM_K3 * s * (1.0f - s)
                               - 0.5f / (1.0f + expf(la)));
-        /* dNLL/dsigma: given (the local reparametrization), else the coefficient of eps (or
-         * dNLL/dw, weight sampling) times eps */
-        float data_sigma = kind == SIGMA_GIVEN ? data.sigma[i] : data.sigma[i] * eps[i];
+        float data_sigma = data_sigma_of(i, data, eps, kind);
         grad_mu[i] = data.mu[i] + kl_weight * dkl * (-2.0f * m / m2);
         grad_rho[i] = (data_sigma + kl_weight * dkl * (2.0f / sigma)) * dsigma;
         total += LOG_UNIFORM_K1 - LOG_UNIFORM_K1 * s + 0.5f * softplus(-la);
@@ -379,9 +384,8 @@ static void kl_none(int64_t n, const float *rho, const float *eps, struct data_g
     for (int64_t i = 0; i < n; ++i) {
         float dsigma;
         sigma_of(rho[i], parametrization, &dsigma);
-        float data_sigma = kind == SIGMA_GIVEN ? data.sigma[i] : data.sigma[i] * eps[i];
         grad_mu[i] = data.mu[i];
-        grad_rho[i] = data_sigma * dsigma;
+        grad_rho[i] = data_sigma_of(i, data, eps, kind) * dsigma;
     }
 }
 
@@ -419,9 +423,9 @@ int bbb_serves(int kind, int kl_estimate, int prior, int parametrization) {
  * LOG_UNIFORM_PRIOR or NO_PRIOR (a KL of 0), estimated by MONTE_CARLO_KL (the sum of log q(w) -
  * log P(w)) or CLOSED_FORM_KL (the sum of KL(q || P) per entry; not the scale mixture's), at w =
  * mu + sigma * eps, given the data term's gradients grad_data_mu and grad_data_sigma of the
- * ``kind`` ``struct data_gradients`` describes. Writes grad_mu and grad_rho = dL/dsigma * dsigma/drho of
- * L = NLL + kl_weight * KL (0 for both where keep is given and 0), and returns the KL term's sum
- * (in double, over every entry). */
+ * ``kind`` ``struct data_gradients`` describes. Writes grad_mu and grad_rho = dL/dsigma *
+ * dsigma/drho of L = NLL + kl_weight * KL (0 for both where keep is given and 0), and returns the
+ * KL term's sum (in double, over every entry). */
 double bbb_kl_gradients(int64_t n, const float *mu, const float *rho, const float *eps,
                         const float *w, const float *grad_data_mu, const float *grad_data_sigma,
                         int kind, float kl_weight, int kl_estimate, int prior,

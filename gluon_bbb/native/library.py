@@ -216,7 +216,10 @@ def kl_gradients(mu, rho, eps, w, grad_data_mu, grad_data_sigma, estimator, kl_w
     (0/1, or None): the entries at 0 get no gradient (their KL term is in the sum). All arrays
     (N,) float32 on a CPU context.
     """
-    if not serves(estimator, kl, prior, parametrization):
+    # one call of the kernel a region of entries, with its part's codes
+    calls = [(start, stop, codes(estimator, kl, part, parametrization), part)
+             for start, stop, part in _regions(prior, rho.size)]
+    if not all(kernels.serves(*call_codes) for _, _, call_codes, _ in calls):
         raise ValueError("the native kernels do not serve estimator %s, the %s %s KL, prior %s "
                          "and parametrization %s together (step.choose_backend keeps such a run "
                          "on the ndarray backend)" % (estimator, kl.direction, kl,
@@ -227,9 +230,7 @@ def kl_gradients(mu, rho, eps, w, grad_data_mu, grad_data_sigma, estimator, kl_w
     keep = _optional(keep)
     outputs = [_host_pointer(array, write=True) for array in (grad_mu, grad_rho)]
     total = 0.0
-    for start, stop, part in _regions(prior, rho.size):
-        kind, kl_code, density, parametrization_code = codes(estimator, kl, part,
-                                                             parametrization)
+    for start, stop, (kind, kl_code, density, parametrization_code), part in calls:
         _, pi, sigma1, sigma2 = part.kernel_args()
         total += library().bbb_kl_gradients(
             stop - start, *(_at(pointer, start) for pointer in inputs), kind, kl_weight,
