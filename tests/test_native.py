@@ -457,6 +457,91 @@ def test_the_flipout_convolution_operator_follows_the_formula(native_operators, 
     assert not got[6].any() and not got[7].any()
 
 
+@st.composite
+def pooled_images(draw):
+    """(x's shape, size): 1-4 images of 1-6 channels, sides from the window's to 13, windows
+    of 1-4 (sides not a multiple of the window's among them)."""
+    size = draw(st.integers(1, 4))
+    n, c = draw(st.integers(1, 4)), draw(st.integers(1, 6))
+    return (n, c, draw(st.integers(size, 13)), draw(st.integers(size, 13))), size
+
+
+@given(pooled_images(), st.booleans(), st.integers(0, 2 ** 32 - 1))
+def test_the_max_pool_operator_follows_the_formula(native_operators, images, relu, seed):
+    """``bbb_max_pool`` against autograd of ``MaxPool2D``'s formula (MXNet's max ``Pooling``)
+    and, with ``relu``, ``ReLU``'s after it, in float64: the output and the input's gradient
+    (each window's to its largest entry; none where the ReLU cut it). In a graph as the
+    native backend builds it: the same output."""
+    from mxnet import sym
+    from gluon_bbb.networks.layers import MaxPool2D, ReLU
+    shape, size = images
+    pool = MaxPool2D(size)
+    out_shape = (shape[0],) + pool.param_shapes(shape[1:])[1]
+    rng = np.random.default_rng(seed)
+    x = rng.normal(size=shape).astype(np.float32)
+
+    def plain(h):
+        pooled = pool(nd, h, [], shape[1:])
+        return ReLU()(nd, pooled, [], out_shape[1:]) if relu else pooled
+    got = check_operator_against_autograd(
+        lambda h: native_operators.Accelerated(nd).max_pool(h, size, relu), plain, [x],
+        rng.normal(size=out_shape))
+    if relu:
+        assert (got[0] >= 0).all()
+    graph = native_operators.Accelerated(sym).max_pool(sym.var("x"), size, relu)
+    bound = graph.bind(mx.cpu(), {"x": nd.array(x)})
+    np.testing.assert_array_equal(bound.forward()[0].asnumpy(), got[0])
+
+
+def test_a_pooling_takes_its_operator_only_for_the_formulas_it_computes(native_operators,
+                                                                        monkeypatch):
+    """A max pooling and the ReLU next to it take ``bbb_max_pool`` in one call where the
+    operators have it, the ReLU with it only where it is ``ReLU``'s formula (moved after the
+    pooling where it came first); a user's pooling with a formula of its own, or a user's
+    activation, keeps its formula on MXNet's operators. Output and gradients as the layers'
+    own, one by one."""
+    from mxnet import autograd
+    from gluon_bbb.networks.layers import Conv2D, Dense, Flatten, MaxPool2D, Network, ReLU
+    calls = []
+    fused = native_operators.Accelerated.max_pool
+    monkeypatch.setattr(native_operators.Accelerated, "max_pool",
+                        lambda self, h, size, relu: calls.append(relu) or fused(self, h, size,
+                                                                                relu))
+
+    class MeanPool(MaxPool2D):
+        def __call__(self, F, h, params, input_shape):
+            return F.Pooling(h, kernel=(self.size,) * 2, stride=(self.size,) * 2,
+                             pool_type="avg")
+
+    class Absolute(ReLU):
+        def __call__(self, F, h, params, input_shape):
+            return F.abs(h)
+
+    rng = np.random.default_rng(2)
+    # the operator's calls, by whether each computed the ReLU too
+    for layers, expected in (([ReLU(), MaxPool2D(2)], [True]), ([MaxPool2D(2), ReLU()], [True]),
+                             ([MaxPool2D(3)], [False]), ([MeanPool(2), ReLU()], []),
+                             ([Absolute(), MaxPool2D(2)], [False]),
+                             ([MaxPool2D(2), Absolute()], [False])):
+        network = Network([Conv2D(4, 3)] + layers + [Flatten(), Dense(3)],
+                          input_shape=(2, 9, 9))
+        X, results = nd.array(rng.normal(size=(5, 162))), []
+        for F in (native_operators.Accelerated(nd), nd):
+            params = [nd.array(np.random.default_rng(i).normal(size=s))
+                      for i, s in enumerate(network.param_shapes())]
+            for p in params:
+                p.attach_grad()
+            del calls[:]
+            with autograd.record():
+                out = network(X, params, F=F)
+            out.backward()
+            results.append((out.asnumpy(), [p.grad.asnumpy() for p in params], list(calls)))
+        assert results[0][2] == expected and results[1][2] == []
+        np.testing.assert_allclose(results[0][0], results[1][0], rtol=1e-5, atol=1e-6)
+        for ours, theirs in zip(results[0][1], results[1][1]):
+            np.testing.assert_allclose(ours, theirs, rtol=1e-4, atol=1e-5)
+
+
 @pytest.mark.parametrize("estimator_name", ["lrt", "flipout"])
 def test_a_convolution_takes_its_operator_only_for_the_formula_it_computes(
         native_operators, monkeypatch, estimator_name):
@@ -501,16 +586,18 @@ def test_a_convolution_takes_its_operator_only_for_the_formula_it_computes(
 
 
 @pytest.mark.parametrize("estimator_name,operators", [
-    ("lrt", {"lrt_output": 2, "lrt_convolution": 2}),
-    ("flipout", {"signed": 4, "flipout_convolution": 2})])
-def test_the_native_noisy_graphs_take_the_operators_and_the_ndarray_ones_do_not(
+    ("lrt", {"lrt_output": 2, "lrt_convolution": 2, "max_pool": 2}),
+    ("flipout", {"signed": 4, "flipout_convolution": 2, "max_pool": 2}),
+    ("sample", {"max_pool": 2})])
+def test_the_native_graphs_take_the_operators_and_the_ndarray_ones_do_not(
         ctx, mnist, native_operators, estimator_name, operators):
     """The native backend's local reparametrization runs ``bbb_lrt_output`` for each dense
     layer and ``bbb_lrt_convolution`` for each convolution, its Flipout ``bbb_signed`` twice
     for each dense layer (the input's signs and the output's) and
-    ``bbb_flipout_convolution`` for each convolution; the ndarray backend's graphs, which any
-    context and float64 take, the formulas on MXNet's operators; both give the same loss and
-    gradients."""
+    ``bbb_flipout_convolution`` for each convolution, and every estimator's graph
+    ``bbb_max_pool`` for each max pooling (with the ReLU after it); the ndarray backend's
+    graphs, which any context and float64 take, the formulas on MXNet's operators; both give
+    the same loss and gradients."""
     from gluon_bbb.learning.ndarray_backend import NetworkGraph
     from gluon_bbb.learning.noise import PhiloxNoise
     config = Config(network="lenet", estimator=estimator_name, kl="analytic")
@@ -547,7 +634,10 @@ def test_the_native_noisy_graphs_take_the_operators_and_the_ndarray_ones_do_not(
     eps = noise.normal((size,))
     reference = combined_loss_gradients(X, y, mu, rho, [eps], GaussianPrior(1.0), 0.01, plain,
                                         config.estimator_kind, config.kl_kind)
-    assert list(plain._noisy_ops) == [(estimator_name, False)]
+    if estimator_name == "sample":
+        assert list(plain._nll_ops) == [False] and list(graph._nll_ops) == [True]
+    else:
+        assert list(plain._noisy_ops) == [(estimator_name, False)]
     np.testing.assert_allclose(got[0].asnumpy(), reference[0].asnumpy(), rtol=1e-5)
     for ours, theirs in zip(got[1:], reference[1:]):
         theirs = theirs.asnumpy()
@@ -720,7 +810,8 @@ def test_the_lrt_graph_without_the_operators_gives_the_same_run(ctx, mnist, monk
                     kl="analytic")
     built = train(config, mnist, ctx, log=lambda line: None, progress=False)
     monkeypatch.setattr(native_operators, "_load", lambda: (False, "not built (test)"))
-    monkeypatch.setattr(native, "_graph_operators", native._graph_operators.__wrapped__)
+    monkeypatch.setattr(native, "_accelerated_symbols",
+                        native._accelerated_symbols.__wrapped__)
     lines = []
     unbuilt = train(config, mnist, ctx, log=lines.append, progress=False)
     assert lines[0] == ("backend: native (C kernels, %s)\n"

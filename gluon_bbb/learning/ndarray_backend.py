@@ -130,7 +130,7 @@ class NetworkGraph:
             [tuple(shape) for shape in network])
         self.likelihood = likelihood or Categorical()
         self.layout = FlatLayout(self.network.param_shapes())
-        self._nll_op, self._noisy_ops = None, {}
+        self._nll_ops, self._noisy_ops = {}, {}
         self._views = collections.OrderedDict()
 
     def _graph(self, build):
@@ -141,15 +141,18 @@ class NetworkGraph:
         op = nd.CachedOp(loss, flags=[("static_alloc", True), ("static_shape", True)])
         return op, loss.list_inputs()
 
-    def nll_and_grad(self, X, targets, w, grad_w=None):
+    def nll_and_grad(self, X, targets, w, grad_w=None, operators=sym):
         """-sum log P(y | X, w) (1,) for flat weights ``w`` and its gradient with respect to
-        ``w``, written into ``grad_w`` (a new array if not given)."""
-        if self._nll_op is None:
-            self._nll_op = self._graph(lambda X, y, params: -sym.sum(
-                self.likelihood.log_likelihood(self.network(X, params, F=sym), y, F=sym)))
+        ``w``, written into ``grad_w`` (a new array if not given). ``operators``: as
+        ``noisy_nll_and_grads`` takes them."""
+        key = operators is not sym
+        if key not in self._nll_ops:
+            self._nll_ops[key] = self._graph(lambda X, y, params: -sym.sum(
+                self.likelihood.log_likelihood(self.network(X, params, F=operators), y,
+                                               F=sym)))
         grad_w = nd.zeros_like(w) if grad_w is None else grad_w
         weights = self._named(w, "p")
-        nll = self._run(self._nll_op, dict(X=X, y=targets, **weights), weights,
+        nll = self._run(self._nll_ops[key], dict(X=X, y=targets, **weights), weights,
                         self._named(grad_w, "p"))
         return nll, grad_w
 

@@ -75,7 +75,11 @@ class NdarrayBackend:
     def workspace(self, size, ctx):
         return None
 
-    def describe(self, ctx, why_not_native, estimator):
+    def graph_operators(self, graph, estimator=None):
+        """What ``graph``'s network graphs are built from (``NetworkGraph``'s ``operators``)."""
+        return mx.sym
+
+    def describe(self, ctx, why_not_native, estimator, network):
         return "backend: ndarray (MXNet operators, %s)\n  native not used: %s" % (
             ctx, why_not_native)
 
@@ -113,11 +117,15 @@ class NativeBackend(NdarrayBackend):
     def workspace(self, size, ctx):
         return native.Workspace(size, ctx)
 
-    def describe(self, ctx, why_not_native, estimator):
+    def graph_operators(self, graph, estimator=None):
+        return native.graph_operators(graph, estimator)
+
+    def describe(self, ctx, why_not_native, estimator, network):
         line = "backend: native (C kernels, %s)" % ctx
         # MXNet loads the operators (a few tenths of a second) for the runs whose graphs take
         # them only
-        if native.takes_graph_operators(estimator) and not native_operators.available():
+        if (native.takes_graph_operators(estimator, network)
+                and not native_operators.available()):
             line += "\n  native operators not used: %s" % native_operators.unavailable_reason()
         return line
 
@@ -263,7 +271,8 @@ class TrainingStep:
         """The run's first lines: the backend and, where it is not native, why; then each of
         the run's objects that overrides a formula a fast path was written for, and which fast
         paths it does not use (``family/formulas.py``)."""
-        lines = [self.backend.describe(self.ctx, self.why_not_native, self.estimator)]
+        lines = [self.backend.describe(self.ctx, self.why_not_native, self.estimator,
+                                        self.graph.network)]
         for chosen in (self.prior, self.parametrization, self.estimator, self.optimizer):
             lost = describe_lost(chosen)
             if lost:
@@ -321,7 +330,8 @@ class TrainingStep:
         a 13-18 ms 2x1200 forward and backward pass."""
         if self._grad_w is None:
             self._grad_w = nd.zeros(self.mu.shape, ctx=self.ctx, dtype=self.mu.dtype)
-        return self.graph.nll_and_grad(X, targets, weights, self._grad_w)
+        return self.graph.nll_and_grad(X, targets, weights, self._grad_w,
+                                       self.backend.graph_operators(self.graph))
 
     def _ivon_step(self, X, targets):
         """IVON's step: ``num_samples`` draws of the weights from the posterior, the data

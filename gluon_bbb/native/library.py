@@ -275,7 +275,7 @@ def _sampled_weights(estimator, graph, X, targets, mu, rho, noise, ws, kl, param
     else:
         normals_into(ws.eps, noise.key, noise.next_stream())
         perturb(mu, rho, ws.eps, parametrization, keep, w=ws.w)
-    nll = graph.nll_and_grad(X, targets, ws.w, ws.grad_w)[0]
+    nll = graph.nll_and_grad(X, targets, ws.w, ws.grad_w, graph_operators(graph, estimator))[0]
     return nll, ws.grad_w, ws.grad_w, ws.eps, ws.w
 
 
@@ -290,15 +290,24 @@ def _local_reparametrization(estimator, graph, X, targets, mu, rho, noise, ws, k
             delta=ws.delta if kl.per_draw else None, w=ws.w if kl.per_draw else None)
     nll, grad_mu, grad_sigma = graph.noisy_nll_and_grads(estimator, X, targets, drawn_mu,
                                                          ws.sigma, eps[:split],
-                                                         _graph_operators(graph.DATA_INPUT))
+                                                         graph_operators(graph, estimator))
     return nll, grad_mu, grad_sigma, eps_w, ws.w
 
 
+def graph_operators(graph, estimator=None):
+    """What the native backend builds ``graph``'s network graphs from (a ``NetworkGraph``,
+    drawn by ``estimator``, None for a graph of given weights): MXNet's symbols, with this
+    accelerator's operators beside them (``operators.py``) where the graph takes any and MXNet
+    has loaded them."""
+    if not takes_graph_operators(estimator, graph.network):
+        return mx.sym
+    return _accelerated_symbols(graph.DATA_INPUT)
+
+
 @functools.lru_cache(maxsize=None)
-def _graph_operators(data_input):
-    """What the native backend builds its network graphs from: MXNet's symbols with this
-    accelerator's operators beside them where MXNet has loaded them (``operators.py``), for
-    graphs whose data is the input named ``data_input``."""
+def _accelerated_symbols(data_input):
+    """MXNet's symbols with the accelerator's operators beside them where MXNet has loaded
+    them, for graphs whose data is the input named ``data_input``."""
     return (operators.Accelerated(mx.sym, data_inputs=[data_input]) if operators.available()
             else mx.sym)
 
@@ -311,7 +320,7 @@ def _flipout(estimator, graph, X, targets, mu, rho, noise, ws, kl, parametrizati
             drawn_mu=drawn_mu if keep is not None else None, delta=ws.delta, w=ws.w)
     nll, grad_mu, grad_delta = graph.noisy_nll_and_grads(
         estimator, X, targets, drawn_mu, ws.delta, eps[graph.layout.size:],
-        _graph_operators(graph.DATA_INPUT))
+        graph_operators(graph, estimator))
     return nll, grad_mu, grad_delta, eps_w, ws.w
 
 
@@ -322,10 +331,13 @@ DATA_TERMS = {kernels.DATA_TERMS["sample"]: (_sampled_weights, 0),
               kernels.DATA_TERMS["flipout"]: (_flipout, 1)}  # the perturbation sigma * eps
 
 
-def takes_graph_operators(estimator):
-    """Whether ``estimator``'s native data term builds its graph with ``operators.py``'s
-    operators (the local reparametrization's and Flipout's)."""
-    return estimator.kernel_data_kind in (kernels.DATA_TERMS["lrt"], kernels.DATA_TERMS["flipout"])
+def takes_graph_operators(estimator, network):
+    """Whether a native graph of ``network`` drawn by ``estimator`` (None: of given weights)
+    takes ``operators.py``'s operators: the local reparametrization's and Flipout's, or a
+    max pooling's."""
+    return network.accelerated_poolings or (estimator is not None and estimator.kernel_data_kind
+                                            in (kernels.DATA_TERMS["lrt"],
+                                                kernels.DATA_TERMS["flipout"]))
 
 
 def extra_workspace_vectors(estimator):

@@ -258,6 +258,8 @@ def _differentiated(F):
 class MaxPool2D:
     """Max pooling over size x size windows with stride size."""
     has_weights = False
+    # computed with the convolution before it (``Network.run``'s ``pooled``), or by an
+    # operator set's ``max_pool`` (``native.operators.Accelerated``)
     pooled_with = Keyed(True, "__call__")
 
     def __init__(self, size):
@@ -289,7 +291,8 @@ class MaxPool2D:
 
 class ReLU:
     has_weights = False
-    # commutes with a max pooling; after one, computed with it (``Network.run``)
+    # commutes with a max pooling; after one, computed with it (``Network.run``: ``pooled``
+    # or ``max_pool``)
     pooled_with = Keyed(True, "__call__")
 
     def param_shapes(self, input_shape):
@@ -475,6 +478,13 @@ class Network:
             if following(step, Conv2D) and following(step + 1, MaxPool2D):
                 fused = 3 if following(step + 2, ReLU) else 2
                 self._pooled_convolutions[position] = self._order[step + 1:step + fused]
+        # The max poolings ``run`` computes by an operator set's ``max_pool`` where it has one
+        # (``native.operators.Accelerated``), by position, each with the position of a ReLU
+        # computed with it (right after it in the computing order), if any; only where no
+        # layer's class changes the formulas that operator computes.
+        self._accelerated_poolings = {
+            position: tuple(self._order[step + 1:step + 2] if following(step + 1, ReLU) else ())
+            for step, position in enumerate(self._order) if following(step, MaxPool2D)}
 
     def param_shapes(self):
         """``[W1, b1, W2, b2, ...]`` shapes, in layer order."""
@@ -502,6 +512,12 @@ class Network:
             if position not in self._pooled_convolutions and position not in computed_with:
                 size += math.prod(shape)
         return size
+
+    @property
+    def accelerated_poolings(self):
+        """Whether ``run`` computes a max pooling by an operator set's ``max_pool`` where it
+        has one."""
+        return bool(self._accelerated_poolings)
 
     @property
     def linear_layers_only(self):
@@ -542,9 +558,12 @@ class Network:
         where given; a convolution that the computing order puts right before a max pooling,
         with the pooling and a ReLU right after it (``relu`` True), by ``pooled(conv, pool,
         h, index, relu)`` where given (and where no layer's class changes the formula,
-        ``__call__``, that ``pooled`` computes: ``_pooled_convolutions``)."""
+        ``__call__``, that ``pooled`` computes: ``_pooled_convolutions``). Where ``F`` has
+        ``max_pool`` (``native.operators.Accelerated``), a max pooling and a ReLU right after it
+        are computed by it, in one operator (where no layer's class changes their formulas)."""
         if F is None:
             from mxnet import nd as F
+        max_pool = getattr(F, "max_pool", None)
         h = X
         if len(self.input_shape) > 1:
             h = F.reshape(h, shape=(-1,) + self.input_shape)
@@ -558,6 +577,9 @@ class Network:
                 skip = self._pooled_convolutions[position]
                 h = pooled(layer, self.layers[skip[0]], h, index, len(skip) == 2)
                 k += 1
+            elif max_pool is not None and position in self._accelerated_poolings:
+                skip = self._accelerated_poolings[position]
+                h = max_pool(h, layer.size, bool(skip))
             elif isinstance(layer, NOISY_LAYERS):
                 h = weighted(layer, h, k, index, shape)
                 k += 1
