@@ -645,6 +645,28 @@ def test_the_native_graphs_take_the_operators_and_the_ndarray_ones_do_not(
                                    atol=1e-5 * np.abs(theirs).max())
 
 
+@pytest.mark.parametrize("kl_name", ["mc", "analytic"])
+def test_an_infinite_kl_sum_reaches_the_loss(ctx, mnist, kl_name):
+    """A diverging run's KL sum can overflow before its data term does (seen on an AVX2
+    machine at learning rate 100): the loss the kernels give is then non-finite, for the loop
+    to stop the run on, where MXNet's scalar addition refuses an infinite scalar."""
+    from gluon_bbb.learning.ndarray_backend import NetworkGraph
+    from gluon_bbb.learning.noise import PhiloxNoise
+    config = Config(num_hidden_units=20, kl=kl_name)
+    graph = NetworkGraph(config.build_network())
+    rng = np.random.default_rng(0)
+    mu = rng.normal(size=graph.layout.size).astype(np.float32) * 0.1
+    mu[-1] = 3e38  # the last bias: the data term's logits stay finite where w**2 is not
+    X = nd.array(mnist.train_images[:8], ctx=ctx)
+    y = nd.one_hot(nd.array(mnist.train_labels[:8], ctx=ctx), 10)
+    loss = native.loss_gradients(X, y, nd.array(mu, ctx=ctx),
+                                 nd.full(graph.layout.size, -5.0, ctx=ctx),
+                                 PhiloxNoise(ctx, seed=0), 1, GaussianPrior(1.0), 0.5, graph,
+                                 native.Workspace(graph.layout.size, ctx), config.kl_kind,
+                                 config.estimator_kind)[0]
+    assert loss.shape == (1,) and not np.isfinite(loss.asnumpy()).all()
+
+
 @pytest.mark.parametrize("model", ["deterministic", "mcdropout"])
 def test_a_map_run_with_the_scale_mixture_agrees_on_both_backends(ctx, mnist, model):
     """The prior as weight decay on the kernel (``bbb_prior_terms``) and on MXNet's operators:

@@ -361,9 +361,9 @@ def loss_gradients(X, targets, mu, rho, noise, num_samples, prior, kl_weight, gr
     for sample in range(num_samples):
         nll, data_mu, data_sigma, eps, w = data_term(estimator, graph, X, targets, mu, rho,
                                                      noise, ws, kl, parametrization, keep)
-        sample_loss = nll + kl_weight * kl_gradients(
+        sample_loss = _plus(nll, kl_weight * kl_gradients(
             mu, rho, eps, w, data_mu, data_sigma, estimator, kl_weight, prior, kl,
-            parametrization, ws.grad_mu, ws.grad_rho, keep)
+            parametrization, ws.grad_mu, ws.grad_rho, keep))
         if num_samples == 1:
             return sample_loss, ws.grad_mu, ws.grad_rho
         if sample == 0:
@@ -372,6 +372,15 @@ def loss_gradients(X, targets, mu, rho, noise, num_samples, prior, kl_weight, gr
             loss = loss + sample_loss
             grad_mu, grad_rho = grad_mu + ws.grad_mu, grad_rho + ws.grad_rho
     return loss / num_samples, grad_mu / num_samples, grad_rho / num_samples
+
+
+def _plus(array, value):
+    """``array + value`` for a float ``value``. MXNet's scalar operators refuse an infinite or
+    NaN scalar, which a diverging run's KL sum can be before its data term is: such a value is
+    added as an array, so that the loss carries it to the loop that stops the run on it."""
+    if math.isfinite(value):
+        return array + value
+    return array + mx.nd.array([value], ctx=array.context, dtype=array.dtype)
 
 
 def optimizer_update(optimizer, index, weight, grad, state):
