@@ -722,15 +722,31 @@ MXReturnValue max_pool_forward(const Attributes &attributes, std::vector<MXTenso
     const bool relu = attributes.at("relu") != "0";
     const float *x = (*inputs)[0].data<float>();
     float *out = (*outputs)[0].data<float>();
+    /* a row of outputs at a time, window entry by window entry: loops over the outputs that
+     * the compiler vectorizes (the window's first largest entry is the backward pass's) */
 #pragma omp parallel for schedule(static)
     for (int64_t plane = 0; plane < z.planes; ++plane) {
         const float *from = x + plane * z.H * z.W;
         float *to = out + plane * z.OH * z.OW;
-        for (int64_t oy = 0; oy < z.OH; ++oy)
-            for (int64_t ox = 0; ox < z.OW; ++ox) {
-                const float best = z.largest(from, oy, ox).second;
-                to[oy * z.OW + ox] = relu && !(best > 0.0f) ? 0.0f : best;
+        for (int64_t oy = 0; oy < z.OH; ++oy) {
+            float *row = to + oy * z.OW;
+            const float *first = from + oy * z.size * z.W;
+#pragma omp simd
+            for (int64_t ox = 0; ox < z.OW; ++ox) row[ox] = first[ox * z.size];
+            for (int64_t dy = 0; dy < z.size; ++dy)
+                for (int64_t dx = 0; dx < z.size; ++dx) {
+                    const float *entries = first + dy * z.W + dx;
+#pragma omp simd
+                    for (int64_t ox = 0; ox < z.OW; ++ox) {
+                        const float v = entries[ox * z.size];
+                        row[ox] = v > row[ox] ? v : row[ox];
+                    }
+                }
+            if (relu) {
+#pragma omp simd
+                for (int64_t ox = 0; ox < z.OW; ++ox) row[ox] = row[ox] > 0.0f ? row[ox] : 0.0f;
             }
+        }
     }
     return MX_SUCCESS;
 }
