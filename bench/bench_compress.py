@@ -31,8 +31,8 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-import gluon_bbb  # noqa: E402,F401  (before MXNet: its thread settings)
-import mxnet as mx  # noqa: E402
+import gluon_bbb  # noqa: E402  (before MXNet: its thread settings)
+mx = gluon_bbb.require_mxnet()  # without the line MXNet's engine writes as it starts
 import numpy as np  # noqa: E402
 from mxnet import nd  # noqa: E402
 
@@ -249,4 +249,6 @@ def main():
 
 
 if __name__ == "__main__":
-    main()
+    # bad input (a missing data directory, a run that is not one) as one line and status 2
+    from gluon_bbb.commands.cli import run_command
+    sys.exit(run_command(lambda argv: main()))

@@ -19,8 +19,8 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-import gluon_bbb  # noqa: E402,F401
-import mxnet as mx  # noqa: E402
+import gluon_bbb  # noqa: E402  (before MXNet: its thread settings)
+mx = gluon_bbb.require_mxnet()  # without the line MXNet's engine writes as it starts
 import numpy as np  # noqa: E402
 from mxnet import nd  # noqa: E402
 
@@ -109,4 +109,6 @@ def main():
 
 
 if __name__ == "__main__":
-    main()
+    # bad input (a missing data directory, a run that is not one) as one line and status 2
+    from gluon_bbb.commands.cli import run_command
+    sys.exit(run_command(lambda argv: main()))

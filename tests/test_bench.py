@@ -90,3 +90,17 @@ def test_bench_compress_prints_sizes_latency_and_narrower_networks(tmp_path):
                          r"multiply-adds\): one image \d+\.\d+ ms \(MXNet/NumPy = \d+\.\d\d\); "
                          r"1,000 images \d+\.\d ms \(MXNet/NumPy = \d+\.\d\d\)", proc.stdout)
     assert narrower and float(narrower.group(1)) == pytest.approx(100 * 7940 / 16280, abs=0.05)
+
+
+@pytest.mark.parametrize("script,args", [("bench_train.py", ["--data-dir"]),
+                                         ("bench_predict.py", ["--data-dir"]),
+                                         ("bench_estimators.py", ["--data-dir"]),
+                                         ("bench_compress.py", [])])
+def test_a_bench_without_its_data_says_so_on_one_line(tmp_path, script, args):
+    """No MNIST in the directory named (or no run there): one line naming what is missing and
+    status 2, not a traceback."""
+    proc = run([PYTHON, os.path.join(ROOT, "bench", script)], *args, str(tmp_path), timeout=120)
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr
+    assert proc.stderr.startswith(script + ": error: ")
+    assert ("MNIST not found" if args else "holds no run") in proc.stderr
