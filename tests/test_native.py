@@ -466,19 +466,20 @@ def pooled_images(draw):
     return (n, c, draw(st.integers(size, 13)), draw(st.integers(size, 13))), size
 
 
-@given(pooled_images(), st.booleans(), st.integers(0, 2 ** 32 - 1))
-def test_the_max_pool_operator_follows_the_formula(native_operators, images, relu, seed):
+@given(pooled_images(), st.booleans(), st.booleans(), st.integers(0, 2 ** 32 - 1))
+def test_the_max_pool_operator_follows_the_formula(native_operators, images, relu, ties, seed):
     """``bbb_max_pool`` against autograd of ``MaxPool2D``'s formula (MXNet's max ``Pooling``)
     and, with ``relu``, ``ReLU``'s after it, in float64: the output and the input's gradient
-    (each window's to its largest entry; none where the ReLU cut it). In a graph as the
-    native backend builds it: the same output."""
+    (each window's to its first largest entry; none where the ReLU cut it), with ``ties``
+    inputs of five values (windows with several largest entries, zeros at the ReLU's kink).
+    In a graph as the native backend builds it: the same output."""
     from mxnet import sym
     from gluon_bbb.networks.layers import MaxPool2D, ReLU
     shape, size = images
     pool = MaxPool2D(size)
     out_shape = (shape[0],) + pool.param_shapes(shape[1:])[1]
     rng = np.random.default_rng(seed)
-    x = rng.normal(size=shape).astype(np.float32)
+    x = (rng.integers(-2, 3, size=shape) if ties else rng.normal(size=shape)).astype(np.float32)
 
     def plain(h):
         pooled = pool(nd, h, [], shape[1:])
