@@ -276,14 +276,17 @@ def test_a_subclass_that_changes_a_formula_loses_the_kernels(native_kernels, ctx
     assert describe_lost(IVON()) is None
 
 
-@pytest.mark.parametrize("at_draws", [False, True])
-def test_a_run_steps_the_same_on_both_backends(native_kernels, ctx, at_draws):
+@pytest.mark.parametrize("at_draws,network", [(False, "mlp"), (True, "mlp"),
+                                              (False, "conv:4:3,relu,pool:2,dense:10")])
+def test_a_run_steps_the_same_on_both_backends(native_kernels, native_operators, ctx, at_draws,
+                                               network):
     """Five steps of ``--model ivon`` with the scale mixture, its terms at the means or at the
     draws, native and ndarray backends: the same draws, so the same losses and parameters up to
-    float rounding."""
+    float rounding; a network that pools takes the operators' ``bbb_max_pool`` on the native
+    backend alone."""
     from gluon_bbb.learning.step import TrainingStep
     config = Config(**dict(IVON_RUN, prior="scale_mixture", pi=0.5, sigma_p1=1.0,
-                           sigma_p2=0.01, ivon_prior_at_draws=at_draws))
+                           sigma_p2=0.01, ivon_prior_at_draws=at_draws, network=network))
     rng = np.random.default_rng(0)
     X = nd.array(rng.uniform(size=(100, 784)), ctx=ctx)
     y = nd.one_hot(nd.array(rng.integers(0, 10, size=100), ctx=ctx), 10)
@@ -293,6 +296,7 @@ def test_a_run_steps_the_same_on_both_backends(native_kernels, ctx, at_draws):
         assert step.backend.name == backend and step.optimizer.native == (backend == "native")
         losses = [step(X, y, 1.0).asscalar() for _ in range(5)]
         runs[backend] = losses, step.mu.asnumpy(), step.rho.asnumpy()
+        assert list(step.graph._nll_ops) == [network != "mlp" and backend == "native"]
     np.testing.assert_allclose(runs["native"][0], runs["ndarray"][0], rtol=1e-4)
     for native_array, plain_array in zip(runs["native"][1:], runs["ndarray"][1:]):
         np.testing.assert_allclose(native_array, plain_array, rtol=1e-3,
