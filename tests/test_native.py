@@ -367,6 +367,23 @@ def test_the_signed_operator_follows_the_formula(native_operators, shapes, seed)
             nd.bbb_signed(nd.array(x), nd.ones([1] + shape[1:])).wait_to_read()
 
 
+@given(signed_shapes(), st.integers(0, 2 ** 32 - 1))
+def test_the_scaled_operator_follows_the_formula(native_operators, shapes, seed):
+    """``bbb_scaled`` (a gate drawn per example: x times factors broadcast over x's trailing
+    axes) against autograd of MXNet's ``broadcast_mul`` in float64: the output, x's gradient
+    and each factor's, the sum over its block; in a graph, the same output."""
+    from mxnet import sym
+    shape, factor_shape = shapes
+    rng = np.random.default_rng(seed)
+    arrays = [rng.normal(size=shape).astype(np.float32),
+              rng.normal(size=factor_shape).astype(np.float32)]
+    got = check_operator_against_autograd(native_operators.Accelerated(nd).scaled,
+                                          nd.broadcast_mul, arrays, rng.normal(size=shape))
+    graph = native_operators.Accelerated(sym).scaled(sym.var("x"), sym.var("f"))
+    bound = graph.bind(mx.cpu(), {"x": nd.array(arrays[0]), "f": nd.array(arrays[1])})
+    np.testing.assert_array_equal(bound.forward()[0].asnumpy(), got[0])
+
+
 @st.composite
 def convolution_layers(draw):
     """A convolution layer's arrays (h, W, b, outputs' shape): 1-4 images of 1-5 channels of

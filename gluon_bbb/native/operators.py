@@ -18,7 +18,9 @@ reparametrization, 26.2 against 48.1 with Flipout (2-core AMD EPYC with AVX-512,
 ``docs/PERFORMANCE.md``). ``bbb_max_pool(x, size, relu)`` is a max pooling and the ReLU after it
 (``networks.layers.MaxPool2D`` and ``ReLU``; ``Network.run`` calls it where its ``F`` has
 ``max_pool``), where MXNet 1.9.1's oneDNN pooling of the LeNet's first convolution's outputs
-takes 12 ms forward on an AVX2 machine.
+takes 12 ms forward on an AVX2 machine. ``bbb_scaled(x, factors)`` is a gate drawn per example
+(``networks.layers.Gate.perturbed``), whose factors' gradient MXNet's ``broadcast_mul`` takes by
+a reduction that took about 41 ms of a 90 ms gated LeNet step there.
 
 The library is built at install time beside ``_fused.c`` (``setup.py``, against the
 ``lib_api.h`` of MXNet's wheel). It is used only if it is there, was built from the
@@ -31,7 +33,7 @@ import functools
 from ..family.elementwise import LRT_VARIANCE_FLOOR
 from .built import open_built
 
-ABI_VERSION = 4  # must match OPERATORS_ABI_VERSION in _operators.cc
+ABI_VERSION = 5  # must match OPERATORS_ABI_VERSION in _operators.cc
 
 
 @functools.lru_cache(maxsize=None)
@@ -101,6 +103,11 @@ class Accelerated:
         return self._F.bbb_flipout_convolution(
             h, mus[0], mus[1], deltas[0], deltas[1], noise_in, noise_out,
             input_gradient=str(int(not self._from_data(h))), widest=str(int(widest)))
+
+    def scaled(self, x, factors):
+        """x times ``factors`` broadcast over x's trailing axes where ``factors`` has size 1, in
+        one operator each way, ``bbb_scaled``."""
+        return self._F.bbb_scaled(x, factors)
 
     def max_pool(self, h, size, relu):
         """Max pooling over ``size`` x ``size`` windows at stride ``size`` (MXNet's

@@ -411,6 +411,8 @@ class Gate:
         shape = self._per_unit((1,), input_shape)
         gates = F.broadcast_add(F.reshape(mu, shape=shape),
                                 F.broadcast_mul(F.reshape(scale, shape=shape), noise))
+        if hasattr(F, "scaled"):  # in one operator each way (``native.operators.Accelerated``)
+            return F.scaled(h, gates)
         return F.broadcast_mul(h, gates)
 
     @staticmethod
