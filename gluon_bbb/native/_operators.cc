@@ -180,17 +180,24 @@ inline float sign_of(float value) {
     return value > 0.0f ? 1.0f : (value < 0.0f ? -1.0f : 0.0f);
 }
 
-/* out = x * sign(noise), block o of inner entries times sign(noise[o]) */
-void signed_product(const float *x, const float *noise, int64_t outer, int64_t inner,
-                    float *out) {
+/* out = x times a factor a block: block o of inner entries times factor_of(o) */
+template <typename Factor>
+void blockwise_product(const float *x, Factor factor_of, int64_t outer, int64_t inner,
+                       float *out) {
 #pragma omp parallel for schedule(static)
     for (int64_t o = 0; o < outer; ++o) {
-        const float s = sign_of(noise[o]);
+        const float f = factor_of(o);
         const float *xo = x + o * inner;
         float *yo = out + o * inner;
 #pragma omp simd
-        for (int64_t i = 0; i < inner; ++i) yo[i] = xo[i] * s;
+        for (int64_t i = 0; i < inner; ++i) yo[i] = xo[i] * f;
     }
+}
+
+/* out = x * sign(noise), block o of inner entries times sign(noise[o]) */
+void signed_product(const float *x, const float *noise, int64_t outer, int64_t inner,
+                    float *out) {
+    blockwise_product(x, [noise](int64_t o) { return sign_of(noise[o]); }, outer, inner, out);
 }
 
 MXReturnValue signed_forward(const Attributes &, std::vector<MXTensor> *inputs,
@@ -798,15 +805,9 @@ MXReturnValue scaled_shape(const Attributes &, Shapes *in_shapes, Shapes *out_sh
 MXReturnValue scaled_forward(const Attributes &, std::vector<MXTensor> *inputs,
                              std::vector<MXTensor> *outputs, const OpResource &) {
     auto blocks = signed_blocks(shape_of((*inputs)[0]), shape_of((*inputs)[1]));
-    const float *x = (*inputs)[0].data<float>(), *factors = (*inputs)[1].data<float>();
-    float *out = (*outputs)[0].data<float>();
-    const int64_t inner = blocks.second;
-#pragma omp parallel for schedule(static)
-    for (int64_t o = 0; o < blocks.first; ++o) {
-        const float f = factors[o];
-#pragma omp simd
-        for (int64_t i = 0; i < inner; ++i) out[o * inner + i] = x[o * inner + i] * f;
-    }
+    const float *factors = (*inputs)[1].data<float>();
+    blockwise_product((*inputs)[0].data<float>(), [factors](int64_t o) { return factors[o]; },
+                      blocks.first, blocks.second, (*outputs)[0].data<float>());
     return MX_SUCCESS;
 }
 

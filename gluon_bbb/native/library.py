@@ -187,12 +187,23 @@ def _regions(prior, size=None):
     return prior.regions(size) if hasattr(prior, "regions") else [(0, size, prior)]
 
 
+def _kernel_calls(estimator, kl, prior, parametrization, size=None):
+    """``[(start, stop, codes, part)]``: one call of the kernel a region of the parameters
+    (``priors.Prior.regions``), with its part's codes."""
+    return [(start, stop, codes(estimator, kl, part, parametrization), part)
+            for start, stop, part in _regions(prior, size)]
+
+
+def _all_served(calls):
+    """Whether every call's codes are a row of ``kernels.SERVED``, which the loaded library's
+    own answers (``bbb_serves``) were checked to equal."""
+    return all(kernels.serves(*call_codes) for _, _, call_codes, _ in calls)
+
+
 def serves(estimator, kl, prior, parametrization):
     """Whether the C kernels implement these objects together: for the prior of each region of
-    the parameters (``priors.Prior.regions``), a row of ``kernels.SERVED``, which the loaded
-    library's own answers (``bbb_serves``) were checked to equal."""
-    return all(kernels.serves(*codes(estimator, kl, part, parametrization))
-               for _, _, part in _regions(prior))
+    the parameters, a row of ``kernels.SERVED``."""
+    return _all_served(_kernel_calls(estimator, kl, prior, parametrization))
 
 
 def _at(pointer, start):
@@ -216,10 +227,8 @@ def kl_gradients(mu, rho, eps, w, grad_data_mu, grad_data_sigma, estimator, kl_w
     (0/1, or None): the entries at 0 get no gradient (their KL term is in the sum). All arrays
     (N,) float32 on a CPU context.
     """
-    # one call of the kernel a region of entries, with its part's codes
-    calls = [(start, stop, codes(estimator, kl, part, parametrization), part)
-             for start, stop, part in _regions(prior, rho.size)]
-    if not all(kernels.serves(*call_codes) for _, _, call_codes, _ in calls):
+    calls = _kernel_calls(estimator, kl, prior, parametrization, rho.size)
+    if not _all_served(calls):
         raise ValueError("the native kernels do not serve estimator %s, the %s %s KL, prior %s "
                          "and parametrization %s together (step.choose_backend keeps such a run "
                          "on the ndarray backend)" % (estimator, kl.direction, kl,

@@ -485,7 +485,7 @@ class Network:
         # computed with it (right after it in the computing order), if any; only where no
         # layer's class changes the formulas that operator computes.
         self._accelerated_poolings = {
-            position: tuple(self._order[step + 1:step + 2] if following(step + 1, ReLU) else ())
+            position: (self._order[step + 1],) if following(step + 1, ReLU) else ()
             for step, position in enumerate(self._order) if following(step, MaxPool2D)}
 
     def param_shapes(self):
