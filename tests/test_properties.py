@@ -162,9 +162,15 @@ def test_max_pooling_and_its_gradient_match_numpy(ctx, case, seed):
 @st.composite
 def pooled_convolutions(draw):
     """(x, W, b, pool) of a convolution (stride 1, no padding) that a max pooling of pool x pool
-    windows follows, its output's sides at least pool and drawn to leave a remainder often."""
+    windows follows, its output's sides at least pool and drawn to leave a remainder often;
+    half the time the windows' columns are 8 to 32 in all, a whole number of 8 (the kernel's
+    vectors of 4 or 8 floats, and of 16 for 16 or 32: its convolution read from the image
+    itself, conv_direct)."""
     kernel, pool = draw(st.integers(1, 6)), draw(st.integers(1, 4))
     height, width = (draw(st.integers(kernel + pool - 1, kernel + pool + 10)) for _ in "hw")
+    if draw(st.booleans()):
+        columns = draw(st.sampled_from([c for c in (8, 16, 24, 32) if c % pool == 0]))
+        width = kernel - 1 + columns + draw(st.integers(0, pool - 1))
     rng = np.random.default_rng(draw(SEEDS))
     x = rng.normal(size=(draw(st.integers(1, 4)), draw(st.integers(1, 6)), height, width))
     W = rng.normal(size=(draw(CHANNELS), x.shape[1], kernel, kernel))
@@ -197,7 +203,9 @@ def test_the_kernels_convolution_pooled_in_one_pass_matches_numpy(native_kernels
                                                                  widest):
     # bbb_conv_maxpool at each vector width the CPU has (a wider one than it has runs the
     # widest it has): output channels in blocks of two vectors, zeros past the last; a row's
-    # outputs in tiles, the last one partial; the windows that fit; the ReLU after
+    # outputs in tiles, the last one partial; the windows that fit; the ReLU after; read from
+    # the image's patches, or from the image itself where the windows' columns are a whole
+    # number of vectors
     x, W, b, pool = case
     expected = np_max_pooling(np_convolution(x.astype(np.float64), W, b)[0], pool)[0]
     expected = np.maximum(expected, 0) if relu else expected

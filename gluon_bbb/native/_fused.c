@@ -740,9 +740,11 @@ CONV_POOL_FUNCTION(conv_pool_plain, )
  * (H - K + 1) / P, (W - K + 1) / P): networks.layers.Conv2D then MaxPool2D (and ReLU), forward
  * only.
  *
- * Each image's patches (_conv_tiles.h) hold the positions the pooling reads (rows and
- * columns of whole windows); their product with w (OC, C K K) is summed in register tiles
- * (_conv_tiles.h), then each window's largest taken. The images are split among the threads,
+ * The convolution is computed at the positions the pooling reads (rows and columns of whole
+ * windows), its product with w (OC, C K K) summed in register tiles (_conv_tiles.h) over each
+ * image's patches, or read from the image itself where a row of those positions is a whole
+ * number of vectors (conv_direct: the LeNet's 24 and 8 with AVX2), then each window's largest
+ * taken. The images are split among the threads,
  * each summed in one fixed order: the result does not depend on the number of threads. MXNet 1.9.1's oneDNN runs the LeNet's
  * convolutions (20 and 50 output channels, not multiples of 8) as im2col and a matrix product
  * and pools in a second pass: 245 images through the first layer and its pooling took 3.2 ms
@@ -762,26 +764,40 @@ int bbb_conv_maxpool(int64_t N, int64_t C, int64_t H, int64_t W, int64_t OC, int
 #endif
     conv_pool_function pool = pools[kernels.level];
     int64_t positions = conv_padded(rows * cols, kernels.width);
+    int direct = conv_direct_serves(&kernels, cols);
+    int64_t *offsets = malloc((size_t)terms * sizeof(int64_t));
+    if (!offsets)
+        return -1;
+    conv_offsets(C, H, W, K, offsets);
     int failed = 0;
 #pragma omp parallel reduction(| : failed)
     {
-        /* the patches (terms, positions), zero past the last position, the convolution's
-         * outputs (OC, positions) and a row of the windows' largest */
-        float *patches = calloc((size_t)((terms + OC) * positions + cols), sizeof(float));
+        /* the patches (terms, positions; none where direct), zero past the last position,
+         * the convolution's outputs (OC, positions) and a row of the windows' largest */
+        float *patches =
+            calloc((size_t)((direct ? 0 : terms) * positions + OC * positions + cols),
+                   sizeof(float));
         if (!patches)
             failed = 1;
 #pragma omp for schedule(static)
         for (int64_t n = 0; n < N; ++n) {
             if (!patches)
                 continue;
-            float *conv = patches + terms * positions;
-            kernels.patches(C, H, W, K, rows, cols, positions, in + n * C * H * W, patches);
-            conv_gemm(&kernels, OC, positions, terms, w, terms, b, 0, patches, positions, conv,
-                      positions);
+            const float *image = in + n * C * H * W;
+            float *conv = patches + (direct ? 0 : terms * positions);
+            if (direct) {
+                conv_direct(&kernels, OC, W, rows, cols, terms, w, terms, b, offsets, image,
+                            conv, positions);
+            } else {
+                kernels.patches(C, H, W, K, rows, cols, positions, image, patches);
+                conv_gemm(&kernels, OC, positions, terms, w, terms, b, 0, patches, positions,
+                          conv, positions);
+            }
             pool(OC, P, PH, PW, cols, positions, rectify, conv, conv + OC * positions,
                  out + n * OC * PH * PW);
         }
         free(patches);
     }
+    free(offsets);
     return failed ? -1 : 0;
 }
