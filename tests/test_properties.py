@@ -164,8 +164,8 @@ def pooled_convolutions(draw):
     """(x, W, b, pool) of a convolution (stride 1, no padding) that a max pooling of pool x pool
     windows follows, its output's sides at least pool and drawn to leave a remainder often;
     half the time the windows' columns are 8 to 32 in all, a whole number of 8 (the kernel's
-    vectors of 4 or 8 floats, and of 16 for 16 or 32: its convolution read from the image
-    itself, conv_direct)."""
+    vectors of 4 or 8 floats, and of 16 for 16 or 32: with 2 x 2 windows, its convolution read
+    from the image itself and pooled in registers, conv_direct_pooled)."""
     kernel, pool = draw(st.integers(1, 6)), draw(st.integers(1, 4))
     height, width = (draw(st.integers(kernel + pool - 1, kernel + pool + 10)) for _ in "hw")
     if draw(st.booleans()):
@@ -204,8 +204,8 @@ def test_the_kernels_convolution_pooled_in_one_pass_matches_numpy(native_kernels
     # bbb_conv_maxpool at each vector width the CPU has (a wider one than it has runs the
     # widest it has): output channels in blocks of two vectors, zeros past the last; a row's
     # outputs in tiles, the last one partial; the windows that fit; the ReLU after; read from
-    # the image's patches, or from the image itself where the windows' columns are a whole
-    # number of vectors
+    # the image's patches, or, for 2 x 2 windows a whole number of vectors wide, from the image
+    # itself
     x, W, b, pool = case
     expected = np_max_pooling(np_convolution(x.astype(np.float64), W, b)[0], pool)[0]
     expected = np.maximum(expected, 0) if relu else expected

@@ -11,9 +11,7 @@
  * order, whatever the threads are.
  *
  * An image's patches are laid out as (C K K, positions): row (c, ky, kx) holds the input under
- * that kernel entry at each output position, padded with zeros to a whole number of tiles.
- * Where an output row is a whole number of vectors, a tile reads its terms from the image
- * itself instead (conv_direct): the same sums without the patches. */
+ * that kernel entry at each output position, padded with zeros to a whole number of tiles. */
 #ifndef GLUON_BBB_CONV_TILES_H
 #define GLUON_BBB_CONV_TILES_H
 
@@ -53,42 +51,6 @@ TARGET static void NAME(int64_t terms, int64_t rows, const float *a, int64_t a_r
             *(NAME##_vector *)(c + r * c_row + v * VL) = acc[r][v];                          \
 }
 
-/* c[r][v VL : (v + 1) VL] (r < rows) = bias[r] + sum_t a[r a_row + t] x[v][offsets[t] + 0:VL]
- * (bias 0 where NULL): the tile's sums read from the image itself, each of its VECTORS vectors
- * a run of VL positions on one output row, x[v] the input under the kernel's first entry at
- * its first position, offsets[t] where term t's entry lies from there. The same terms in the
- * same order as GEMM_TILE_FUNCTION over the image's patches: the same sums. */
-#define CONV_DIRECT_TILE_FUNCTION(NAME, VL, VECTORS, ROWS, TARGET)                           \
-typedef float NAME##_vector                                                                  \
-    __attribute__((vector_size(VL * 4), aligned(4), may_alias));                             \
-TARGET static void NAME(int64_t terms, int64_t rows, const float *a, int64_t a_row,          \
-                        const float *bias, const int64_t *offsets, const float *const *x,    \
-                        float *c, int64_t c_row) {                                            \
-    NAME##_vector acc[ROWS][VECTORS];                                                        \
-    const float *ar[ROWS], *xv[VECTORS];                                                     \
-    for (int v = 0; v < VECTORS; ++v)                                                        \
-        xv[v] = x[v];                                                                        \
-    for (int r = 0; r < ROWS; ++r) {                                                         \
-        int64_t row = r < rows ? r : rows - 1;                                               \
-        ar[r] = a + row * a_row;                                                             \
-        for (int v = 0; v < VECTORS; ++v) {                                                  \
-            NAME##_vector zero = {0};                                                        \
-            acc[r][v] = zero + (bias ? bias[row] : 0.0f);                                    \
-        }                                                                                    \
-    }                                                                                        \
-    for (int64_t t = 0; t < terms; ++t) {                                                    \
-        NAME##_vector in[VECTORS];                                                           \
-        for (int v = 0; v < VECTORS; ++v)                                                    \
-            in[v] = *(const NAME##_vector *)(xv[v] + offsets[t]);                            \
-        for (int r = 0; r < ROWS; ++r)                                                       \
-            for (int v = 0; v < VECTORS; ++v)                                                \
-                acc[r][v] += ar[r][t] * in[v];                                               \
-    }                                                                                        \
-    for (int r = 0; r < ROWS && r < rows; ++r)                                               \
-        for (int v = 0; v < VECTORS; ++v)                                                    \
-            *(NAME##_vector *)(c + r * c_row + v * VL) = acc[r][v];                          \
-}
-
 /* An image's patches (C K K, positions) from in (C, H, W): the outputs' first `rows` rows of
  * `cols` positions */
 #define CONV_PATCHES_FUNCTION(NAME, TARGET)                                                  \
@@ -111,8 +73,6 @@ TARGET static void NAME(int64_t C, int64_t H, int64_t W, int64_t K, int64_t rows
 
 typedef void (*gemm_tile_function)(int64_t, int64_t, const float *, int64_t, const float *,
                                    int, const float *, int64_t, float *, int64_t);
-typedef void (*conv_direct_function)(int64_t, int64_t, const float *, int64_t, const float *,
-                                     const int64_t *, const float *const *, float *, int64_t);
 typedef void (*conv_patches_function)(int64_t, int64_t, int64_t, int64_t, int64_t, int64_t,
                                       int64_t, const float *, float *);
 
@@ -127,48 +87,34 @@ GEMM_TILE_FUNCTION(gemm_tile_avx512_4, 16, 4, 4, CONV_AVX512)
 GEMM_TILE_FUNCTION(gemm_tile_avx2_6, 8, 2, 6, CONV_AVX2)
 GEMM_TILE_FUNCTION(gemm_tile_avx2_5, 8, 2, 5, CONV_AVX2)
 GEMM_TILE_FUNCTION(gemm_tile_avx2_4, 8, 2, 4, CONV_AVX2)
-CONV_DIRECT_TILE_FUNCTION(conv_direct_avx512_6, 16, 4, 6, CONV_AVX512)
-CONV_DIRECT_TILE_FUNCTION(conv_direct_avx512_5, 16, 4, 5, CONV_AVX512)
-CONV_DIRECT_TILE_FUNCTION(conv_direct_avx512_4, 16, 4, 4, CONV_AVX512)
-CONV_DIRECT_TILE_FUNCTION(conv_direct_avx2_6, 8, 2, 6, CONV_AVX2)
-CONV_DIRECT_TILE_FUNCTION(conv_direct_avx2_5, 8, 2, 5, CONV_AVX2)
-CONV_DIRECT_TILE_FUNCTION(conv_direct_avx2_4, 8, 2, 4, CONV_AVX2)
 CONV_PATCHES_FUNCTION(conv_patches_avx512, CONV_AVX512)
 CONV_PATCHES_FUNCTION(conv_patches_avx2, CONV_AVX2)
 #endif
 GEMM_TILE_FUNCTION(gemm_tile_plain_6, 4, 2, 6, )
 GEMM_TILE_FUNCTION(gemm_tile_plain_5, 4, 2, 5, )
 GEMM_TILE_FUNCTION(gemm_tile_plain_4, 4, 2, 4, )
-CONV_DIRECT_TILE_FUNCTION(conv_direct_plain_6, 4, 2, 6, )
-CONV_DIRECT_TILE_FUNCTION(conv_direct_plain_5, 4, 2, 5, )
-CONV_DIRECT_TILE_FUNCTION(conv_direct_plain_4, 4, 2, 4, )
 CONV_PATCHES_FUNCTION(conv_patches_plain, )
 
 /* The widest kernels the CPU has, of at most `widest` floats a vector (16, 8 or 4: the tests
  * run each width the CPU has): `width` the columns a tile sums, `level` 2, 1 or 0 (AVX-512,
  * AVX2, plain C) */
 typedef struct {
-    int64_t width, vector; /* floats a tile's columns, a vector's */
+    int64_t width;
     int level;
     gemm_tile_function tiles[3]; /* of 6, 5 and 4 rows */
-    conv_direct_function direct[3];
     conv_patches_function patches;
 } conv_kernels;
 
 static inline conv_kernels conv_kernels_for(int64_t widest) {
-    conv_kernels k = {8, 4, 0, {gemm_tile_plain_6, gemm_tile_plain_5, gemm_tile_plain_4},
-                      {conv_direct_plain_6, conv_direct_plain_5, conv_direct_plain_4},
+    conv_kernels k = {8, 0, {gemm_tile_plain_6, gemm_tile_plain_5, gemm_tile_plain_4},
                       conv_patches_plain};
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
     if (widest >= 16 && __builtin_cpu_supports("avx512f")) {
-        conv_kernels wide = {64, 16, 2,
-                             {gemm_tile_avx512_6, gemm_tile_avx512_5, gemm_tile_avx512_4},
-                             {conv_direct_avx512_6, conv_direct_avx512_5, conv_direct_avx512_4},
+        conv_kernels wide = {64, 2, {gemm_tile_avx512_6, gemm_tile_avx512_5, gemm_tile_avx512_4},
                              conv_patches_avx512};
         k = wide;
     } else if (widest >= 8 && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) {
-        conv_kernels avx2 = {16, 8, 1, {gemm_tile_avx2_6, gemm_tile_avx2_5, gemm_tile_avx2_4},
-                             {conv_direct_avx2_6, conv_direct_avx2_5, conv_direct_avx2_4},
+        conv_kernels avx2 = {16, 1, {gemm_tile_avx2_6, gemm_tile_avx2_5, gemm_tile_avx2_4},
                              conv_patches_avx2};
         k = avx2;
     }
@@ -200,47 +146,6 @@ static inline void conv_gemm(const conv_kernels *k, int64_t m, int64_t n, int64_
             k->tiles[chosen](terms, m - i < rows ? m - i : rows, a + i * a_row, a_row,
                              bias ? bias + i : NULL, accumulate, b + j, b_row,
                              c + i * c_row + j, c_row);
-}
-
-/* Whether conv_direct takes a convolution whose outputs are read in rows of `cols`: where a
- * row is a whole number of the kernels' vectors, so that no vector spans two rows. */
-static inline int conv_direct_serves(const conv_kernels *k, int64_t cols) {
-    return cols % k->vector == 0;
-}
-
-/* offsets (C K K) of the convolution's terms in an image (C, H, W): where the input under
- * kernel entry (c, ky, kx) lies from the one under (0, 0, 0) */
-static inline void conv_offsets(int64_t C, int64_t H, int64_t W, int64_t K, int64_t *offsets) {
-    for (int64_t c = 0; c < C; ++c)
-        for (int64_t ky = 0; ky < K; ++ky)
-            for (int64_t kx = 0; kx < K; ++kx)
-                offsets[(c * K + ky) * K + kx] = (c * H + ky) * W + kx;
-}
-
-/* c (m, positions; row stride c_row, positions padded to a whole number of k->width) = bias
- * + the convolution of `image` (C, H, W; row length W) with a (m, terms; a_row) at the first
- * `rows` output rows of `cols` positions, `offsets` conv_offsets': conv_gemm's sums over the
- * image's patches, summed from the image itself (where conv_direct_serves). The tile past the
- * last position repeats the last vector into c's padding. Without the patches, the LeNet's
- * prediction reads its inputs from the first level of the cache: over 1,000 images on one
- * AVX2 thread 7.7 ms against 14.5 for the first layer, 38 against 50 for the second. */
-static inline void conv_direct(const conv_kernels *k, int64_t m, int64_t W, int64_t rows,
-                               int64_t cols, int64_t terms, const float *a, int64_t a_row,
-                               const float *bias, const int64_t *offsets, const float *image,
-                               float *c, int64_t c_row) {
-    int chosen = choose_rows(m);
-    int64_t tile_rows = 6 - chosen, outputs = rows * cols;
-    const float *x[16];
-    for (int64_t j = 0; j < outputs; j += k->width) {
-        for (int64_t v = 0; v < k->width / k->vector; ++v) {
-            int64_t q = j + v * k->vector < outputs ? j + v * k->vector : outputs - k->vector;
-            x[v] = image + q / cols * W + q % cols;
-        }
-        for (int64_t i = 0; i < m; i += tile_rows)
-            k->direct[chosen](terms, m - i < tile_rows ? m - i : tile_rows, a + i * a_row,
-                              a_row, bias ? bias + i : NULL, offsets, x, c + i * c_row + j,
-                              c_row);
-    }
 }
 
 /* n rounded up to a whole number of tiles of `width` */

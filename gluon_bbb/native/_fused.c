@@ -735,16 +735,123 @@ CONV_POOL_FUNCTION(conv_pool_avx2, CONV_AVX2)
 #endif
 CONV_POOL_FUNCTION(conv_pool_plain, )
 
+/* The 2 x 2 pooling's outputs of a tile of the convolution read from the image (as
+ * CONV_DIRECT_TILE_FUNCTION): x[0] and x[1] the inputs under the kernel's first entry at a
+ * window row's two output rows, VL columns from a whole window; o[r][0:VL/2] (r < rows, o_row
+ * apart) the largest of each window of output channel r, floored at `floor`. The same sums as
+ * the convolution's, the same largest as conv_pool's, without the convolution's outputs
+ * written and read back. */
+#define CONV_DIRECT_POOL_FUNCTION(NAME, VL, ROWS, TARGET)                                     \
+typedef float NAME##_vector __attribute__((vector_size(VL * 4), aligned(4), may_alias));    \
+typedef int32_t NAME##_mask __attribute__((vector_size(VL * 4)));                           \
+TARGET static inline NAME##_vector NAME##_larger(NAME##_vector a, NAME##_vector b) {        \
+    NAME##_mask a_larger = a > b;                                                            \
+    return (NAME##_vector)(((NAME##_mask)a & a_larger) | ((NAME##_mask)b & ~a_larger));      \
+}                                                                                            \
+TARGET static void NAME(int64_t terms, int64_t rows, const float *a, int64_t a_row,          \
+                        const float *bias, const int64_t *offsets, const float *const *x,    \
+                        float floor, float *o, int64_t o_row) {                               \
+    NAME##_vector acc[ROWS][2];                                                              \
+    const float *ar[ROWS], *x0 = x[0], *x1 = x[1];                                           \
+    for (int r = 0; r < ROWS; ++r) {                                                         \
+        int64_t row = r < rows ? r : rows - 1;                                               \
+        ar[r] = a + row * a_row;                                                             \
+        NAME##_vector zero = {0};                                                            \
+        acc[r][0] = acc[r][1] = zero + (bias ? bias[row] : 0.0f);                            \
+    }                                                                                        \
+    for (int64_t t = 0; t < terms; ++t) {                                                    \
+        NAME##_vector in0 = *(const NAME##_vector *)(x0 + offsets[t]);                       \
+        NAME##_vector in1 = *(const NAME##_vector *)(x1 + offsets[t]);                       \
+        for (int r = 0; r < ROWS; ++r) {                                                     \
+            acc[r][0] += ar[r][t] * in0;                                                     \
+            acc[r][1] += ar[r][t] * in1;                                                     \
+        }                                                                                    \
+    }                                                                                        \
+    NAME##_mask neighbour;                                                                   \
+    for (int i = 0; i < VL; ++i)                                                             \
+        neighbour[i] = i ^ 1;                                                                \
+    for (int r = 0; r < ROWS && r < rows; ++r) {                                             \
+        NAME##_vector m = NAME##_larger(acc[r][0], acc[r][1]);                               \
+        m = NAME##_larger(m, __builtin_shuffle(m, neighbour));                               \
+        for (int i = 0; i < VL / 2; ++i)                                                     \
+            o[r * o_row + i] = m[2 * i] > floor ? m[2 * i] : floor;                          \
+    }                                                                                        \
+}
+
+typedef void (*conv_direct_pool_function)(int64_t, int64_t, const float *, int64_t,
+                                          const float *, const int64_t *, const float *const *,
+                                          float, float *, int64_t);
+
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+CONV_DIRECT_POOL_FUNCTION(conv_direct_pool_avx512_6, 16, 6, CONV_AVX512)
+CONV_DIRECT_POOL_FUNCTION(conv_direct_pool_avx512_5, 16, 5, CONV_AVX512)
+CONV_DIRECT_POOL_FUNCTION(conv_direct_pool_avx512_4, 16, 4, CONV_AVX512)
+CONV_DIRECT_POOL_FUNCTION(conv_direct_pool_avx2_6, 8, 6, CONV_AVX2)
+CONV_DIRECT_POOL_FUNCTION(conv_direct_pool_avx2_5, 8, 5, CONV_AVX2)
+CONV_DIRECT_POOL_FUNCTION(conv_direct_pool_avx2_4, 8, 4, CONV_AVX2)
+#endif
+CONV_DIRECT_POOL_FUNCTION(conv_direct_pool_plain_6, 4, 6, )
+CONV_DIRECT_POOL_FUNCTION(conv_direct_pool_plain_5, 4, 5, )
+CONV_DIRECT_POOL_FUNCTION(conv_direct_pool_plain_4, 4, 4, )
+
+/* The direct pooled tiles of each level of conv_kernels (plain C, AVX2, AVX-512): of 6, 5 and
+ * 4 rows, and the floats of their vectors */
+static const conv_direct_pool_function direct_pool_tiles[3][3] = {
+    {conv_direct_pool_plain_6, conv_direct_pool_plain_5, conv_direct_pool_plain_4},
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+    {conv_direct_pool_avx2_6, conv_direct_pool_avx2_5, conv_direct_pool_avx2_4},
+    {conv_direct_pool_avx512_6, conv_direct_pool_avx512_5, conv_direct_pool_avx512_4},
+#endif
+};
+static const int64_t direct_pool_vector[3] = {4, 8, 16};
+
+/* Whether conv_direct_pooled takes a pooling of P x P windows whose columns are `cols` in all,
+ * at conv_kernels' `level`: 2 x 2 windows, the columns a whole number of vectors (the LeNet's
+ * 24 and 8 with AVX2; with AVX-512 its patches' tiles of 64 positions stay) */
+static int conv_direct_pooled_serves(int level, int64_t P, int64_t cols) {
+    return P == 2 && cols % direct_pool_vector[level] == 0;
+}
+
+/* offsets (C K K) of the convolution's terms in an image (C, H, W): where the input under
+ * kernel entry (c, ky, kx) lies from the one under (0, 0, 0) */
+static void conv_offsets(int64_t C, int64_t H, int64_t W, int64_t K, int64_t *offsets) {
+    for (int64_t c = 0; c < C; ++c)
+        for (int64_t ky = 0; ky < K; ++ky)
+            for (int64_t kx = 0; kx < K; ++kx)
+                offsets[(c * K + ky) * K + kx] = (c * H + ky) * W + kx;
+}
+
+/* A convolution read from the image and its 2 x 2 pooling (conv_direct_pool_*) over one image
+ * (C, H, W; `offsets` conv_offsets') into out (OC, PH, PW): each window row's two output rows,
+ * a vector of columns at a time (where conv_direct_pooled_serves). Over the LeNet's predictive
+ * without the patches and the convolution's outputs: its rotation report 55.6-55.9 s against
+ * 75.4-76.2 with them (AVX2, 2 threads; docs/PERFORMANCE.md). */
+static void conv_direct_pooled(int level, int64_t OC, int64_t W, int64_t PH, int64_t PW,
+                               int64_t terms, const float *w, const float *b,
+                               const int64_t *offsets, const float *image, float floor,
+                               float *out) {
+    int chosen = choose_rows(OC);
+    int64_t tile_rows = 6 - chosen, VL = direct_pool_vector[level];
+    for (int64_t py = 0; py < PH; ++py)
+        for (int64_t x0 = 0; x0 < 2 * PW; x0 += VL) {
+            const float *x[2] = {image + 2 * py * W + x0, image + (2 * py + 1) * W + x0};
+            for (int64_t i = 0; i < OC; i += tile_rows)
+                direct_pool_tiles[level][chosen](terms, OC - i < tile_rows ? OC - i : tile_rows,
+                                     w + i * terms, terms, b ? b + i : NULL, offsets, x, floor,
+                                     out + (i * PH + py) * PW + x0 / 2, PH * PW);
+        }
+}
+
 /* A convolution (stride 1, no padding) of in (N, C, H, W) with w (OC, C, K, K) and b (OC,),
  * then a max pooling of P x P windows at stride P (the windows that fit), into out (N, OC,
  * (H - K + 1) / P, (W - K + 1) / P): networks.layers.Conv2D then MaxPool2D (and ReLU), forward
  * only.
  *
  * The convolution is computed at the positions the pooling reads (rows and columns of whole
- * windows), its product with w (OC, C K K) summed in register tiles (_conv_tiles.h) over each
- * image's patches, or read from the image itself where a row of those positions is a whole
- * number of vectors (conv_direct: the LeNet's 24 and 8 with AVX2), then each window's largest
- * taken. The images are split among the threads,
+ * windows): its product with w (OC, C K K) summed in register tiles (_conv_tiles.h) over each
+ * image's patches, then each window's largest taken; or, for 2 x 2 windows a whole number of
+ * vectors wide, summed from the image itself and pooled in the tile's registers
+ * (conv_direct_pooled). The images are split among the threads,
  * each summed in one fixed order: the result does not depend on the number of threads. MXNet 1.9.1's oneDNN runs the LeNet's
  * convolutions (20 and 50 output channels, not multiples of 8) as im2col and a matrix product
  * and pools in a second pass: 245 images through the first layer and its pooling took 3.2 ms
@@ -764,7 +871,7 @@ int bbb_conv_maxpool(int64_t N, int64_t C, int64_t H, int64_t W, int64_t OC, int
 #endif
     conv_pool_function pool = pools[kernels.level];
     int64_t positions = conv_padded(rows * cols, kernels.width);
-    int direct = conv_direct_serves(&kernels, cols);
+    int direct = conv_direct_pooled_serves(kernels.level, P, cols);
     int64_t *offsets = malloc((size_t)terms * sizeof(int64_t));
     if (!offsets)
         return -1;
@@ -772,29 +879,26 @@ int bbb_conv_maxpool(int64_t N, int64_t C, int64_t H, int64_t W, int64_t OC, int
     int failed = 0;
 #pragma omp parallel reduction(| : failed)
     {
-        /* the patches (terms, positions; none where direct), zero past the last position,
-         * the convolution's outputs (OC, positions) and a row of the windows' largest */
-        float *patches =
-            calloc((size_t)((direct ? 0 : terms) * positions + OC * positions + cols),
-                   sizeof(float));
-        if (!patches)
+        /* the patches (terms, positions), zero past the last position, the convolution's
+         * outputs (OC, positions) and a row of the windows' largest; none where direct */
+        float *patches = direct ? NULL : calloc((size_t)((terms + OC) * positions + cols),
+                                                sizeof(float));
+        if (!direct && !patches)
             failed = 1;
 #pragma omp for schedule(static)
         for (int64_t n = 0; n < N; ++n) {
-            if (!patches)
-                continue;
             const float *image = in + n * C * H * W;
-            float *conv = patches + (direct ? 0 : terms * positions);
             if (direct) {
-                conv_direct(&kernels, OC, W, rows, cols, terms, w, terms, b, offsets, image,
-                            conv, positions);
-            } else {
+                conv_direct_pooled(kernels.level, OC, W, PH, PW, terms, w, b, offsets, image,
+                                   rectify ? 0.0f : -FLT_MAX, out + n * OC * PH * PW);
+            } else if (patches) {
+                float *conv = patches + terms * positions;
                 kernels.patches(C, H, W, K, rows, cols, positions, image, patches);
                 conv_gemm(&kernels, OC, positions, terms, w, terms, b, 0, patches, positions,
                           conv, positions);
+                pool(OC, P, PH, PW, cols, positions, rectify, conv, conv + OC * positions,
+                     out + n * OC * PH * PW);
             }
-            pool(OC, P, PH, PW, cols, positions, rectify, conv, conv + OC * positions,
-                 out + n * OC * PH * PW);
         }
         free(patches);
     }
