@@ -735,12 +735,12 @@ CONV_POOL_FUNCTION(conv_pool_avx2, CONV_AVX2)
 #endif
 CONV_POOL_FUNCTION(conv_pool_plain, )
 
-/* The 2 x 2 pooling's outputs of a tile of the convolution read from the image (as
- * CONV_DIRECT_TILE_FUNCTION): x[0] and x[1] the inputs under the kernel's first entry at a
- * window row's two output rows, VL columns from a whole window; o[r][0:VL/2] (r < rows, o_row
- * apart) the largest of each window of output channel r, floored at `floor`. The same sums as
- * the convolution's, the same largest as conv_pool's, without the convolution's outputs
- * written and read back. */
+/* The 2 x 2 pooling's outputs of a tile of the convolution, its terms read from the image
+ * itself: x[0] and x[1] the inputs under the kernel's first entry at a window row's two output
+ * rows, VL columns from the first of a window; o[r][0:VL/2] (r < rows, o_row apart) the
+ * largest of each window of output channel r, floored at `floor`. The sums of
+ * GEMM_TILE_FUNCTION over the image's patches, term by term in the same order, and conv_pool's
+ * largest, without the patches or the convolution's outputs written and read back. */
 #define CONV_DIRECT_POOL_FUNCTION(NAME, VL, ROWS, TARGET)                                     \
 typedef float NAME##_vector __attribute__((vector_size(VL * 4), aligned(4), may_alias));    \
 typedef int32_t NAME##_mask __attribute__((vector_size(VL * 4)));                           \
@@ -836,9 +836,10 @@ static void conv_direct_pooled(int level, int64_t OC, int64_t W, int64_t PH, int
         for (int64_t x0 = 0; x0 < 2 * PW; x0 += VL) {
             const float *x[2] = {image + 2 * py * W + x0, image + (2 * py + 1) * W + x0};
             for (int64_t i = 0; i < OC; i += tile_rows)
-                direct_pool_tiles[level][chosen](terms, OC - i < tile_rows ? OC - i : tile_rows,
-                                     w + i * terms, terms, b ? b + i : NULL, offsets, x, floor,
-                                     out + (i * PH + py) * PW + x0 / 2, PH * PW);
+                direct_pool_tiles[level][chosen](
+                    terms, OC - i < tile_rows ? OC - i : tile_rows, w + i * terms, terms,
+                    b ? b + i : NULL, offsets, x, floor, out + (i * PH + py) * PW + x0 / 2,
+                    PH * PW);
         }
 }
 
@@ -851,12 +852,13 @@ static void conv_direct_pooled(int level, int64_t OC, int64_t W, int64_t PH, int
  * windows): its product with w (OC, C K K) summed in register tiles (_conv_tiles.h) over each
  * image's patches, then each window's largest taken; or, for 2 x 2 windows a whole number of
  * vectors wide, summed from the image itself and pooled in the tile's registers
- * (conv_direct_pooled). The images are split among the threads,
- * each summed in one fixed order: the result does not depend on the number of threads. MXNet 1.9.1's oneDNN runs the LeNet's
- * convolutions (20 and 50 output channels, not multiples of 8) as im2col and a matrix product
- * and pools in a second pass: 245 images through the first layer and its pooling took 3.2 ms
- * there against 1.2 ms here, through the second 7.3 against 4.3 (AVX-512, 2 threads; 1.3 and
- * 4.3 ms with the AVX2 tiles on the same CPU; docs/PERFORMANCE.md). `rectify`: a ReLU after
+ * (conv_direct_pooled). The images are split among the threads, each summed in one fixed
+ * order: the result does not depend on the number of threads. MXNet 1.9.1's oneDNN runs the
+ * LeNet's convolutions (20 and 50 output channels, not multiples of 8) as im2col and a matrix
+ * product and pools in a second pass: 245 images through the first layer and its pooling took
+ * 3.2 ms there against 1.2 ms here with the patches, through the second 7.3 against 4.3
+ * (AVX-512, 2 threads; 1.3 and 4.3 ms with the AVX2 tiles on the same CPU;
+ * docs/PERFORMANCE.md). `rectify`: a ReLU after
  * the pooling too (max(x, 0)). `widest`: the most floats a vector may hold (16, 8 or 4: the
  * tests run each width the CPU has). Returns 0, or -1 where memory could not be allocated. */
 int bbb_conv_maxpool(int64_t N, int64_t C, int64_t H, int64_t W, int64_t OC, int64_t K,
