@@ -232,8 +232,7 @@ def kl_gradients(mu, rho, eps, w, grad_data_mu, grad_data_sigma, estimator, kl_w
         raise ValueError("the native kernels do not serve estimator %s, the %s %s KL, prior %s "
                          "and parametrization %s together (step.choose_backend keeps such a run "
                          "on the ndarray backend)" % (estimator, kl.direction, kl,
-                                                      getattr(prior, "name", prior),
-                                                      parametrization.name))
+                                                      prior.describe(), parametrization.name))
     inputs = [_host_pointer(array) for array in (mu, rho, eps, w, grad_data_mu,
                                                  grad_data_sigma)]
     keep = _optional(keep)
