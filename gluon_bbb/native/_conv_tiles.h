@@ -99,22 +99,23 @@ CONV_PATCHES_FUNCTION(conv_patches_plain, )
  * run each width the CPU has): `width` the columns a tile sums, `level` 2, 1 or 0 (AVX-512,
  * AVX2, plain C) */
 typedef struct {
-    int64_t width;
+    int64_t width, vector; /* floats a tile's columns, a vector's */
     int level;
     gemm_tile_function tiles[3]; /* of 6, 5 and 4 rows */
     conv_patches_function patches;
 } conv_kernels;
 
 static inline conv_kernels conv_kernels_for(int64_t widest) {
-    conv_kernels k = {8, 0, {gemm_tile_plain_6, gemm_tile_plain_5, gemm_tile_plain_4},
+    conv_kernels k = {8, 4, 0, {gemm_tile_plain_6, gemm_tile_plain_5, gemm_tile_plain_4},
                       conv_patches_plain};
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
     if (widest >= 16 && __builtin_cpu_supports("avx512f")) {
-        conv_kernels wide = {64, 2, {gemm_tile_avx512_6, gemm_tile_avx512_5, gemm_tile_avx512_4},
+        conv_kernels wide = {64, 16, 2,
+                             {gemm_tile_avx512_6, gemm_tile_avx512_5, gemm_tile_avx512_4},
                              conv_patches_avx512};
         k = wide;
     } else if (widest >= 8 && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) {
-        conv_kernels avx2 = {16, 1, {gemm_tile_avx2_6, gemm_tile_avx2_5, gemm_tile_avx2_4},
+        conv_kernels avx2 = {16, 8, 1, {gemm_tile_avx2_6, gemm_tile_avx2_5, gemm_tile_avx2_4},
                              conv_patches_avx2};
         k = avx2;
     }

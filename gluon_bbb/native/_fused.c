@@ -794,8 +794,8 @@ CONV_DIRECT_POOL_FUNCTION(conv_direct_pool_plain_6, 4, 6, )
 CONV_DIRECT_POOL_FUNCTION(conv_direct_pool_plain_5, 4, 5, )
 CONV_DIRECT_POOL_FUNCTION(conv_direct_pool_plain_4, 4, 4, )
 
-/* The direct pooled tiles of each level of conv_kernels (plain C, AVX2, AVX-512): of 6, 5 and
- * 4 rows, and the floats of their vectors */
+/* The direct pooled tiles of each level of conv_kernels (plain C, AVX2, AVX-512), of 6, 5 and
+ * 4 rows, with that level's vectors */
 static const conv_direct_pool_function direct_pool_tiles[3][3] = {
     {conv_direct_pool_plain_6, conv_direct_pool_plain_5, conv_direct_pool_plain_4},
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
@@ -803,13 +803,12 @@ static const conv_direct_pool_function direct_pool_tiles[3][3] = {
     {conv_direct_pool_avx512_6, conv_direct_pool_avx512_5, conv_direct_pool_avx512_4},
 #endif
 };
-static const int64_t direct_pool_vector[3] = {4, 8, 16};
 
 /* Whether conv_direct_pooled takes a pooling of P x P windows whose columns are `cols` in all,
- * at conv_kernels' `level`: 2 x 2 windows, the columns a whole number of vectors (the LeNet's
- * 24 and 8 with AVX2; with AVX-512 its patches' tiles of 64 positions stay) */
-static int conv_direct_pooled_serves(int level, int64_t P, int64_t cols) {
-    return P == 2 && cols % direct_pool_vector[level] == 0;
+ * with `kernels`: 2 x 2 windows, the columns a whole number of its vectors (the LeNet's 24 and
+ * 8 with AVX2; with AVX-512 its patches' tiles of 64 positions stay) */
+static int conv_direct_pooled_serves(const conv_kernels *kernels, int64_t P, int64_t cols) {
+    return P == 2 && cols % kernels->vector == 0;
 }
 
 /* offsets (C K K) of the convolution's terms in an image (C, H, W): where the input under
@@ -826,17 +825,17 @@ static void conv_offsets(int64_t C, int64_t H, int64_t W, int64_t K, int64_t *of
  * a vector of columns at a time (where conv_direct_pooled_serves). Over the LeNet's predictive
  * without the patches and the convolution's outputs: its rotation report 55.6-55.9 s against
  * 75.4-76.2 with them (AVX2, 2 threads; docs/PERFORMANCE.md). */
-static void conv_direct_pooled(int level, int64_t OC, int64_t W, int64_t PH, int64_t PW,
-                               int64_t terms, const float *w, const float *b,
+static void conv_direct_pooled(const conv_kernels *kernels, int64_t OC, int64_t W, int64_t PH,
+                               int64_t PW, int64_t terms, const float *w, const float *b,
                                const int64_t *offsets, const float *image, float floor,
                                float *out) {
     int chosen = choose_rows(OC);
-    int64_t tile_rows = 6 - chosen, VL = direct_pool_vector[level];
+    int64_t tile_rows = 6 - chosen, VL = kernels->vector;
     for (int64_t py = 0; py < PH; ++py)
         for (int64_t x0 = 0; x0 < 2 * PW; x0 += VL) {
             const float *x[2] = {image + 2 * py * W + x0, image + (2 * py + 1) * W + x0};
             for (int64_t i = 0; i < OC; i += tile_rows)
-                direct_pool_tiles[level][chosen](
+                direct_pool_tiles[kernels->level][chosen](
                     terms, OC - i < tile_rows ? OC - i : tile_rows, w + i * terms, terms,
                     b ? b + i : NULL, offsets, x, floor, out + (i * PH + py) * PW + x0 / 2,
                     PH * PW);
@@ -873,7 +872,7 @@ int bbb_conv_maxpool(int64_t N, int64_t C, int64_t H, int64_t W, int64_t OC, int
 #endif
     conv_pool_function pool = pools[kernels.level];
     int64_t positions = conv_padded(rows * cols, kernels.width);
-    int direct = conv_direct_pooled_serves(kernels.level, P, cols);
+    int direct = conv_direct_pooled_serves(&kernels, P, cols);
     int64_t *offsets = malloc((size_t)terms * sizeof(int64_t));
     if (!offsets)
         return -1;
@@ -891,7 +890,7 @@ int bbb_conv_maxpool(int64_t N, int64_t C, int64_t H, int64_t W, int64_t OC, int
         for (int64_t n = 0; n < N; ++n) {
             const float *image = in + n * C * H * W;
             if (direct) {
-                conv_direct_pooled(kernels.level, OC, W, PH, PW, terms, w, b, offsets, image,
+                conv_direct_pooled(&kernels, OC, W, PH, PW, terms, w, b, offsets, image,
                                    rectify ? 0.0f : -FLT_MAX, out + n * OC * PH * PW);
             } else if (patches) {
                 float *conv = patches + terms * positions;
