@@ -1,4 +1,5 @@
-"""README's Python blocks run as written, on real MNIST, and print what they did."""
+"""README's Python blocks run as written, on real MNIST, and print what they did; its layout
+section names every module of the package."""
 import os
 import re
 
@@ -65,3 +66,35 @@ def test_readme_shipping_block_runs(tmp_path, monkeypatch, capsys, mnist):
     labels, flags = capsys.readouterr().out.strip().split("] [")
     assert len(labels.strip("[").split()) == 5
     assert set(flags.strip("]").split()) <= {"True", "False"} and len(flags.split()) == 5
+
+
+def test_readme_layout_names_every_module_of_the_package():
+    """README's layout section is where a newcomer finds where each thing lives: every source
+    file of the package is named in the row of its folder (a top-level module in a row of its
+    own), and every command module is a row of ``COMMANDS``, as the commands' row says."""
+    from gluon_bbb.commands import COMMANDS
+    with open(README) as f:
+        section = f.read().split("\n## Layout\n", 1)[1].split("\n## ", 1)[0]
+    rows = {}
+    for line in section.splitlines():
+        cells = line.split(" | ")
+        if line.startswith("| `gluon_bbb") and len(cells) == 2:
+            rows[cells[0]] = cells[1]
+    package = os.path.join(os.path.dirname(README), "gluon_bbb")
+    unnamed = []
+    for folder, dirs, files in os.walk(package):
+        dirs[:] = [d for d in dirs if not d.startswith("__")]
+        relative = os.path.relpath(folder, os.path.dirname(package)) + "/"
+        for name in files:
+            if not name.endswith((".py", ".c", ".cc", ".h")) or name.startswith("__"):
+                continue
+            if relative == "gluon_bbb/commands/" and name[:-3] in {m for m, _ in
+                                                                   COMMANDS.values()}:
+                continue
+            if relative == "gluon_bbb/":  # a row of its own: named in the first cell
+                named = any("`%s`" % name in key or "/%s`" % name in key for key in rows)
+            else:  # named in its folder's row
+                named = "`%s`" % name in rows.get("| `%s`" % relative, "")
+            if not named:
+                unnamed.append(relative + name)
+    assert len(rows) >= 8 and not unnamed, unnamed
