@@ -36,7 +36,8 @@ mx = gluon_bbb.require_mxnet()  # without the line MXNet's engine writes as it s
 import numpy as np  # noqa: E402
 from mxnet import nd  # noqa: E402
 
-from gluon_bbb.shipping import model_file as compressed
+from gluon_bbb.native import library  # noqa: E402
+from gluon_bbb.shipping import model_file as compressed  # noqa: E402
 from gluon_bbb.shipping.writer import compress_parameters, error_rate, run_parameters  # noqa: E402
 from gluon_bbb.analysis.report import load_ood_images  # noqa: E402
 from gluon_bbb.tutorial import net  # noqa: E402
@@ -90,8 +91,10 @@ def contributions(network, mus, sigmas, ranking, proportion, precision):
 
 def latency(model, network, mus, images, repeats=30):
     """Median seconds of one image and of a batch of 1,000 for the NumPy predictor and for the
-    dense MXNet mean network ``network`` (pass a gated one ``without_gates``: the network as it
-    was before group sparsity), taking turns."""
+    dense mean network ``network`` (pass a gated one ``without_gates``: the network as it was
+    before group sparsity) on MXNet's operators, taking turns; and of the batch through the
+    dense network as ``net`` runs it by default, a convolution and the pooling after it on the
+    C kernel (``"kernel"``, where it serves the network)."""
     nd_mus = [nd.array(m) for m in mus]
     one, batch = images[:1], images[:1000]
     cases = {
@@ -99,10 +102,15 @@ def latency(model, network, mus, images, repeats=30):
         ("numpy", 1000): lambda: model.predict(batch),
         ("numpy apart", 1000): lambda: model.predict(
             batch, operators=compressed.SeparateOperators),
-        ("mxnet", 1): lambda: nd.softmax(net(nd.array(one), nd_mus, network=network)).asnumpy(),
-        ("mxnet", 1000): lambda: nd.softmax(net(nd.array(batch), nd_mus,
-                                                network=network)).asnumpy(),
+        ("mxnet", 1): lambda: nd.softmax(net(nd.array(one), nd_mus, nd, network)).asnumpy(),
+        ("mxnet", 1000): lambda: nd.softmax(net(nd.array(batch), nd_mus, nd,
+                                                network)).asnumpy(),
     }
+    if network.convolutions_pooled and getattr(
+            library.with_convolution_max_pool(nd, [nd.array(batch)] + nd_mus),
+            "ConvolutionMaxPool", None) is not None:
+        cases["kernel", 1000] = lambda: nd.softmax(net(nd.array(batch), nd_mus,
+                                                       network=network)).asnumpy()
     times = {key: [] for key in cases}
     for case in cases.values():  # warm up
         case()
@@ -226,6 +234,10 @@ def main():
     print("  NumPy, each convolution and max pooling computed apart (compressed."
           "SeparateOperators): 1,000 images %.1f ms (apart/one product = %.2f)" % (
               1e3 * times["numpy apart", 1000], times["numpy apart", 1000] / times["numpy", 1000]))
+    if ("kernel", 1000) in times:
+        print("  MXNet dense with each convolution and max pooling on the package's C kernel "
+              "(net's default): 1,000 images %.1f ms (kernel/NumPy = %.2f)" % (
+                  1e3 * times["kernel", 1000], times["kernel", 1000] / times["numpy", 1000]))
     rng = np.random.default_rng(0)
     for description in args.narrower:
         narrower = parse_network(description, config.num_inputs, config.num_outputs)

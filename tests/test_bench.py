@@ -90,6 +90,21 @@ def test_bench_compress_prints_sizes_latency_and_narrower_networks(tmp_path):
                          r"multiply-adds\): one image \d+\.\d+ ms \(MXNet/NumPy = \d+\.\d\d\); "
                          r"1,000 images \d+\.\d ms \(MXNet/NumPy = \d+\.\d\d\)", proc.stdout)
     assert narrower and float(narrower.group(1)) == pytest.approx(100 * 7940 / 16280, abs=0.05)
+    # the dense MLP has no convolution for the C kernel: MXNet's operators alone
+    assert "C kernel" not in proc.stdout
+    # a convolution and its pooling: MXNet's operators, and net's default (the C kernel) apart
+    out = tmp_path / "conv"
+    proc = run(TRAIN, "--out", out, "--epochs", "1", "--train-size", "512", "--network",
+               "conv:3:5,relu,pool:2,dense:10", "--test-samples", "0", "--seed", "0")
+    assert proc.returncode == 0, proc.stderr
+    proc = run([PYTHON, os.path.join(ROOT, "bench", "bench_compress.py")], out,
+               "--proportions", "0.5", "--precisions", "0", "--choose", "0.5")
+    assert proc.returncode == 0, proc.stderr
+    assert re.search(r"1,000 images NumPy \d+\.\d ms, MXNet dense \d+\.\d ms", proc.stdout)
+    kernel = re.search(r"MXNet dense with each convolution and max pooling on the package's C "
+                       r"kernel \(net's default\): 1,000 images \d+\.\d ms \(kernel/NumPy = "
+                       r"\d+\.\d\d\)", proc.stdout)
+    assert kernel or not os.environ.get("GLUON_BBB_REQUIRE_NATIVE"), proc.stdout
 
 
 @pytest.mark.parametrize("script,args", [("bench_train.py", ["--data-dir"]),

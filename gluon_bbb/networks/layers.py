@@ -516,6 +516,12 @@ class Network:
         return size
 
     @property
+    def convolutions_pooled(self):
+        """Whether ``run`` computes some convolution with the max pooling after it where it is
+        handed ``pooled`` (``__call__`` by default: the C kernel's ``ConvolutionMaxPool``)."""
+        return bool(self._pooled_convolutions)
+
+    @property
     def accelerated_poolings(self):
         """Whether ``run`` computes a max pooling by an operator set's ``max_pool`` where it
         has one."""
@@ -537,7 +543,7 @@ class Network:
         operators alone."""
         if F is None:
             from mxnet import nd as F
-            if not _differentiated(F) and self._pooled_convolutions:
+            if not _differentiated(F) and self.convolutions_pooled:
                 from ..native import library
                 F = library.with_convolution_max_pool(F, [X] + list(params))
         pooled = None
