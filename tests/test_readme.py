@@ -1,5 +1,6 @@
 """README's Python blocks run as written, on real MNIST, and print what they did; its layout
-section names every module of the package."""
+section names every module of the package; every link to a heading of README and docs/ lands
+on that heading."""
 import os
 import re
 
@@ -98,3 +99,41 @@ def test_readme_layout_names_every_module_of_the_package():
             if not named:
                 unnamed.append(relative + name)
     assert len(rows) >= 8 and not unnamed, unnamed
+
+
+def heading_anchors(text):
+    """The anchors GitHub gives ``text``'s headings: lower case, punctuation but hyphens and
+    underscores dropped, spaces as hyphens, a repeated anchor numbered from -1."""
+    anchors, seen = set(), {}
+    for heading in re.findall(r"^#+ (.*?)\s*$", re.sub(r"```.*?```", "", text, flags=re.S),
+                              flags=re.M):
+        anchor = re.sub(r"[^\w\- ]", "", heading.lower()).replace(" ", "-")
+        count = seen.get(anchor, 0)
+        seen[anchor] = count + 1
+        anchors.add(anchor if count == 0 else "%s-%d" % (anchor, count))
+    return anchors
+
+
+def test_heading_anchors_follow_githubs_rule():
+    text = "# A `gluon-bbb prune` (Table 2)\n```\n# not a heading\n```\n## Sweeps\n## Sweeps\n"
+    assert heading_anchors(text) == {"a-gluon-bbb-prune-table-2", "sweeps", "sweeps-1"}
+
+
+def test_every_link_to_a_heading_of_readme_and_docs_resolves():
+    """A link ``FILE.md#anchor`` (or ``#anchor`` within a file) in README or docs/ names a
+    heading of that file, so that a renamed heading cannot leave a link landing at the top."""
+    root = os.path.dirname(README)
+    docs = os.path.join(root, "docs")
+    paths = [README] + [os.path.join(docs, name) for name in sorted(os.listdir(docs))
+                        if name.endswith(".md")]
+    texts = {path: open(path).read() for path in paths}
+    anchors = {path: heading_anchors(text) for path, text in texts.items()}
+    broken, checked = [], 0
+    for path, text in texts.items():
+        for target, anchor in re.findall(r"\]\(([^)#\s]*\.md)?#([^)\s]+)\)", text):
+            linked = os.path.normpath(os.path.join(os.path.dirname(path), target)) \
+                if target else path
+            checked += 1
+            if anchor not in anchors.get(linked, set()):
+                broken.append("%s: %s#%s" % (os.path.relpath(path, root), target, anchor))
+    assert checked >= 20 and not broken, broken
