@@ -126,7 +126,10 @@ def test_every_link_to_a_heading_of_readme_and_docs_resolves():
     docs = os.path.join(root, "docs")
     paths = [README] + [os.path.join(docs, name) for name in sorted(os.listdir(docs))
                         if name.endswith(".md")]
-    texts = {path: open(path).read() for path in paths}
+    texts = {}
+    for path in paths:
+        with open(path) as f:
+            texts[path] = f.read()
     anchors = {path: heading_anchors(text) for path, text in texts.items()}
     broken, checked = [], 0
     for path, text in texts.items():
