@@ -114,7 +114,7 @@ def run_prune(*args):
 @pytest.mark.slow
 def test_prune_command_on_a_training_run(short_run, tmp_path):
     out = tmp_path / "pruned"
-    proc = run_prune("--checkpoint", short_run, "--out", str(out), "--ctx", "cpu:1",
+    proc = run_prune(short_run, "--out", str(out), "--ctx", "cpu:1",
                      "--proportions", "0", "0.5", "0.95", "--save-pruned", "0.95")
     assert proc.returncode == 0, proc.stderr
     table = [line for line in proc.stdout.splitlines() if line.startswith("| ")]

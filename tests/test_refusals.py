@@ -235,19 +235,37 @@ def test_every_command_refuses_a_run_with_non_finite_parameters(quick_run, tmp_p
     expected = "holds non-finite parameters: 1 of the 50 entries of mu:1 are NaN or infinite"
     digit = tmp_path / "digit.npy"
     np.save(digit, np.zeros((28, 28)))
+    # each command that reads one run takes it as RUN or as --checkpoint RUN
     for cmd, args in ((PRUNE, ["--checkpoint", broken]),
-                      (EVALUATE, ["--checkpoint", broken]),
-                      (COMPRESS, [broken, "--proportion", "0.5", "--out", tmp_path / "m.gbbb"]),
+                      (EVALUATE, [broken]),
+                      (COMPRESS, ["--checkpoint", broken, "--proportion", "0.5", "--out",
+                                  tmp_path / "m.gbbb"]),
                       (PREDICT, [broken, digit]),
                       (TRAIN, ["--resume", "--out", broken, "--epochs", "3"])):
         assert_one_line_error(run(cmd, *args), expected)
     assert not (tmp_path / "m.gbbb").exists()
     # and a compressed model is not a run
     model = synthetic_model(tmp_path / "model.gbbb")
-    for cmd in (PRUNE, EVALUATE):
-        assert_one_line_error(run(cmd, "--checkpoint", model),
+    for cmd, args in ((PRUNE, [model]), (EVALUATE, ["--checkpoint", model])):
+        assert_one_line_error(run(cmd, *args),
                               "model.gbbb is a compressed model, not a run: classify images "
                               "with it with gluon-bbb predict")
+
+
+@pytest.mark.parametrize("command", ["prune", "evaluate", "compress"])
+def test_a_command_that_reads_one_run_takes_it_once_in_either_form(command, capsys):
+    import importlib
+    build_parser = importlib.import_module("gluon_bbb.commands." + command).build_parser
+    for argv in (["runs/a"], ["--checkpoint", "runs/a"]):
+        args = build_parser().parse_args(argv + ["--out", "elsewhere"])
+        assert args.run == "runs/a" and not hasattr(args, "run_flag")
+    for argv, expected in (([], "required: RUN (or --checkpoint RUN)"),
+                           (["runs/a", "--checkpoint", "runs/b"], "RUN and --checkpoint both")):
+        with pytest.raises(SystemExit) as exit_info:
+            build_parser().parse_args(argv + ["--out", "elsewhere"])
+        assert exit_info.value.code == 2
+        lines = capsys.readouterr().err.strip().splitlines()
+        assert len(lines) == 1 and expected in lines[0], lines
 
 
 def test_a_models_inputs_refuse_what_are_not_raw_pixels(tmp_path):

@@ -48,6 +48,24 @@ class ArgumentParser(argparse.ArgumentParser):
         self._negative_number_matcher = re.compile(
             r"^-(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?$|^-(inf|infinity|nan)$", re.IGNORECASE)
 
+    def add_run_argument(self, help):
+        """The run a command reads, as ``RUN`` or as ``--checkpoint RUN`` (the form ``prune`` and
+        ``evaluate`` first took): either, not both; ``parse_args`` leaves it in ``run``."""
+        self.add_argument("run", nargs="?", metavar="RUN", help=help)
+        self.add_argument("--checkpoint", dest="run_flag", metavar="RUN", help="the same as RUN")
+
+    def parse_args(self, args=None, namespace=None):
+        parsed = super().parse_args(args, namespace)
+        if hasattr(parsed, "run_flag"):
+            if parsed.run is None and parsed.run_flag is None:
+                self.error("the following arguments are required: RUN (or --checkpoint RUN)")
+            if parsed.run is not None and parsed.run_flag is not None:
+                self.error("RUN and --checkpoint both name the run; give one of them")
+            if parsed.run is None:
+                parsed.run = parsed.run_flag
+            del parsed.run_flag
+        return parsed
+
     def error(self, message):
         if self.raise_errors:
             raise FlagError(message)

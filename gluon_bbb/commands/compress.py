@@ -33,8 +33,8 @@ SELECTION_TRAINING_IMAGES = 10000
 def build_parser(prog=PROG):
     parser = ArgumentParser(prog=prog, description="Prune, narrow and quantize a trained run "
                             "into one file that a NumPy-only predictor reads.")
-    parser.add_argument("run", help="run directory (its last epoch), or a parameter file in one "
-                        "(best.params)")
+    parser.add_run_argument("run directory (its last epoch), or a parameter file in one "
+                            "(best.params)")
     how = parser.add_mutually_exclusive_group()
     how.add_argument("--proportion", type=float, help="share of all parameters removed by "
                      "signal-to-noise ratio, in [0, 1) (default: chosen as "

@@ -1,8 +1,8 @@
-"""The command ``gluon-bbb evaluate --checkpoint RUN_DIR``:
+"""The command ``gluon-bbb evaluate RUN_DIR``:
 the uncertainty report of a trained run (``analysis/report.py``).
 
 Writes ``uncertainty.json`` and ``uncertainty.png`` into the run directory (or ``--out``);
-``--checkpoint RUN_DIR/best.params`` reports on the best validation epoch instead, into
+``RUN_DIR/best.params`` reports on the best validation epoch instead, into
 ``best-uncertainty.json`` and ``best-uncertainty.png``. MNIST is read from ``--data-dir``, else
 from the directory the run was trained on, else as ``load_mnist`` finds it. It prints the
 report as a table (``summary``), or with ``--json`` the report's JSON.
@@ -20,8 +20,8 @@ PROG = "gluon-bbb evaluate"
 def build_parser(prog=PROG):
     parser = ArgumentParser(prog=prog,
                             description="Uncertainty report (entropy, ECE, NLL, OOD AUROC).")
-    parser.add_argument("--checkpoint", required=True, help="run directory of a training run "
-                        "(its last epoch), or its best.params (the best validation epoch)")
+    parser.add_run_argument("run directory of a training run (its last epoch), or its "
+                            "best.params (the best validation epoch)")
     parser.add_argument("--data-dir", help="directory with the MNIST IDX files (default: the "
                         "one the run was trained on, else $GLUON_BBB_DATA, else "
                         "~/.mxnet/datasets/mnist)")
@@ -66,7 +66,7 @@ def main(argv=None, prog=PROG):
     from ..learning.context import parse_context
     from ..analysis.report import evaluate_run, load_ood_images, report_files
     from ..learning.rundir import RunDirectory, resolve_checkpoint
-    run, checkpoint_path = resolve_checkpoint(args.checkpoint)
+    run, checkpoint_path = resolve_checkpoint(args.run)
     kind = run.read_classifier_config().model_kind
     if args.test_samples is None:
         args.test_samples = kind.default_test_samples
@@ -78,13 +78,13 @@ def main(argv=None, prog=PROG):
     ood = load_ood_images(args.ood_data_dir) if args.ood_data_dir else None
     data = run.load_data(args.data_dir)
     with out.locked():
-        report, paths = evaluate_run(args.checkpoint, data, ctx, args.test_samples, ood, out,
+        report, paths = evaluate_run(args.run, data, ctx, args.test_samples, ood, out,
                                      args.ood_data_dir and os.path.abspath(args.ood_data_dir))
     if args.json:
         print_json(report)  # stdout stays the report's JSON, for a reader such as jq
         sys.stderr.write("wrote %s\n" % ", ".join(paths))
     else:
-        print(summary(report, args.checkpoint))
+        print(summary(report, args.run))
         print("wrote %s" % ", ".join(paths))
     return 0
 

@@ -2,8 +2,8 @@
 prune a trained run by signal-to-noise ratio and tabulate its test accuracy (the paper's Table
 2), with ``analysis/snr.py``.
 
-    gluon-bbb prune --checkpoint runs/default
-    gluon-bbb prune --checkpoint runs/default --proportions 0 0.5 0.95 --save-pruned 0.95
+    gluon-bbb prune runs/default
+    gluon-bbb prune runs/default --proportions 0 0.5 0.95 --save-pruned 0.95
 """
 import os
 import sys
@@ -19,9 +19,8 @@ DEFAULT_PROPORTIONS = (0.0, 0.1, 0.25, 0.5, 0.75, 0.95, 0.98, 0.99, 1.0)
 def build_parser(prog=PROG):
     parser = ArgumentParser(prog=prog,
                             description="Signal-to-noise pruning of a Bayes-by-Backprop run.")
-    parser.add_argument("--checkpoint", required=True,
-                        help="run directory of a training run (pruned at its last epoch), or "
-                        "its best.params (the best validation epoch)")
+    parser.add_run_argument("run directory of a training run (pruned at its last epoch), or "
+                            "its best.params (the best validation epoch)")
     parser.add_argument("--data-dir", help="directory with the MNIST IDX files (default: the "
                         "one the run was trained on, else $GLUON_BBB_DATA, else "
                         "~/.mxnet/datasets/mnist)")
@@ -60,7 +59,7 @@ def main(argv=None, prog=PROG):
     load_mxnet(args.ctx)
     from ..learning.context import parse_context
     from ..learning.rundir import RunDirectory, resolve_checkpoint
-    run, checkpoint_path = resolve_checkpoint(args.checkpoint)
+    run, checkpoint_path = resolve_checkpoint(args.run)
     config = run.read_classifier_config()
     # the report's files are claimed before any work (outputs.py)
     out = RunDirectory(args.out or run.path).create(

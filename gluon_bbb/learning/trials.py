@@ -278,7 +278,7 @@ def run_trial(trial_dir, train_args, proportions, threads, python=sys.executable
                          "resume" if resume else "train")
             if error:
                 return {"status": FAILED, "error": error}
-        error = _run(python, [PRUNE_MODULE, "--checkpoint", trial_dir, "--proportions"]
+        error = _run(python, [PRUNE_MODULE, trial_dir, "--proportions"]
                      + proportions, env, trial_dir, "prune")
         if error:
             return {"status": FAILED, "error": error}
