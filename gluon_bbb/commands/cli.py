@@ -50,9 +50,13 @@ class ArgumentParser(argparse.ArgumentParser):
 
     def add_run_argument(self, help):
         """The run a command reads, as ``RUN`` or as ``--checkpoint RUN`` (the form ``prune`` and
-        ``evaluate`` first took): either, not both; ``parse_args`` leaves it in ``run``."""
+        ``evaluate`` first took): either, not both; ``parse_args`` leaves it in ``run``. With it
+        ``--data-dir``, where the run's MNIST is read from (``RunDirectory.load_data``)."""
         self.add_argument("run", nargs="?", metavar="RUN", help=help)
         self.add_argument("--checkpoint", dest="run_flag", metavar="RUN", help="the same as RUN")
+        self.add_argument("--data-dir", help="directory with the MNIST IDX files (default: the "
+                          "one the run was trained on, else $GLUON_BBB_DATA, else "
+                          "~/.mxnet/datasets/mnist)")
 
     def parse_args(self, args=None, namespace=None):
         parsed = super().parse_args(args, namespace)

@@ -54,8 +54,6 @@ def build_parser(prog=PROG):
     parser.add_argument("--samples", type=int, default=10,
                         help="draws of the Monte Carlo predictive the file's unsure threshold "
                         "is calibrated with, where it keeps sigmas (default 10)")
-    parser.add_argument("--data-dir", help="directory with the MNIST IDX files (default: the "
-                        "one the run was trained on)")
     parser.add_argument("--out", required=True, help="the file to write")
     add_json_flag(parser)
     add_import_flag(parser)

@@ -22,9 +22,6 @@ def build_parser(prog=PROG):
                             description="Uncertainty report (entropy, ECE, NLL, OOD AUROC).")
     parser.add_run_argument("run directory of a training run (its last epoch), or its "
                             "best.params (the best validation epoch)")
-    parser.add_argument("--data-dir", help="directory with the MNIST IDX files (default: the "
-                        "one the run was trained on, else $GLUON_BBB_DATA, else "
-                        "~/.mxnet/datasets/mnist)")
     parser.add_argument("--ood-data-dir", help="directory with another dataset's "
                         "t10k-images-idx3-ubyte[.gz] (e.g. Fashion-MNIST) for the "
                         "out-of-distribution part of the report")

@@ -21,9 +21,6 @@ def build_parser(prog=PROG):
                             description="Signal-to-noise pruning of a Bayes-by-Backprop run.")
     parser.add_run_argument("run directory of a training run (pruned at its last epoch), or "
                             "its best.params (the best validation epoch)")
-    parser.add_argument("--data-dir", help="directory with the MNIST IDX files (default: the "
-                        "one the run was trained on, else $GLUON_BBB_DATA, else "
-                        "~/.mxnet/datasets/mnist)")
     parser.add_argument("--proportions", type=float, nargs="+", default=list(DEFAULT_PROPORTIONS),
                         metavar="P", help="proportions of parameters to remove, each in [0, 1] "
                         "(default: %s)" % " ".join("%g" % p for p in DEFAULT_PROPORTIONS))
