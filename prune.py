@@ -2,8 +2,8 @@
 """Prune a trained run by signal-to-noise ratio from a checkout: the command
 ``gluon-bbb prune`` (``gluon_bbb/commands/prune.py``).
 
-    python prune.py --checkpoint runs/default
-    python prune.py --checkpoint runs/default --proportions 0 0.5 0.95 --save-pruned 0.95
+    python prune.py runs/default
+    python prune.py runs/default --proportions 0 0.5 0.95 --save-pruned 0.95
 """
 import sys
 
