@@ -49,8 +49,8 @@ class ArgumentParser(argparse.ArgumentParser):
             r"^-(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?$|^-(inf|infinity|nan)$", re.IGNORECASE)
 
     def add_run_argument(self, help):
-        """The run a command reads, as ``RUN`` or as ``--checkpoint RUN`` (the form ``prune`` and
-        ``evaluate`` first took): either, not both; ``parse_args`` leaves it in ``run``. With it
+        """The run a command reads, as ``RUN`` or as ``--checkpoint RUN`` (the tutorial's
+        ``prune.py`` form): either, not both; ``parse_args`` leaves it in ``run``. With it
         ``--data-dir``, where the run's MNIST is read from (``RunDirectory.load_data``)."""
         self.add_argument("run", nargs="?", metavar="RUN", help=help)
         self.add_argument("--checkpoint", dest="run_flag", metavar="RUN", help="the same as RUN")
