@@ -1,4 +1,4 @@
-"""Uncertainty under dataset shift (issue 41): the rotations and translations against NumPy's
+"""Uncertainty under dataset shift: the rotations and translations against NumPy's
 exact ones and against a plain per-pixel bilinear interpolation, the Brier score and the
 temperature fit against formulas written here, the ensemble's average, and the command on a
 small run and its compressed file."""

@@ -1,4 +1,4 @@
-"""Priors that prune (issue 40): sparse variational dropout's log-uniform prior, its KL
+"""Priors that prune: sparse variational dropout's log-uniform prior, its KL
 approximation against NumPy written here and its gradient against finite differences, and a
 short training run that switches weights off."""
 import json
