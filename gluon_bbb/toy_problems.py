@@ -318,14 +318,14 @@ def run_regression(problem, model, out, seed=0, ctx=None, test_samples=None, log
     if test_samples is None:
         test_samples = TEST_SAMPLES if kind.prediction_draws else 0
     kind.check_test_samples(test_samples, MAX_TEST_SAMPLES)
-    if log is not None:
-        log("training %s on %s (%d points, %d steps), writing to %s" % (
-            config.model, problem.name, len(problem.inputs), config.epochs, run.path))
     files = {CONFIG_FILE: outputs.JSON, CHECKPOINT_FILE: outputs.PARAMETERS,
              METRICS_FILE: outputs.JSON, PLOT_FILE: outputs.PNG}
     with run.create(files=files).locked():
         if run.holds_run():
             raise CheckpointError("%s already holds a run; choose another {out_dir}", run.path)
+        if log is not None:
+            log("training %s on %s (%d points, %d steps), writing to %s" % (
+                config.model, problem.name, len(problem.inputs), config.epochs, run.path))
         result = fit_regression(problem, model, seed, ctx, log, **fields)
         metrics = dict(problem=problem.name, model=model, seed=seed,
                        test_samples=test_samples, **figures(result, test_samples, seed))

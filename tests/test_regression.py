@@ -245,5 +245,6 @@ def test_regression_command_writes_its_run_and_refuses_bad_input(tmp_path):
         proc = run(REGRESSION, "--data", "quartic", "--model", "mcdropout", "--out", target,
                    *args)
         assert_one_line_error(proc, message)
+        assert proc.stdout == "", proc.stdout  # not "training ..., writing to" a refused run
         assert not (tmp_path / "other").exists()
     assert math.isfinite(metrics["width_ratio"])

@@ -272,8 +272,11 @@ def test_command_line_refuses_to_clobber_or_resume_nothing(tmp_path):
     before = (run / "checkpoint.params").read_bytes()
     proc = run_script("--out", str(run), "--train-size", "500", "--epochs", "1")
     assert proc.returncode != 0 and "already holds a run" in proc.stderr
+    # a refused run never says it trains or writes there
+    assert proc.stdout == "", proc.stdout
     proc = run_script("--out", str(run), "--resume", "--num-hidden-units", "30")
     assert proc.returncode != 0 and "it was trained with --num-hidden-units 20, not 30" in proc.stderr
+    assert proc.stdout == "", proc.stdout
     assert (run / "checkpoint.params").read_bytes() == before
 
 

@@ -254,7 +254,6 @@ def train_and_report(args, config, ctx, run, data, ood_images):
     from ..learning.rundir import BEST_CHECKPOINT_FILE, best_validation_epoch
     from ..learning.loop import train
     say = say_for(args.json)
-    say("training on %s, writing to %s" % (ctx, run.path))
     result = train(config, data, ctx, out_dir=run, resume=args.resume,
                    eval_train=args.eval_train, log=say, backend=args.backend)
     plot_accuracy(result.history, run.file(PLOTS[0]))
