@@ -18,8 +18,8 @@ import time
 import pytest
 from hypothesis import given, strategies as st
 
-from commands import (COMPRESS, EVALUATE, PRUNE, SHIFT, TRAIN, assert_one_line_error, run,
-                      start)
+from commands import (COMPRESS, EVALUATE, PRUNE, SHIFT, SWEEP, TRAIN, assert_one_line_error,
+                      run, start)
 from gluon_bbb import OutputError, outputs
 
 RUN_CONFIG = json.dumps({"network": "mlp", "epochs": 1, "seed": 0})
@@ -248,6 +248,7 @@ def test_every_command_refuses_what_the_rule_refuses_and_changes_nothing(two_run
     (tmp_path / "link.gbbb").symlink_to(tmp_path / "device")
     (tmp_path / "input.npy").write_bytes(b"\x93NUMPY" + b"\0" * 30)
     (tmp_path / "reports").mkdir()
+    (tmp_path / "spec.json").write_text(json.dumps({"base": {"epochs": 1}, "grid": {"seed": [0]}}))
     cases = [
         (COMPRESS, [a, "--proportion", "0.5", "--out", tmp_path / "fifo"], "is a FIFO"),
         (COMPRESS, [a, "--proportion", "0.5", "--out", tmp_path / "device"],
@@ -267,10 +268,16 @@ def test_every_command_refuses_what_the_rule_refuses_and_changes_nothing(two_run
          "lies inside the run directory"),
         (TRAIN, ["--out", runs / "a" / "nested", "--epochs", "1"],
          "lies inside the run directory"),
+        (SWEEP, [tmp_path / "spec.json", "--out", runs / "b" / "sweep"],
+         "lies inside the run directory"),
+        (SWEEP, [tmp_path / "spec.json", "--out", tmp_path / "fifo"], "is a FIFO"),
     ]
     before = snapshot(str(two_runs)), snapshot(str(tmp_path))
     for cmd, args, words in cases:
-        assert_one_line_error(run(cmd, *args), words)
+        proc = run(cmd, *args)
+        assert_one_line_error(proc, words)
+        # nor says it trains or writes where it is refused
+        assert proc.stdout == "", (args, proc.stdout)
     assert (snapshot(str(two_runs)), snapshot(str(tmp_path))) == before
     # a report directory takes reports on one run; another run's report is never replaced
     proc = run(PRUNE, "--checkpoint", a, "--out", tmp_path / "reports", "--proportions", "0")

@@ -52,11 +52,11 @@ def main(argv=None, prog=PROG):
         if getattr(args, name) is not None and getattr(args, name) < 1:
             raise ConfigError(name, getattr(args, name), "an integer >= 1")
     spec = load_spec(args.spec)
+    # the sweep's directory is claimed before any work or word (outputs.py): never inside a run
+    outputs.claim_directory(args.out, SWEEP_FILES, "out")
     say = say_for(args.json)
     say("sweep: %d trials in %s; checking each trial's flags" % (trial_count(spec), args.spec))
     planned = plan(spec, args.spec)
-    # the sweep's directory is claimed before any work (outputs.py): never inside a run
-    outputs.claim_directory(args.out, SWEEP_FILES, "out")
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     workers = args.workers or max(1, cores // args.threads_per_trial)
     if os.path.isdir(args.out):
