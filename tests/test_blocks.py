@@ -173,6 +173,19 @@ def test_to_bayesian_turns_a_users_network_into_bayesian_layers(ctx):
     assert unsized(nd.ones((2, 7), ctx=ctx)).shape == (2, 3)
     layer, = bayesian_layers(unsized)
     assert layer.weight_mu.shape == (3, 7) and layer.estimator.name == "flipout"
+    # initialized before its input size was known: the twin waits for the first call too,
+    # mu from the same initializer, on the same context, without a second initialize()
+    waiting = nn.HybridSequential()
+    waiting.add(nn.Dense(4, activation="relu"), nn.Dense(3))
+    waiting.initialize(init.Constant(0.3), ctx=ctx)
+    to_bayesian(waiting, rho_offset=-30.0)
+    out = waiting(nd.ones((2, 5), ctx=ctx))
+    np.testing.assert_allclose(out.asnumpy(), 0.3 * 4 * (0.3 * 5), rtol=1e-5)
+    first, second = bayesian_layers(waiting)
+    assert first.weight_mu.shape == (4, 5) and second.weight_mu.shape == (3, 4)
+    np.testing.assert_array_equal(first.weight_mu.data().asnumpy(), 0.3)
+    np.testing.assert_array_equal(second.bias_mu.data().asnumpy(), 0.0)
+    assert all(p.data().context == ctx for p in waiting.collect_params().values())
 
 
 @pytest.mark.parametrize("hybridize", [False, True])

@@ -311,10 +311,11 @@ def to_bayesian(net, mu_scale=None, rho_offset=DEFAULT_RHO, estimator="sample", 
     ``net`` draw its weights whenever it is called (``sample_on_call``); returns ``net``.
 
     Where the deterministic layer's weights are initialized, its Bayesian twin comes initialized
-    on the same contexts, mu at those weights and rho at ``rho_offset``; the others are
-    initialized by ``net.initialize()`` as usual (mu from its initializer, or N(0, mu_scale^2)
-    where ``mu_scale`` is given). A layer whose input size is not known yet infers it on the
-    network's first call."""
+    on the same contexts, mu at those weights and rho at ``rho_offset``; where they wait for
+    the network's first call to know their input size, the twin waits too, mu to come from the
+    same initializer; the others are initialized by ``net.initialize()`` as usual (mu from its
+    initializer, or N(0, mu_scale^2) where ``mu_scale`` is given). A layer whose input size is
+    not known yet infers it on the network's first call."""
     settings = dict(mu_scale=mu_scale, rho_offset=rho_offset,
                     estimator=estimator_named(estimator), prior=prior,
                     parametrization=parametrization_named(parametrization))
@@ -356,4 +357,9 @@ def _bayesian_twin(layer, settings):
         twin.initialize(ctx=ctx)
         twin.weight_mu.set_data(layer.weight.data())
         twin.bias_mu.set_data(layer.bias.data())
+    elif layer.weight._deferred_init:
+        # initialized before its input size was known: the twin waits for the first call
+        # too, on the same contexts, mu from the same initializer
+        _, ctx, initializer, _ = layer.weight._deferred_init
+        twin.initialize(init=initializer, ctx=ctx)
     return twin
