@@ -63,8 +63,8 @@ def train(config, data, ctx, out_dir=None, resume=False, eval_train=False,
     checkpoint are written there after every epoch; ``resume`` continues from that checkpoint
     (the rules: ``rundir``; a run that holds all ``config.epochs`` trains nothing and returns
     its parameters and history). The same seed gives the same parameters whether or not the run
-    was interrupted and resumed. ``log`` receives the context and the run directory (once the
-    directory is known to be this run's), the backend line, then one line per epoch;
+    was interrupted and resumed. ``log`` receives the context and ``out_dir``, if any, once the
+    directory is known to be this run's, then the backend line, then one line per epoch;
     ``progress`` (default: when stderr is a terminal) draws a progress bar within the epoch,
     else a line goes to ``log`` every minute of a long epoch.
     Raises TrainingDiverged on a non-finite loss or parameter, before writing anything for
@@ -242,9 +242,8 @@ def _train(config, data, ctx, run, resume, eval_train, log, progress, check_ever
                                   "another {out_dir}", run.path)
         run.write_config(config, ctx=context_name(ctx), data_dir=data.directory,
                          data_fingerprint=data.fingerprint)
-    # said once the run directory is known to be this run's, so a refused run never claims it
-    log("training on %s, writing to %s" % (ctx, run.path) if run is not None
-        else "training on %s" % ctx)
+        # said once the directory is known to be this run's: a refused run never claims it
+        log("training on %s, writing to %s" % (ctx, run.path))
     saved.epochs = start_epoch
     if state is None and config.init_from is not None:
         step = TrainingStep(config, ctx, initial_means(config, ctx), backend=backend,
