@@ -35,7 +35,9 @@ _os.environ.setdefault("OMP_NUM_THREADS", str(len(_os.sched_getaffinity(0))
 # one the main thread's C kernels (``native/``) use: on two cores the two teams spin against
 # each other. With every operator run in the main thread (NaiveEngine) a 2x400 step took 4.7
 # against 8.3 ms and a LeNet epoch 0.72 of PyTorch's against 0.98 (bench/bench_train.py), to
-# the same bits. A program that imports MXNet first keeps the engine it chose.
+# the same bits. MXNet reads the variable when it starts its engine, at its first operator:
+# a program that sets it keeps its engine, as does one that ran an operator before this
+# import; one that only imported MXNet before gets NaiveEngine too.
 _ENGINE_CHOSEN_HERE = "MXNET_ENGINE_TYPE" not in _os.environ
 _os.environ.setdefault("MXNET_ENGINE_TYPE", "NaiveEngine")
 
