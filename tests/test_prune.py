@@ -178,7 +178,13 @@ def test_prune_command_errors(short_run, tmp_path):
     garbage = tmp_path / "garbage"
     shutil.copytree(short_run, garbage)
     (garbage / "checkpoint.params").write_bytes(b"not a checkpoint")
-    cases.append((["--checkpoint", str(garbage)], "is unreadable"))
+    cases.append((["--checkpoint", str(garbage)],
+                  "is not a parameter file: it does not begin as MXNet's nd.save files do"))
+    truncated = tmp_path / "truncated"
+    shutil.copytree(short_run, truncated)
+    whole = (truncated / "checkpoint.params").read_bytes()
+    (truncated / "checkpoint.params").write_bytes(whole[:len(whole) // 2])
+    cases.append((["--checkpoint", str(truncated)], "is unreadable: "))
     # parameters written by hand with nd.save, without the optimizer's step count
     partial = tmp_path / "partial"
     shutil.copytree(short_run, partial)

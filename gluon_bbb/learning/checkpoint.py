@@ -56,6 +56,9 @@ def read_checkpoint(path, ctx=None):
         raise CheckpointError("%s is %s, not a checkpoint file", path, problem)
     if not os.path.isfile(path):
         raise CheckpointError("checkpoint %s does not exist", path)
+    if not PARAMETERS.holds(path):  # told by its first bytes, before MXNet's C++ message
+        raise CheckpointError("checkpoint %s is not %s: it does not begin as MXNet's nd.save "
+                              "files do", path, PARAMETERS.words)
     try:
         arrays = nd.load(path)
     except mx.base.MXNetError as exc:
