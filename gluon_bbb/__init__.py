@@ -22,7 +22,9 @@ MXNet starts its engine without it: at the program's first operator, or as it ex
 """
 import contextlib as _contextlib
 import importlib as _importlib
+import importlib.util  # noqa: F401 (_importlib.util)
 import os as _os
+import sys as _sys
 
 # MXNet reads these once, when it is first imported. Its operator tuning runs most elementwise
 # kernels on one thread; switching it off and using every core made a training step 25%
@@ -140,6 +142,41 @@ def mxnet_load_error():
     except ImportError as exc:
         return str(exc)
     return None
+
+
+def _register_ivon(mxnet):
+    """Name IVON (``learning/ivon.py``) in MXNet's optimizers, so that ``gluon.Trainer(params,
+    "ivon", ...)`` finds it with the package imported: a constructor that imports the module
+    on first use (whose class then registers itself)."""
+    def ivon(**kwargs):
+        return _importlib.import_module(".learning.ivon", __name__).IVON(**kwargs)
+    mxnet.optimizer.Optimizer.opt_registry.setdefault("ivon", ivon)
+
+
+class _AfterMXNetImport:
+    """A finder that lets MXNet's own import run, then registers IVON in it: the package is
+    often imported before MXNet, and loads none itself."""
+
+    def find_spec(self, name, path=None, target=None):
+        if name != "mxnet":
+            return None
+        _sys.meta_path.remove(self)
+        spec = _importlib.util.find_spec(name)
+        if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
+            return spec
+        run = spec.loader.exec_module
+
+        def exec_module(module):
+            run(module)
+            _register_ivon(module)
+        spec.loader.exec_module = exec_module
+        return spec
+
+
+if "mxnet" in _sys.modules:
+    _register_ivon(_sys.modules["mxnet"])
+else:
+    _sys.meta_path.insert(0, _AfterMXNetImport())
 
 
 def __getattr__(name):

@@ -82,8 +82,14 @@ class TrainingDiverged(GluonBBBError):
 
     EXTREME_FIRST_LOSS = 1e10  # a first mini-batch loss is 1e2 to 1e5 for MNIST networks
 
+    # the settings that set the first loss, which ``changed`` picks from
+    START_FIELDS = ("mu_scale", "rho_offset", "gate_rho_offset", "sigma_p", "sigma_p1",
+                    "sigma_p2", "kl_scale", "ivon_hess_init", "ivon_ess", "num_hidden_layers")
+
     def __init__(self, epoch, batch, value, updates=None, learning_rate=None, first_loss=None,
-                 parameter=None, since_batch=None):
+                 parameter=None, since_batch=None, changed=()):
+        """``changed``: (field, value) of the run's ``START_FIELDS`` that differ from the
+        defaults, named first as the likeliest cause of a start that overflows."""
         self.epoch, self.batch, self.value = epoch, batch, value
         if parameter is None:
             where = "loss became non-finite (%s) at epoch %d, batch %d; stopping. " % (
@@ -95,8 +101,14 @@ class TrainingDiverged(GluonBBBError):
                      "losses were finite; stopping. " % (parameter, value, epoch, since_batch,
                                                          batch))
         kept = "The last checkpoint (if any) is from an earlier epoch and is intact. "
-        start = ("the initial weights ({mu_scale}, {rho_offset}), the prior ({sigma_p}, "
-                 "{sigma_p1}, {sigma_p2}) or the network's depth ({num_hidden_layers})")
+        start = ("the initial weights ({mu_scale}, {rho_offset}, {gate_rho_offset}), the prior "
+                 "({sigma_p}, {sigma_p1}, {sigma_p2}), the KL term's scale ({kl_scale}), IVON's "
+                 "start ({ivon_hess_init}, {ivon_ess}) or the network's depth "
+                 "({num_hidden_layers})")
+        if changed:
+            start = "%s (this run's, of %s)" % (" and ".join(
+                "{%s} %s" % (field, _literal("%g" % value if isinstance(value, float) else value))
+                for field, value in changed), start)
         if updates == 0:
             cause = ("It is non-finite before any update, so the cause is the starting point, "
                      "not the learning rate: " + start + " make the first loss overflow.")

@@ -38,6 +38,10 @@ def _check_count(name, value, minimum):
         raise ValueError("%s must be an integer >= %d, got %r" % (name, minimum, value))
 
 
+def _is_number(value):
+    return isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, bool)
+
+
 def _check_lengths(**lists):
     """ValueError unless the lists (one array per parameter) have one length."""
     lengths = {name: len(value) for name, value in lists.items()}
@@ -86,9 +90,9 @@ def init_variational_params(shapes, ctx, mu_scale=0.1, rho_offset=-3.0, seed=Non
     Drawn with NumPy so that a given ``seed`` gives the same start on every device.
     Gradients are attached, ready for ``autograd.record()``.
     """
-    if not (isinstance(mu_scale, (int, float)) and 0 < mu_scale < float("inf")):
+    if not (_is_number(mu_scale) and 0 < mu_scale < float("inf")):
         raise ValueError("mu_scale must be a finite number > 0, got %r" % (mu_scale,))
-    if not (isinstance(rho_offset, (int, float)) and np.isfinite(rho_offset)):
+    if not (_is_number(rho_offset) and np.isfinite(rho_offset)):
         raise ValueError("rho_offset must be a finite number, got %r" % (rho_offset,))
     rng = np.random.default_rng(seed)
     mus = [nd.array(rng.normal(0.0, mu_scale, size=shape), ctx=ctx, dtype="float32")
@@ -99,12 +103,14 @@ def init_variational_params(shapes, ctx, mu_scale=0.1, rho_offset=-3.0, seed=Non
     return mus, rhos
 
 
-def sample_epsilons(param_shapes, ctx, noise=None):
-    """One standard-normal NDArray per shape, on ``ctx``: from ``noise`` (a source of
-    ``noise.py``, seeded per run) if given, else from MXNet's sampler, as in the tutorial."""
+def sample_epsilons(param_shapes, ctx=None, noise=None):
+    """One standard-normal NDArray per shape, on ``ctx`` (default: MXNet's current context, as
+    the tutorial's call without one has it): from ``noise`` (a source of ``learning/noise.py``,
+    seeded per run) if given, else from MXNet's sampler, as in the tutorial."""
     if noise is not None:
-        return [noise.normal(shape) for shape in param_shapes]
-    return [nd.random.normal(shape=shape, ctx=ctx, dtype="float32") for shape in param_shapes]
+        return [noise.normal(tuple(shape)) for shape in param_shapes]
+    return [nd.random.normal(shape=tuple(shape), ctx=ctx, dtype="float32")
+            for shape in param_shapes]
 
 
 def transform_rhos(rhos, F=nd):
@@ -121,14 +127,26 @@ def transform_gaussian_samples(mus, sigmas, epsilons):
 
 def net(X, layer_params, F=None, network=None):
     """Logits of the network: by default the MLP the parameters shape (ReLU hidden layers,
-    linear output), else ``network`` (a ``network.Network``); X (batch, inputs).
+    linear output), else ``network`` (a ``networks.layers.Network``); X (batch, inputs). The
+    MLP's weights are (outputs, inputs), or (inputs, outputs) as the tutorial shapes them,
+    told apart by the first bias's length.
 
     F None: MXNet's NDArray operators (outside autograd, a convolution and the max pooling
     after it in one pass of the C kernels where they are built: ``Network.__call__``);
     ``F=mx.nd``: MXNet's operators alone. With ``F=mx.sym`` and symbols for X and the
     parameters it builds the same network as a graph (``NetworkGraph`` trains with it).
     """
+    if network is None and _inputs_first(layer_params):
+        layer_params = [nd.transpose(p) if i % 2 == 0 else p for i, p in enumerate(layer_params)]
     return (network or mlp_of(layer_params))(X, layer_params, F)
+
+
+def _inputs_first(layer_params):
+    """Whether NDArray weights ``[W1, b1, ...]`` are shaped (inputs, outputs), the tutorial's
+    ``nd.dot(X, W)`` layout: W1's columns, not its rows, match b1."""
+    W, b = layer_params[0], layer_params[1] if len(layer_params) > 1 else None
+    return (isinstance(W, nd.NDArray) and isinstance(b, nd.NDArray) and W.ndim == 2
+            and b.ndim == 1 and W.shape[1] == b.shape[0] != W.shape[0])
 
 
 def lrt_net(X, mus, sigmas, noise, F=nd, network=None):
@@ -163,9 +181,10 @@ def combined_loss(output, label_one_hot, params, mus, sigmas, log_prior, log_lik
     ``kl_weight``, if given, replaces 1/M (the paper's section 3.4 weighting). Shape (1,).
     """
     _check_lengths(params=params, mus=mus, sigmas=sigmas)
-    _check_count("num_batches", num_batches, 1)
-    if kl_weight is not None and not (isinstance(kl_weight, (int, float))
-                                      and 0 <= kl_weight < float("inf")):
+    # M is any positive number: the tutorial's own is num_train / batch_size, a float
+    if not (_is_number(num_batches) and 0 < num_batches < float("inf")):
+        raise ValueError("num_batches must be a finite number > 0, got %r" % (num_batches,))
+    if kl_weight is not None and not (_is_number(kl_weight) and 0 <= kl_weight < float("inf")):
         raise ValueError("kl_weight must be a finite number >= 0, got %r" % (kl_weight,))
     _check_sigmas(sigmas)
     weight = 1.0 / num_batches if kl_weight is None else kl_weight
@@ -182,8 +201,12 @@ def evaluate_accuracy(data, labels, layer_params, batch_size=1000, network=None)
     kept where it has dropout).
 
     Runs on the context of ``layer_params``; data and labels may be NumPy arrays or
-    NDArrays on any context. Returns a Python float in [0, 1].
+    NDArrays on any context. Returns a Python float in [0, 1]. The tutorial's own call,
+    ``evaluate_accuracy(data_iterator, net, layer_params)``, with batches of (images, labels)
+    and the function giving the logits, is taken too.
     """
+    if callable(labels):
+        return _tutorial_accuracy(data, labels, layer_params)
     correct = sum(nd.sum(nd.argmax(output, axis=1) == y)
                   for output, y in _batched_outputs(data, labels, layer_params, batch_size,
                                                     network))
@@ -197,6 +220,20 @@ def evaluate_nll(data, labels, layer_params, batch_size=1000, network=None):
                   for output, y in _batched_outputs(data, labels, layer_params, batch_size,
                                                     network))
     return float(nll_sum.asscalar()) / data.shape[0]
+
+
+def _tutorial_accuracy(data_iterator, net_function, layer_params):
+    ctx = layer_params[0].context
+    correct = total_seen = 0
+    for images, labels in data_iterator:
+        images = as_nd(images, ctx)
+        output = net_function(images.reshape((images.shape[0], -1)), layer_params)
+        correct += float(nd.sum(nd.argmax(output, axis=1) == as_nd(labels, ctx).astype(
+            "float32")).asscalar())
+        total_seen += images.shape[0]
+    if not total_seen:
+        raise ValueError("evaluating a network needs at least one example")
+    return correct / total_seen
 
 
 def _batched_outputs(data, labels, layer_params, batch_size, network):

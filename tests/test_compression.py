@@ -362,3 +362,16 @@ def test_max_error_increase_chooses_the_largest_proportion_within_it(small_run, 
     assert header["source"]["error"] * 100 == pytest.approx(errors[chosen], abs=0.006)
     assert header["source"]["unpruned_error"] * 100 == pytest.approx(unpruned, abs=0.006)
     assert "warning" not in proc.stdout
+
+
+@pytest.mark.parametrize("num_samples", [-3, 1001, 2.0, True, None])
+def test_a_compressed_models_predict_refuses_a_count_of_draws_that_is_not_one(tmp_path,
+                                                                            num_samples):
+    model = compressed.read(str(synthetic_model(tmp_path / "m.gbbb", sigma_bits=4)))
+    X = np.zeros((3, 784), np.float32)
+    with pytest.raises(ValueError, match="num_samples must be an integer in \\[0, 1000\\]"):
+        model.predict(X, num_samples=num_samples)
+    with pytest.raises(ValueError, match="batch_size must be an integer >= 1"):
+        model.predict(X, batch_size=0)
+    probs = model.predict(X, num_samples=2)
+    assert probs.shape == (3, 10) and np.allclose(probs.sum(axis=1), 1.0, atol=1e-5)

@@ -2,9 +2,12 @@
 every reader refuses them), an output that would write over a run or a command's inputs, models
 and inputs that are not what they claim, and a model that is poor everywhere, which says so.
 Each case ends on one line with status 2, through the commands as a user runs them."""
+import json
+import lzma
 import os
 import shutil
 import struct
+import tracemalloc
 import zlib
 
 import mxnet as mx
@@ -118,13 +121,35 @@ def test_a_model_file_whose_header_is_not_as_written_is_refused(tmp_path):
          "'pixel_scale' is not a positive number"),
         (variant("tensor.gbbb", lambda h: dict(h, tensors=[dict(t, value_dtype="object")
                                                            for t in h["tensors"]])),
-         "'value_dtype' is not as written"))
+         "'value_dtype' is not as written"),
+        # a header believed only as far as it is checked: no 182 TiB of means for a network
+        # it says is that large, no classifier's prediction for a regression's likelihood
+        (variant("huge.gbbb", lambda h: dict(h, input=dict(h["input"], features=10 ** 12))),
+         "more than this reader takes (268435456)"),
+        (variant("regression.gbbb", lambda h: dict(h, likelihood="gaussian:1")),
+         "'likelihood' is 'gaussian:1': this reader predicts classes"),
+        (variant("counts.gbbb", lambda h: dict(h, tensors=[dict(t, kept=10 ** 15)
+                                                           for t in h["tensors"]])),
+         "'kept' or 'index_bytes' is not as written"))
     digit = tmp_path / "digit.npy"
     np.save(digit, np.zeros((28, 28)))
     for path, expected in cases:
         assert_one_line_error(run(PREDICT, path, digit), expected)
         with pytest.raises(compressed.ModelFileError):
             compressed.read(str(path))
+    # a body that expands far past what its header's arrays take is refused before it is
+    # decompressed: 256 MiB of zeros behind a valid checksum, in a file of 40 KB
+    text = json.dumps(header).encode()
+    payload = lzma.compress(struct.pack("<I", len(text)) + text + body + bytes(1 << 28),
+                            format=lzma.FORMAT_RAW, filters=[
+                                {"id": lzma.FILTER_LZMA2, "preset": 1, "dict_size": 1 << 20}])
+    bomb = compressed.MAGIC + struct.pack("<HI", compressed.VERSION, zlib.crc32(payload)) + payload
+    assert len(bomb) < 1 << 20
+    tracemalloc.start()
+    with pytest.raises(compressed.ModelFileError, match="it holds more than the "):
+        compressed.decode(bomb)
+    assert tracemalloc.get_traced_memory()[1] < 1 << 24
+    tracemalloc.stop()
     # compress refuses to build such a file (it reads back what it writes); one written
     # otherwise, with a valid checksum, is refused by the reader
     network = parse_network("dense:20,relu,dense:10", 784, 10)

@@ -379,7 +379,8 @@ def test_an_empty_out_is_refused(tmp_path, one_epoch):
 # 7. What a non-finite loss is put down to.
 
 @pytest.mark.parametrize("args", [["--sigma-p", "1e-30"], ["--mu-scale", "1e30"],
-                                  ["--num-hidden-layers", "50", "--mu-scale", "1"]])
+                                  ["--num-hidden-layers", "50", "--mu-scale", "1"],
+                                  ["--kl-scale", "1e+20"]])
 def test_a_loss_non_finite_from_the_start_is_not_blamed_on_the_rate(tmp_path, args):
     proc = run(TRAIN, "--out", tmp_path / "run", "--epochs", "1", "--learning-rate", "1e-9",
                "--train-size", "512", "--num-hidden-units", "20", "--seed", "1", *args)
@@ -387,6 +388,8 @@ def test_a_loss_non_finite_from_the_start_is_not_blamed_on_the_rate(tmp_path, ar
     assert "at epoch 1, batch " in proc.stderr
     assert "so the cause is the starting point, not the learning rate" in proc.stderr
     assert "--mu-scale" in proc.stderr and "smaller --learning-rate" not in proc.stderr
+    # the flag given is named first, with its value
+    assert "%s %s (this run's" % (args[-2], args[-1]) in proc.stderr
     # a run that saved no epoch leaves nothing behind
     assert not (tmp_path / "run").exists()
 
@@ -421,6 +424,10 @@ def test_every_flag_has_a_description(name):
     for action in flags:
         words = re.sub(r"\(?default:[^)]*\)?", "", action.help or "").split()
         assert len(words) >= 2, (action.option_strings, action.help)
+        # each default said once
+        defaults = re.findall(r"\(default[: ]([^)]*)\)", action.help or "")
+        assert len(defaults) == len(set(defaults)), (action.option_strings, action.help)
+        assert (action.help or "").count("(default") <= 2, (action.option_strings, action.help)
 
 
 @pytest.mark.slow

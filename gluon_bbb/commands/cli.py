@@ -83,6 +83,23 @@ class FlagError(GluonBBBError):
         super().__init__("%s", message)
 
 
+class _Switch(argparse.Action):
+    """``--flag`` and ``--no-flag``: True and False (default None: not given); argparse's
+    BooleanOptionalAction, which Python 3.8 lacks."""
+
+    def __init__(self, option_strings, dest, help=None, **kwargs):
+        flag = option_strings[0]
+        super().__init__([flag, "--no-" + flag[2:]], dest, nargs=0, default=None, help=help)
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        setattr(namespace, self.dest, not option_string.startswith("--no-"))
+
+
+def add_switch(parser, flag, help):
+    """``flag`` and its ``--no-`` form (``_Switch``)."""
+    parser.add_argument(flag, action=_Switch, help=help)
+
+
 def add_json_flag(parser):
     """``--json``: print the command's JSON (what it writes to its files) instead of its
     summary, for a pipeline."""

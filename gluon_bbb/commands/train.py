@@ -8,15 +8,14 @@ report. A thin shell over ``learning.loop.train``.
 ``build_parser`` and ``config_from_args`` need no MXNet: the sweep checks its trials' flags
 with them in its own process.
 """
-import argparse
 import dataclasses
 import os
 import sys
 import time
 from typing import Optional
 
-from .cli import (ArgumentParser, add_import_flag, add_json_flag, flag_for, import_modules,
-                  load_mxnet, print_json, run_command, say_for)
+from .cli import (ArgumentParser, add_import_flag, add_json_flag, add_switch, flag_for,
+                  import_modules, load_mxnet, print_json, run_command, say_for)
 from ..learning.config import MAX_SAMPLES, MAX_TEST_SAMPLES, PRESETS, Config
 from ..errors import CheckpointError, ConfigError
 from ..family.choices import names
@@ -56,12 +55,12 @@ validation: hold out the last N training images, scored every epoch
 seed: seed of the initial weights, the shuffles and the noise
 network: the network: SPEC_HELP
 dropout: dropout rate after every hidden ReLU of --model mcdropout, in (0, 1)
-ivon_ess: --model ivon: the effective sample size (default: the training images)
+ivon_ess: --model ivon: the effective sample size
 ivon_hess_init: --model ivon: the Hessian estimate's start
 ivon_beta1: --model ivon: the gradient's momentum
 ivon_beta2: --model ivon: the Hessian estimate's momentum
 ivon_weight_decay: --model ivon: weight decay, and the Hessian's floor in sigma = 1/sqrt(ess (h + it))
-ivon_clip_radius: --model ivon: clip each update's step to this (default: none)
+ivon_clip_radius: --model ivon: clip each update's step to this
 ivon_late_beta2: --model ivon: beta2 of the last --ivon-late-epochs epochs
 ivon_late_epochs: --model ivon: the last epochs whose Hessian estimate uses --ivon-late-beta2
 """.replace("MAX_SAMPLES", str(MAX_SAMPLES)).replace("SPEC_HELP", SPEC_HELP).strip().splitlines())
@@ -162,9 +161,8 @@ def build_parser(prog=PROG, raise_errors=False):
         parser.add_argument(flag_for(field), choices=choices, help="%s (default: %s)" % (
             text, CHOICE_DEFAULT_WORDS[field] if default is None else default.replace("_", "-")))
     for field, text in SWITCH_FLAGS.items():
-        parser.add_argument(flag_for(field), action=argparse.BooleanOptionalAction,
-                            help="%s (default: %s)" % (text, "on" if getattr(defaults, field)
-                                                       else "off"))
+        add_switch(parser, flag_for(field), "%s (default: %s)" % (
+            text, "on" if getattr(defaults, field) else "off"))
     return parser
 
 
@@ -172,8 +170,8 @@ def config_from_args(args, run=None):
     """The run's Config: the flags given over the preset, over the defaults, or, resuming,
     over the run's own config.json (``run``, a ``RunDirectory``). A preset given on resume
     counts as its flags: the command that started a run continues it with --resume added. A
-    new run of a network with convolutions and no preset takes ``CONVOLUTION_DEFAULTS`` for the
-    flags not given (``convolution_defaults`` says which)."""
+    new run takes what its choices imply for the settings neither flags nor preset give
+    (``implied_settings``)."""
     return _config_and_defaults(args, run)[0]
 
 
@@ -183,20 +181,75 @@ def _config_and_defaults(args, run):
                   for field in list(CONFIG_FLAGS) + list(CHOICE_FLAGS) + list(SWITCH_FLAGS)
                   if getattr(args, field) is not None})
     base = run.read_classifier_config() if args.resume else Config()
-    config = Config(**dict(dataclasses.asdict(base), **given))
-    taken = {}
-    if not args.resume and not args.preset and config.build_network().has_convolution:
-        taken = {field: value for field, value in CONVOLUTION_DEFAULTS.items()
-                 if field not in given}
-        config = dataclasses.replace(config, **taken)
-    return config, taken
+    taken = [] if args.resume else implied_settings(given, bool(args.preset))
+    values = dict(dataclasses.asdict(base), **given)
+    for _, settings in taken:
+        values.update(settings)
+    return Config(**values), taken
 
 
+# What a choice implies for the settings that neither a flag nor the preset gives: the settings
+# it cannot run without (a contrary flag is refused by Config's checks) and, for IVON, its own
+# defaults in place of Bayes by Backprop's (the paper-2x1200-ivon preset's: a rate of 0.5 on a
+# half cosine, the means from N(0, 0.02^2), weight decay alone for a prior). Applied until none
+# adds anything: --remove-switched-off implies the log-uniform prior, which implies its KL.
+IMPLIED = (
+    (("model", "ivon"), dict(estimator="sample", parametrization="log_variance", prior="none",
+                             learning_rate=0.5, lr_schedule="cosine", mu_scale=0.02)),
+    (("prior", "log_uniform"), dict(kl="analytic")),
+    (("remove_switched_off", True), dict(prior="log_uniform")),
+)
 # The tutorial's defaults (plain SGD at 1e-3 from sigma = softplus(-3)) leave a Bayesian LeNet at
-# 10% accuracy after an epoch. Adam from sigma = softplus(-5), the LeNet preset's optimizer and
-# start, at 2e-3: 95.1-96.1% after one epoch on 10,000 images (seeds 0-2; 93.7-94.8% at 1e-3),
-# 98.4% after one epoch on all 60,000 (docs/NETWORKS.md).
+# 10% accuracy after an epoch; Adam at 2e-3 from sigma = softplus(-5) trains it
+# (docs/NETWORKS.md). Taken by a network with convolutions and no preset.
 CONVOLUTION_DEFAULTS = dict(optimizer="adam", learning_rate=2e-3, rho_offset=-5.0)
+
+
+def implied_settings(given, preset=False):
+    """What the choices in ``given`` (the preset's and the flags' fields) imply for the fields
+    ``given`` lacks, as ``[(cause, {field: value})]``: ``IMPLIED`` (where its value is not the
+    default already), then, for a network with convolutions and no ``preset``,
+    ``CONVOLUTION_DEFAULTS``; a cause is ``(field, value)``, or None for the convolutions."""
+    def spelt(value):
+        return value.replace("-", "_") if isinstance(value, str) else value
+
+    groups, taken, added = [], {}, True
+    while added:
+        added = False
+        for cause, settings in IMPLIED:
+            field, value = cause
+            if spelt(dict(given, **taken).get(field)) != value:
+                continue
+            new = {name: setting for name, setting in settings.items()
+                   if name not in given and name not in taken
+                   and setting != getattr(DEFAULTS, name)}
+            if new:
+                groups.append((cause, new))
+                taken.update(new)
+                added = True
+    if not preset:
+        network = Config(**{name: setting for name, setting in dict(given, **taken).items()
+                            if name in ("network", "num_inputs", "num_outputs")})
+        if network.build_network().has_convolution:
+            new = {name: setting for name, setting in CONVOLUTION_DEFAULTS.items()
+                   if name not in given and name not in taken}
+            if new:
+                groups.append((None, new))
+    return groups
+
+
+def _implied_words(groups):
+    """The run's first line for what it took from its choices (``implied_settings``)."""
+    def flag(field, value):
+        return flag_for(field) if isinstance(value, bool) else "%s %s" % (
+            flag_for(field), str(value).replace("_", "-"))
+    return "; ".join("%s takes %s" % (
+        "a network with convolutions" if cause is None else flag(*cause),
+        ", ".join(flag(*setting) for setting in settings.items()))
+        for cause, settings in groups) + " (where no flag or preset sets them)"
+
+
+DEFAULTS = Config()
 
 
 def main(argv=None, prog=PROG):
@@ -222,9 +275,7 @@ def main(argv=None, prog=PROG):
     check_training(config, data, args.resume, ctx, args.backend)
     # every check is passed: only now is the run directory made
     if taken:
-        say_for(args.json)("a network with convolutions takes its defaults: %s (flags "
-                           "override)" % ", ".join("%s %s" % (flag_for(field), value)
-                                                   for field, value in taken.items()))
+        say_for(args.json)(_implied_words(taken))
     # a resumed run's own files are its to read first (the resume rules); they are checked as
     # they are written
     with run.create(files=training_files(own=not args.resume)).locked():

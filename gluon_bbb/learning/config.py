@@ -250,9 +250,12 @@ class Config:
         if self.ivon_late_beta2 is not None and not (_is_real(self.ivon_late_beta2)
                                                      and 0.0 < self.ivon_late_beta2 < 1.0):
             raise ConfigError("ivon_late_beta2", self.ivon_late_beta2, "in (0, 1)")
-        if (self.ivon_late_beta2 is None) != (self.ivon_late_epochs == 0):
-            raise ConfigError("ivon_late_epochs", self.ivon_late_epochs, "given with "
-                              "{ivon_late_beta2} (both or neither)")
+        if self.ivon_late_beta2 is not None and not self.ivon_late_epochs:
+            raise ConfigError("ivon_late_epochs", self.ivon_late_epochs, "at least 1 with "
+                              "{ivon_late_beta2} (the number of last epochs it is beta2 of)")
+        if self.ivon_late_beta2 is None and self.ivon_late_epochs:
+            raise ConfigError("ivon_late_beta2", self.ivon_late_beta2, "given with "
+                              "{ivon_late_epochs} (the beta2 of those last epochs)")
         if not self.model_kind.natural_gradient:
             return
         if self.estimator_kind != estimator("sample"):

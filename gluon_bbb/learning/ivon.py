@@ -75,6 +75,24 @@ class Compositions(mx.optimizer.Optimizer):
         log_variance[:] = self.log_variance(state, weight)
 
 
+def _check_learning_rate(rate):
+    """ConfigError unless ``rate`` is a finite number > 0 whose steps float32 can take: a NaN,
+    an infinite or a huge rate turns every mean NaN at the first update."""
+    if not (isinstance(rate, (int, float)) and not isinstance(rate, bool)
+            and 0 < rate <= MAX_LEARNING_RATE):
+        raise ConfigError("learning_rate", rate, "a finite number in (0, %g]"
+                          % MAX_LEARNING_RATE)
+
+
+# IVON's reference rates are 0.1 to 1 (the paper's and this package's preset: 0.5); a rate of
+# 1e6 already moves a mean by 1e6 times its momentum in one step
+MAX_LEARNING_RATE = 1e6
+
+
+# the constructor the package's import named "ivon" with gives way to the class itself
+mx.optimizer.Optimizer.opt_registry.pop("ivon", None)
+
+
 @mx.optimizer.register
 class IVON(Compositions):
     """The IVON update of one parameter array (``update``) from the draws its step took
@@ -87,15 +105,16 @@ class IVON(Compositions):
     def __init__(self, learning_rate=0.1, ess=50000, hess_init=0.1, beta1=0.9, beta2=0.99999,
                  weight_decay=1e-4, clip_radius=float("inf"), prior=None, prior_scale=1.0,
                  prior_at_draws=False, native=True, **kwargs):
+        _check_learning_rate(learning_rate)
         super().__init__(learning_rate=learning_rate, **kwargs)
         for name, value, low, high in (("ess", ess, 0, math.inf), ("hess_init", hess_init, 0,
                                                                   math.inf),
                                        ("beta1", beta1, 0, 1), ("beta2", beta2, 0, 1),
                                        ("weight_decay", weight_decay, 0, math.inf),
                                        ("clip_radius", clip_radius, 0, math.inf)):
-            if not (isinstance(value, (int, float)) and low < value and (
-                    value < high or (high == math.inf and value == math.inf
-                                     and name == "clip_radius"))):
+            if not (isinstance(value, (int, float)) and not isinstance(value, bool)
+                    and low < value and (value < high or (
+                        high == math.inf and value == math.inf and name == "clip_radius"))):
                 raise ConfigError("ivon_" + name, value, "a number in (%g, %g)" % (low, high))
         self.ess, self.hess_init, self.beta1, self.beta2 = ess, hess_init, beta1, beta2
         self.ivon_weight_decay, self.clip_radius = weight_decay, clip_radius
@@ -103,6 +122,10 @@ class IVON(Compositions):
         self._prior_version = 0  # counts changes of the prior or its weight
         self.prior, self.prior_scale = prior, prior_scale
         self._states = {}  # by parameter name, for a Gluon model's own draws
+
+    def set_learning_rate(self, lr):
+        _check_learning_rate(lr)
+        super().set_learning_rate(lr)
 
     # A state keeps the prior's terms at its means, computed once a step (at the update), since
     # a draw, the update and the stored sigma all read them; a new prior or weight recomputes

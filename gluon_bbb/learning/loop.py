@@ -21,7 +21,7 @@ from ..shipping.writer import best_gated_units, keep_gated_units, units_left
 from .config import Config
 from .context import context_name
 from ..family.elementwise import total
-from ..errors import CheckpointError, ConfigError, Interrupted, TrainingDiverged
+from ..errors import CheckpointError, ConfigError, DataError, Interrupted, TrainingDiverged
 from ..outputs import signals_deferred
 from ..tutorial import evaluate_accuracy, evaluate_nll
 from .rundir import RunDirectory, best_validation_epoch
@@ -206,9 +206,31 @@ def _best_units_of_start(config, ctx=None):
     return [nd.array(mu, ctx=ctx) for mu in narrow]
 
 
+def check_data(config, data):
+    """DataError unless ``data``'s training and test images are (N, ``num_inputs``) arrays of
+    finite numbers with N labels each, whole numbers from 0 to ``num_outputs`` - 1."""
+    for part in ("train", "test"):
+        images = np.asarray(getattr(data, part + "_images"))
+        labels = np.asarray(getattr(data, part + "_labels"))
+        if images.ndim != 2 or images.shape[1] != config.num_inputs:
+            raise DataError("the %s images must be an array (N, %d), not %s", part,
+                            config.num_inputs, images.shape)
+        if labels.shape != (images.shape[0],):
+            raise DataError("%d %s images with labels of shape %s: one label each", images.shape[0],
+                            part, labels.shape)
+        if not (np.issubdtype(images.dtype, np.number) and np.isfinite(images).all()):
+            raise DataError("the %s images must be finite numbers", part)
+        if labels.size and not (np.issubdtype(labels.dtype, np.number)
+                                and np.all(labels == np.round(labels)) and labels.min() >= 0
+                                and labels.max() < config.num_outputs):
+            raise DataError("the %s labels must be whole numbers from 0 to %d", part,
+                            config.num_outputs - 1)
+
+
 def split_data(config, data):
     """(training images, their labels, validation images, their labels) of ``data`` as the
     config asks: the last ``validation`` images held out, then the first ``train_size``."""
+    check_data(config, data)
     images, labels = data.train_images, data.train_labels
     if config.validation >= images.shape[0]:
         raise ConfigError("validation", config.validation,
@@ -438,8 +460,16 @@ def check_finite(losses, step, positions):
         # the run's first loss is known where these losses begin the run
         first_loss = values[0] if step.num_update == len(losses) and bad[0] > 0 else None
         raise TrainingDiverged(epoch + 1, batch + 1, values[bad[0]], updates_before,
-                               step.config.learning_rate_at(epoch), first_loss)
+                               step.config.learning_rate_at(epoch), first_loss,
+                               changed=_changed_start(step.config))
     return float(values.sum())
+
+
+def _changed_start(config):
+    """The settings of ``config`` that set the first loss and differ from the defaults."""
+    defaults = type(config)()
+    return [(field, getattr(config, field)) for field in TrainingDiverged.START_FIELDS
+            if getattr(config, field) != getattr(defaults, field)]
 
 
 def check_parameters_finite(step, positions):

@@ -37,6 +37,13 @@ VERSION = 1
 FILTERS = [{"id": lzma.FILTER_LZMA2, "preset": 9 | lzma.PRESET_EXTREME, "dict_size": 1 << 20}]
 DECODE_FILTERS = [{"id": lzma.FILTER_LZMA2, "dict_size": 1 << 20}]
 FORMAT_NAME = "gluon-bbb compressed model"
+VALUE_DTYPES = ("int8", "int16", "int32", "float32")
+# what a header is believed for: its JSON at most 1 MiB, its network at most 2^28 weights (1 GiB
+# of float32 means; the package's largest network, the 2x1200 MLP, has 2.4 million)
+MAX_HEADER_BYTES = 1 << 20
+MAX_WEIGHTS = 1 << 28
+# the most draws a Monte Carlo predictive averages (the training commands' --test-samples bound)
+MAX_PREDICTIVE_SAMPLES = 1000
 # A prediction whose class has a probability below this is flagged unsure in absolute terms
 # (see ``unsure``); files may name another in their header's ``unsure_probability``.
 UNSURE_PROBABILITY = 0.5
@@ -269,6 +276,11 @@ class CompressedModel:
         100: with each convolution apart, a batch's patches then stay in the cache (the
         20-50-500 LeNet over 1,000 images, two threads: 205 ms, 270 in batches of 1,000); with
         the convolution and its pooling in one product the batch matters less (162 and 154)."""
+        if not (_is_whole(num_samples) and 0 <= num_samples <= MAX_PREDICTIVE_SAMPLES):
+            raise ValueError("num_samples must be an integer in [0, %d], got %r"
+                             % (MAX_PREDICTIVE_SAMPLES, num_samples))
+        if not (_is_whole(batch_size) and batch_size >= 1):
+            raise ValueError("batch_size must be an integer >= 1, got %r" % (batch_size,))
         if num_samples and self.sigmas is None:
             raise ModelFileError("this file keeps no sigmas: it predicts with its mean weights "
                                  "only (num_samples 0)")
@@ -352,8 +364,11 @@ def pack(header, blobs):
     return MAGIC + struct.pack("<HI", VERSION, zlib.crc32(payload)) + payload
 
 
-def unpack(data, source="the file"):
-    """``(header, body)`` of a file's bytes; ModelFileError saying what is wrong."""
+def unpack(data, source="the file", body_limit=None):
+    """``(header, body)`` of a file's bytes; ModelFileError saying what is wrong.
+    ``body_limit(header)``: the most bytes the header's arrays take (ValueError for a header
+    that is not as written); the body is decompressed no further than that, so a small file
+    that expands to gigabytes is refused without them."""
     if len(data) < len(MAGIC) + 6 or not data.startswith(MAGIC):
         raise ModelFileError("%s is not a compressed gluon-bbb model (it does not start with "
                              "%r)", source, MAGIC.decode())
@@ -364,13 +379,23 @@ def unpack(data, source="the file"):
     payload = data[len(MAGIC) + 6:]
     if zlib.crc32(payload) != crc:
         raise ModelFileError("%s is damaged: its checksum does not match its contents", source)
+    decompressor = lzma.LZMADecompressor(format=lzma.FORMAT_RAW, filters=DECODE_FILTERS)
     try:
-        raw = lzma.decompress(payload, format=lzma.FORMAT_RAW, filters=DECODE_FILTERS)
+        raw = decompressor.decompress(payload, max_length=4 + MAX_HEADER_BYTES)
         (length,) = struct.unpack("<I", raw[:4])
+        if length > MAX_HEADER_BYTES:
+            raise ValueError("its header is said to take %d bytes" % length)
         header = json.loads(raw[4:4 + length])
+        body = raw[4 + length:]
+        limit = None if body_limit is None else body_limit(header)
+        if not decompressor.eof and (limit is None or len(body) <= limit):
+            body += decompressor.decompress(b"", max_length=-1 if limit is None
+                                            else limit - len(body) + 1)
+        if limit is not None and len(body) > limit:
+            raise ValueError("it holds more than the %d bytes its header's arrays take" % limit)
     except (lzma.LZMAError, struct.error, ValueError) as exc:
         raise ModelFileError("%s cannot be read: %s", source, exc) from None
-    return header, raw[4 + length:]
+    return header, body
 
 
 def read(path):
@@ -391,18 +416,28 @@ load = read
 
 
 def decode(data, source="the file"):
-    """The ``CompressedModel`` of a file's bytes."""
-    header, body = unpack(data, source)
-    if not isinstance(header, dict) or header.get("format") != FORMAT_NAME:
-        raise ModelFileError("%s holds no compressed model", source)
+    """The ``CompressedModel`` of a file's bytes; its header is believed only as far as it is
+    checked: the network it names at most ``MAX_WEIGHTS`` weights, its arrays no more bytes
+    than their counts take."""
+    found = {}
+
+    def body_limit(header):
+        if not isinstance(header, dict) or header.get("format") != FORMAT_NAME:
+            raise _HeaderProblem(None)
+        try:
+            found["network"], found["shapes"] = _network_of(header)
+            return _body_bytes(header, found["shapes"])
+        except (KeyError, TypeError, ValueError, GluonBBBError) as exc:
+            raise _HeaderProblem(exc.describe() if isinstance(exc, GluonBBBError) else exc)
     try:
-        _check_header(header)
-        network = parse_network(header["network"], header["input"]["features"],
-                                header["classes"])
-        shapes = network.param_shapes()
-        tensors = header["tensors"]
-        if len(tensors) != len(shapes):
-            raise ValueError("%d arrays for a network of %d" % (len(tensors), len(shapes)))
+        header, body = unpack(data, source, body_limit)
+    except _HeaderProblem as problem:
+        if problem.args[0] is None:
+            raise ModelFileError("%s holds no compressed model", source) from None
+        raise ModelFileError("%s is not a model this gluon-bbb can read: %s", source,
+                             problem.args[0]) from None
+    network, shapes, tensors = found["network"], found["shapes"], header["tensors"]
+    try:
         mus, sigmas, kept, offset = [], [], [], 0
         for shape, tensor in zip(shapes, tensors):
             mu, sigma, positions, offset = _decode_tensor(tuple(shape), tensor, body, offset)
@@ -421,6 +456,44 @@ def decode(data, source="the file"):
                            sigmas if all(s is not None for s in sigmas) else None, kept)
 
 
+class _HeaderProblem(Exception):
+    """What ``decode``'s check finds wrong in a header (None: not a model's header at all)."""
+
+
+def _network_of(header):
+    """The network a header that passed its checksum names, and its parameter shapes;
+    ValueError where the header is not as this package writes it."""
+    _check_header(header)
+    network = parse_network(header["network"], header["input"]["features"], header["classes"])
+    shapes = network.param_shapes()
+    if len(header["tensors"]) != len(shapes):
+        raise ValueError("%d arrays for a network of %d" % (len(header["tensors"]), len(shapes)))
+    weights = sum(math.prod(shape) for shape in shapes)
+    if weights > MAX_WEIGHTS:
+        raise ValueError("its header names a network of %d weights, more than this reader "
+                         "takes (%d)" % (weights, MAX_WEIGHTS))
+    return network, shapes
+
+
+def _body_bytes(header, shapes):
+    """The bytes a header's arrays take after it, from their counts."""
+    total = 0
+    for shape, tensor in zip(shapes, header["tensors"]):
+        count, index_bytes = tensor["kept"], tensor["index_bytes"]
+        if not all(isinstance(n, int) and not isinstance(n, bool) and n >= 0
+                   for n in (count, index_bytes)) or count > math.prod(shape):
+            raise ValueError("a tensor's 'kept' or 'index_bytes' is not as written")
+        if tensor["value_dtype"] not in VALUE_DTYPES:
+            raise ValueError("a tensor's 'kept', 'step' or 'value_dtype' is not as written")
+        itemsize = np.dtype(tensor["value_dtype"]).itemsize
+        total += index_bytes + count * itemsize + (count if "sigma_bits" in tensor else 0)
+    return total
+
+
+def _is_whole(value):
+    return isinstance(value, (int, np.integer)) and not isinstance(value, bool)
+
+
 def _is_number(value):
     return (isinstance(value, (int, float)) and not isinstance(value, bool)
             and math.isfinite(value))
@@ -435,6 +508,9 @@ def _check_header(header):
             raise ValueError("its header's %r is missing or not a %s" % (name, kind.__name__))
     if header["classes"] < 2:
         raise ValueError("its header's 'classes' is %d" % header["classes"])
+    if header.get("likelihood", "categorical") != "categorical":
+        raise ValueError("its header's 'likelihood' is %r: this reader predicts classes (the "
+                         "categorical likelihood) only" % (header["likelihood"],))
     scale, features = header["input"].get("pixel_scale"), header["input"].get("features")
     if not _is_number(scale) or scale <= 0:
         raise ValueError("its header's input 'pixel_scale' is not a positive number")
@@ -447,8 +523,10 @@ def _check_header(header):
     if not _is_number(floor) or not 0 <= floor < 1:
         raise ValueError("its header's 'unsure_probability' is not a number in [0, 1)")
     samples = header.get("predictive_samples", 0)
-    if not isinstance(samples, int) or isinstance(samples, bool) or not 0 <= samples <= 1000:
-        raise ValueError("its header's 'predictive_samples' is not an integer in [0, 1000]")
+    if not isinstance(samples, int) or isinstance(samples, bool) or not (
+            0 <= samples <= MAX_PREDICTIVE_SAMPLES):
+        raise ValueError("its header's 'predictive_samples' is not an integer in [0, %d]"
+                         % MAX_PREDICTIVE_SAMPLES)
     for tensor in header["tensors"]:
         if not isinstance(tensor, dict):
             raise ValueError("its header's tensors are not all objects")
@@ -464,7 +542,7 @@ def _decode_tensor(shape, tensor, body, offset):
     size = math.prod(shape)
     count = tensor["kept"]
     if not isinstance(count, int) or not 0 <= count <= size or not _is_number(tensor["step"]) \
-            or tensor["value_dtype"] not in ("int8", "int16", "int32", "float32"):
+            or tensor["value_dtype"] not in VALUE_DTYPES:
         raise ValueError("a tensor's 'kept', 'step' or 'value_dtype' is not as written")
     data, offset = _take(body, offset, tensor["index_bytes"])
     positions = positions_from_gaps(decode_varints(data, count))

@@ -236,8 +236,11 @@ def best_gated_units(network, mus, sigmas, counts):
     whose gates have the highest signal-to-noise ratio |mu| / sigma (the lowest log alpha),
     from its parameters' means and sigmas (NumPy arrays). ValueError where a gate has fewer
     units than its count."""
+    positions = network.gate_positions()
+    if len(positions) != len(counts):
+        raise ValueError("%d gates, %d counts of units to keep" % (len(positions), len(counts)))
     kept = []
-    for position, count in zip(network.gate_positions(), counts, strict=True):
+    for position, count in zip(positions, counts):
         snr = np.abs(mus[position]) / sigmas[position]
         if not 0 < count <= snr.size:
             raise ValueError("a gate of %d units cannot keep %d" % (snr.size, count))
