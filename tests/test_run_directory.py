@@ -451,3 +451,22 @@ def test_training_labels_its_two_test_accuracies(one_epoch, tmp_path):
     assert "test accuracy (mean weights)" in proc.stdout
     assert "uncertainty (2 weight samples): test accuracy" in proc.stdout
     assert "final test accuracy (mean weights)" in proc.stdout
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("field, value", [("model", "deterministic"), ("optimizer", "adam")])
+def test_a_config_json_changed_after_its_checkpoint_is_not_believed(one_epoch, tmp_path, field,
+                                                                     value):
+    changed = copy_of(one_epoch, tmp_path)
+    config = read_json(changed / "config.json")
+    config[field] = value
+    (changed / "config.json").write_text(json.dumps(config))
+    def files():  # the lock holds the pid of the last command that took it
+        return {name: (changed / name).read_bytes() for name in files_of(changed)
+                if name != ".lock"}
+    before = files()
+    for cmd in ([TRAIN, "--out", changed, "--epochs", "2", "--resume"],
+                [EVALUATE, changed], [PRUNE, changed]):
+        assert_one_line_error(run(*cmd), "checkpoint.params was trained as bbb sgd (model, "
+                                         "optimizer), its run's config.json says")
+    assert files() == before

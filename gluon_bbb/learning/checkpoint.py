@@ -26,15 +26,18 @@ LAYOUT_OUTPUTS_INPUTS = 1
 
 
 def save_checkpoint(path, mus, rhos, optimizer_states, num_update, epoch,
-                    sigma_parametrization=SOFTPLUS):
+                    sigma_parametrization=SOFTPLUS, trained_as=None):
     """Write a checkpoint atomically. ``optimizer_states[i]``: the list of flat state arrays of
     parameter i (``TrainingStep.state_arrays()``); ``sigma_parametrization``: how the rhos give
-    sigma (``parametrizations.py``)."""
+    sigma (``parametrizations.py``); ``trained_as``: the model kind and optimizer that made the
+    parameters, ``"bbb adam"`` (kept under ``trained_as``, so that a run's config.json changed
+    afterwards is told from its parameters)."""
     arrays = {"epoch": nd.array([epoch], dtype="int64"),
               "num_update": nd.array([num_update], dtype="int64"),
               "layout": nd.array([LAYOUT_OUTPUTS_INPUTS], dtype="int64"),
-              "parametrization": nd.array(list(sigma_parametrization.name.encode("ascii")),
-                                          dtype="uint8")}
+              "parametrization": _ascii(sigma_parametrization.name)}
+    if trained_as is not None:
+        arrays["trained_as"] = _ascii(trained_as)
     for i, (mu, rho) in enumerate(zip(mus, rhos)):
         arrays["mu:%d" % i] = mu
         arrays["rho:%d" % i] = rho
@@ -87,15 +90,23 @@ def read_checkpoint(path, ctx=None):
     return {"mus": mus, "rhos": rhos, "optimizer_states": states,
             "num_update": int(arrays["num_update"].asscalar()),
             "epoch": int(arrays["epoch"].asscalar()),
-            "parametrization": _parametrization_of(path, arrays)}
+            "parametrization": _parametrization_of(path, arrays),
+            "trained_as": _text(arrays["trained_as"]) if "trained_as" in arrays else None}
+
+
+def _ascii(text):
+    return nd.array(list(text.encode("ascii")), dtype="uint8")
+
+
+def _text(array):
+    return bytes(array.asnumpy().astype(np.uint8).tolist()).decode("ascii", "replace")
 
 
 def _parametrization_of(path, arrays):
     """The parametrization a file's ``parametrization`` key names (softplus without one)."""
     if "parametrization" not in arrays:
         return SOFTPLUS
-    name = bytes(arrays["parametrization"].asnumpy().astype(np.uint8).tolist()).decode(
-        "ascii", "replace")
+    name = _text(arrays["parametrization"])
     try:
         return parametrization(name)
     except ConfigError:

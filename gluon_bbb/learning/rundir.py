@@ -270,7 +270,7 @@ class RunDirectory:
         from .checkpoint import save_checkpoint
         save_checkpoint(self.file(BEST_CHECKPOINT_FILE if best else CHECKPOINT_FILE), step.mus,
                         step.rhos, [] if best else step.state_arrays(), step.num_update, epoch,
-                        step.parametrization)
+                        step.parametrization, trained_as(step.config))
 
     def save_epoch(self, step, history, best=False):
         """Write the epoch ``step`` has just completed: history.json (``history``, its last
@@ -296,6 +296,11 @@ class RunDirectory:
             raise CheckpointError("%s holds rhos of parametrization %s, its run's config.json "
                                   "says %s", path, state["parametrization"].name,
                                   config.parametrization)
+        if state["trained_as"] not in (None, trained_as(config)):
+            raise CheckpointError("%s was trained as %s (model, optimizer), its run's "
+                                  "config.json says %s: the file or config.json was changed "
+                                  "after the run wrote them", path, state["trained_as"],
+                                  trained_as(config))
         return state
 
     def load_predictive(self, config, ctx=None, path=None):
@@ -333,6 +338,12 @@ class RunDirectory:
                                   "run's reports again)", self.path, state["epoch"],
                                   state["epoch"])
         return config, state, self.read_history(state["epoch"])
+
+
+def trained_as(config):
+    """The model kind and optimizer of ``config``'s run, as its checkpoints record them."""
+    kind = config.model_kind
+    return "%s %s" % (kind.name, "ivon" if kind.natural_gradient else config.optimizer)
 
 
 def resume_config(saved, requested, where="the run"):
