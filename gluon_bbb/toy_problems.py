@@ -29,7 +29,7 @@ import time
 
 import numpy as np
 
-from .learning.config import FLOAT32_MAX, FLOAT32_TINY, MAX_TEST_SAMPLES, Config
+from .learning.config import FLOAT32_MAX, FLOAT32_TINY, MAX_EPOCHS, MAX_TEST_SAMPLES, Config
 from . import outputs
 from .errors import CheckpointError, ConfigError, NonFiniteResult
 from .family.likelihoods import NAMED_NOISES
@@ -117,6 +117,8 @@ def regression_config(problem, model="bbb", seed=0, scaling=None, **fields):
     overridden by ``fields``; a fixed noise is given in the data's units and the config holds
     it in the standardized units of ``scaling`` (default: the problem's data's)."""
     problem = PROBLEMS[problem] if isinstance(problem, str) else problem
+    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
+        raise ConfigError("seed", seed, "an integer >= 0")  # the data's noise is drawn first
     if scaling is None:
         scaling = Scaling.of(*problem.data(seed))
     noise = fields.pop("noise", problem.noise)
@@ -136,9 +138,9 @@ def regression_config(problem, model="bbb", seed=0, scaling=None, **fields):
     values.update(fields, model=model, seed=seed, likelihood=likelihood,
                   batch_size=len(problem.inputs))
     epochs = values.get("epochs")
-    if isinstance(epochs, bool) or not isinstance(epochs, int) or epochs < 1:
-        raise ConfigError("epochs", epochs, "an integer >= 1 (the training steps; 0 trains "
-                          "nothing)")
+    if isinstance(epochs, bool) or not isinstance(epochs, int) or not 1 <= epochs <= MAX_EPOCHS:
+        raise ConfigError("epochs", epochs, "an integer from 1 to %d (the training steps; 0 "
+                          "trains nothing)" % MAX_EPOCHS)
     return Config(**values)
 
 

@@ -237,10 +237,13 @@ def test_regression_command_writes_its_run_and_refuses_bad_input(tmp_path):
                                 "heteroscedastic, got -2.0"),
             (["--dropout", "1.5"], "--dropout must be in (0, 1) (from 1.18e-38 to 1 - 2^-24, as "
                                    "MXNet takes it), got 1.5"),
-            (["--epochs", "-5"], "--epochs must be an integer >= 1 (the training steps; 0 "
-                                 "trains nothing), got -5"),
-            (["--epochs", "0"], "--epochs must be an integer >= 1 (the training steps; 0 "
-                                "trains nothing), got 0")):
+            (["--epochs", "-5"], "--epochs must be an integer from 1 to 1000000 (the training "
+                                 "steps; 0 trains nothing), got -5"),
+            (["--epochs", "0"], "--epochs must be an integer from 1 to 1000000 (the training "
+                                "steps; 0 trains nothing), got 0"),
+            (["--epochs", str(10 ** 17)], "--epochs must be an integer from 1 to 1000000"),
+            # the seed is checked before the data's noise is drawn with it
+            (["--seed", "-1"], "--seed must be an integer >= 0, got -1")):
         target = out if not args else tmp_path / "other"
         proc = run(REGRESSION, "--data", "quartic", "--model", "mcdropout", "--out", target,
                    *args)

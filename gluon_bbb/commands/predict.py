@@ -229,6 +229,33 @@ class RunPredictor:
         return self._predict(pixels.reshape(pixels.shape[0], -1) / self.scale, samples)
 
 
+# a stack of more images than this is predicted in parts of this many, with a line on stderr
+# at most every PROGRESS_SECONDS (the LeNet's 10 draws take about 1 s per 1,000 images)
+PROGRESS_IMAGES = 10000
+PROGRESS_SECONDS = 5.0
+
+
+def probabilities_with_progress(predictor, pixels, samples, part=PROGRESS_IMAGES):
+    """``predictor.probabilities(pixels, samples)``, in parts of ``part`` images where there
+    are more, saying on stderr how many are done: each part draws the same weights (the draws
+    are seeded per call), so the figures are the whole stack's."""
+    import time
+    import numpy as np
+    count = pixels.shape[0]
+    if count <= part:
+        return predictor.probabilities(pixels, samples)
+    parts, started = [], time.time()
+    last = started
+    for start in range(0, count, part):
+        parts.append(predictor.probabilities(pixels[start:start + part], samples))
+        done = min(start + part, count)
+        if time.time() - last >= PROGRESS_SECONDS or done == count:
+            last = time.time()
+            sys.stderr.write("predict: %d of %d images, %.0f s\n" % (done, count, last - started))
+            sys.stderr.flush()
+    return np.concatenate(parts)
+
+
 def main(argv=None, prog=PROG):
     args = build_parser(prog).parse_args(argv)
     import_modules(args.import_modules)
@@ -253,7 +280,7 @@ def main(argv=None, prog=PROG):
         raise ConfigError("samples", samples, "0 for this model (it keeps no weight "
                           "distribution to sample)")
     names, pixels = read_inputs(args.inputs, args.invert, args.resize)
-    probs = predictor.probabilities(pixels, samples)
+    probs = probabilities_with_progress(predictor, pixels, samples)
     if not np.isfinite(probs).all():
         raise InputError("%s gives non-finite probabilities for these inputs; nothing is "
                          "reported", args.model)

@@ -17,12 +17,14 @@ import signal
 import sys
 import warnings
 
-from .cli import ArgumentParser, add_json_flag, print_json, run_command, say_for
+from .cli import MAX_THREADS, ArgumentParser, add_json_flag, print_json, run_command, say_for
 from ..errors import ConfigError
 
 PROG = "gluon-bbb sweep"
 # how long to wait for a running scheduler to answer
 CONNECT_SECONDS = 30
+# the most local workers a sweep starts, per core: more only queue trials on the same cores
+WORKERS_PER_CORE = 4
 
 
 def build_parser(prog=PROG):
@@ -48,16 +50,20 @@ def main(argv=None, prog=PROG):
     from .. import outputs
     from ..learning.trials import (SWEEP_FILES, SpecError, check_against_out, failed as trial_failed,
                          load_spec, plan, run_sweep, trial_count)
-    for name in ("threads_per_trial", "workers"):
-        if getattr(args, name) is not None and getattr(args, name) < 1:
-            raise ConfigError(name, getattr(args, name), "an integer >= 1")
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    # each worker is a process that starts trials, each trial a process of its own threads
+    for name, most in (("threads_per_trial", MAX_THREADS), ("workers", WORKERS_PER_CORE * cores)):
+        value = getattr(args, name)
+        if value is not None and not 1 <= value <= most:
+            raise ConfigError(name, value, "an integer from 1 to %d%s" % (
+                most, " (%d per core of the %d here)" % (WORKERS_PER_CORE, cores)
+                if name == "workers" else ""))
     spec = load_spec(args.spec)
     # the sweep's directory is claimed before any work or word (outputs.py): never inside a run
     outputs.claim_directory(args.out, SWEEP_FILES, "out")
     say = say_for(args.json)
     say("sweep: %d trials in %s; checking each trial's flags" % (trial_count(spec), args.spec))
     planned = plan(spec, args.spec)
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     workers = args.workers or max(1, cores // args.threads_per_trial)
     if os.path.isdir(args.out):
         check_against_out(planned, args.out)
@@ -65,17 +71,17 @@ def main(argv=None, prog=PROG):
     from distributed import Client, LocalCluster
     with contextlib.ExitStack() as stack:
         if args.scheduler:
-            try:
-                client = stack.enter_context(Client(args.scheduler,
-                                                    timeout="%ds" % CONNECT_SECONDS))
-            except (OSError, ValueError) as exc:  # no such address; nothing answers there
-                raise SpecError("cannot use the Dask scheduler {scheduler} %s: %s",
-                                args.scheduler, exc) from None
+            say("sweep: connecting to the Dask scheduler at %s (at most %d s)" % (
+                args.scheduler, CONNECT_SECONDS))
+            client = stack.enter_context(_connect(Client, args.scheduler, SpecError))
             where = "the cluster at %s" % args.scheduler
         else:
             cluster = stack.enter_context(_local_cluster(LocalCluster, workers, logging.ERROR))
             client = stack.enter_context(Client(cluster))
             where = "a local cluster of %d worker%s" % (workers, "" if workers == 1 else "s")
+        # runs first as the stack closes: the client's and cluster's closing log no traceback
+        # of a connection the other side closed first (CommClosedError)
+        stack.callback(_dask_logs_quiet, logging)
         outputs.make_directory(args.out, "out")
         say("sweep: %d trials on %s, %d thread%s each, into %s" % (
             len(planned[0]), where, args.threads_per_trial,
@@ -90,6 +96,42 @@ def main(argv=None, prog=PROG):
     say("wrote sweep.json, sweep.md%s to %s" % (", sweep.png" if len(failed) < len(records)
                                                 else "", args.out))
     return 1 if failed else 0
+
+
+def _connect(Client, address, SpecError):
+    """A Dask ``Client`` of the scheduler at ``address``, or SpecError on one line: where
+    nothing listens, where what answers is not a Dask scheduler, and where a peer takes the
+    connection and never answers (Dask's own timeout does not bound its handshake), after
+    ``CONNECT_SECONDS``. The connection is made on a thread of its own, which the process
+    leaves behind where it does not return."""
+    import threading
+    outcome = []
+
+    def connect():
+        try:
+            # Dask's retries of a refused connection end first, with their own reason
+            outcome.append(Client(address, timeout="%ds" % (CONNECT_SECONDS - 5)))
+        except BaseException as exc:  # whatever the peer's bytes made of Dask's parser
+            outcome.append(exc)
+    thread = threading.Thread(target=connect, name="dask connection", daemon=True)
+    thread.start()
+    thread.join(CONNECT_SECONDS)
+    if not outcome:
+        raise SpecError("cannot use the Dask scheduler {scheduler} %s: it took the connection "
+                        "but did not answer as a Dask scheduler within %d s", address,
+                        CONNECT_SECONDS)
+    if isinstance(outcome[0], BaseException):
+        exc = outcome[0]
+        reason = (str(exc) if isinstance(exc, (OSError, TimeoutError))
+                  else "what answers there is not a Dask scheduler (%s: %s)" % (
+                      type(exc).__name__, str(exc).splitlines()[0][:200] if str(exc) else ""))
+        raise SpecError("cannot use the Dask scheduler {scheduler} %s: %s", address, reason)
+    return outcome[0]
+
+
+def _dask_logs_quiet(logging):
+    for name in ("distributed", "tornado", "asyncio"):
+        logging.getLogger(name).setLevel(logging.CRITICAL)
 
 
 def _local_cluster(LocalCluster, workers, log_level):

@@ -13,7 +13,7 @@ from ..family.kl import kl_estimate, kl_weighting
 from ..family.likelihoods import parse_likelihood
 from ..family.model_kinds import model_kind
 from ..family.priors import PRIORS, Prior, describe_prior, prior_for, prior_kind, prior_words
-from ..networks.layers import Dropout, Network, mlp, parse_network
+from ..networks.layers import MAX_LAYERS, Dropout, Network, mlp, parse_network
 from .schedules import lr_schedule
 
 
@@ -37,6 +37,8 @@ SIZED_BY_FIELDS = {"mlp": lambda config, outputs: mlp(
 # Each weight sample of a step is a whole forward and backward pass: 1000 samples make a default
 # epoch take hours, and the paper uses 1 to 10.
 MAX_SAMPLES = 1000
+# a run's epochs (a regression's full-batch steps): a million is days of the smallest network's
+MAX_EPOCHS = 10 ** 6
 # as many draws as a Monte Carlo predictive may average: each is a pass over the test set
 MAX_TEST_SAMPLES = 1000
 # Parameters and their updates are float32: a positive setting below float32's smallest normal
@@ -168,8 +170,9 @@ class Config:
         for name in ("num_inputs", "num_outputs", "num_hidden_units", "batch_size"):
             _require_int(name, getattr(self, name), minimum=1)
         _require_int("num_samples", self.num_samples, minimum=1, maximum=MAX_SAMPLES)
-        _require_int("num_hidden_layers", self.num_hidden_layers, minimum=0)
-        _require_int("epochs", self.epochs, minimum=0)
+        _require_int("num_hidden_layers", self.num_hidden_layers, minimum=0,
+                     maximum=MAX_LAYERS // 2 - 1)
+        _require_int("epochs", self.epochs, minimum=0, maximum=MAX_EPOCHS)
         _require_int("validation", self.validation, minimum=0)
         _require_int("lr_decay_every", self.lr_decay_every, minimum=0)
         _require_int("kl_warmup_epochs", self.kl_warmup_epochs, minimum=0)
