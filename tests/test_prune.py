@@ -184,7 +184,18 @@ def test_prune_command_errors(short_run, tmp_path):
     shutil.copytree(short_run, truncated)
     whole = (truncated / "checkpoint.params").read_bytes()
     (truncated / "checkpoint.params").write_bytes(whole[:len(whole) // 2])
-    cases.append((["--checkpoint", str(truncated)], "is unreadable: "))
+    cases.append((["--checkpoint", str(truncated)], "is damaged or cut short: MXNet cannot "
+                                                    "read its arrays ("))
+    # one byte changed among the arrays' values, and one in the file's first lengths
+    for name, position, words in (("flipped", len(whole) - 4000,
+                                   "is damaged: its arrays do not match the checksum"),
+                                  ("flipped-length", 40, "is damaged or cut short")):
+        flipped = tmp_path / name
+        shutil.copytree(short_run, flipped)
+        damaged = bytearray(whole)
+        damaged[position] ^= 0xFF
+        (flipped / "checkpoint.params").write_bytes(bytes(damaged))
+        cases.append((["--checkpoint", str(flipped)], words))
     # parameters written by hand with nd.save, without the optimizer's step count
     partial = tmp_path / "partial"
     shutil.copytree(short_run, partial)

@@ -456,8 +456,10 @@ def run_main(main, argv=None, prog=None):
     prog = prog or os.path.basename(sys.argv[0])
     standard_streams_open()
     _libraries_deprecations_ignored()
+    stdout = sys.stdout
     try:
         check_environment()
+        sys.stdout = _Output(stdout)
         # the handlers are put back last, as the command's very last act
         with _interrupts_raised(), _ended_even_inside_native_code(prog):
             status = main(argv)
@@ -484,5 +486,38 @@ def run_main(main, argv=None, prog=None):
             "; %s" % saved if saved else "",
             "; --resume continues the run" if getattr(exc, "resumable", False) else ""))
         return 128 + (signal.SIGTERM if name == "SIGTERM" else signal.SIGINT)
+    finally:
+        sys.stdout = stdout
     sys.stderr.write("%s: error: %s\n" % (prog, message))
     return 2
+
+
+class OutputStreamError(GluonBBBError):
+    """Standard output cannot be written (a full device behind it, ``> /dev/full``)."""
+
+
+class _Output:
+    """Standard output, whose write errors name it: a command's files have their own
+    messages, and "No space left on device" alone would speak of the disk. A reader that has
+    gone (BrokenPipeError) stays what it is."""
+
+    def __init__(self, stream):
+        self._stream = stream
+
+    def _named(self, call, *args):
+        try:
+            return call(*args)
+        except BrokenPipeError:
+            raise
+        except OSError as exc:
+            raise OutputStreamError("cannot write to standard output: %s",
+                                    exc.strerror or exc) from None
+
+    def write(self, text):
+        return self._named(self._stream.write, text)
+
+    def flush(self):
+        return self._named(self._stream.flush)
+
+    def __getattr__(self, name):
+        return getattr(self._stream, name)

@@ -5,7 +5,8 @@ One file holds everything, keyed ``mu:i``, ``rho:i`` (parameter i, weights (outp
 has no such key),
 ``opt:i:j`` (the j-th flat state array of the optimizer's parameter i: 0 for mu, 1 for rho, in
 the order of ``FlatLayout``), ``num_update`` (optimizer steps taken), ``epoch`` (epochs
-completed) and ``layout``, so that ``nd.load`` reads it without this package. Checkpoints without
+completed) and ``layout``, so that ``nd.load`` reads it without this package, and ``checksum``, the CRC-32 of the
+rest, so that a damaged file is told from a run's parameters. Checkpoints without
 ``layout`` hold weights as (inputs, outputs); ``read_checkpoint`` turns them around.
 
 A run directory (``rundir.py``) holds ``checkpoint.params`` (the last epoch) and, when the run
@@ -13,6 +14,7 @@ holds out a validation set, ``best.params``: the same keys without ``opt:``, at 
 validation epoch so far (``rundir.best_validation_epoch``).
 """
 import os
+import zlib
 
 import mxnet as mx
 import numpy as np
@@ -23,6 +25,8 @@ from ..outputs import PARAMETERS, path_problem, write_atomically
 from ..family.parametrizations import SOFTPLUS, parametrization
 
 LAYOUT_OUTPUTS_INPUTS = 1
+# the key of the CRC-32 of a file's other arrays (files written before it have none)
+CHECKSUM = "checksum"
 
 
 def save_checkpoint(path, mus, rhos, optimizer_states, num_update, epoch,
@@ -44,7 +48,18 @@ def save_checkpoint(path, mus, rhos, optimizer_states, num_update, epoch,
     for i, state in enumerate(optimizer_states):
         for j, array in enumerate(state):
             arrays["opt:%d:%d" % (i, j)] = array
+    arrays[CHECKSUM] = nd.array([_checksum(arrays)], dtype="int64")
     write_atomically(path, lambda tmp: nd.save(tmp, arrays), PARAMETERS)
+
+
+def _checksum(arrays):
+    """CRC-32 of every array of a checkpoint but its checksum: keys, dtypes, shapes and bytes."""
+    crc = 0
+    for key in sorted(k for k in arrays if k != CHECKSUM):
+        values = arrays[key].asnumpy()
+        crc = zlib.crc32(("%s %s %s" % (key, values.dtype, values.shape)).encode(), crc)
+        crc = zlib.crc32(np.ascontiguousarray(values).tobytes(), crc)
+    return crc
 
 
 def read_checkpoint(path, ctx=None):
@@ -65,13 +80,18 @@ def read_checkpoint(path, ctx=None):
     try:
         arrays = nd.load(path)
     except mx.base.MXNetError as exc:
-        # MXNet's message carries a C++ traceback; its last line says what is wrong
+        # MXNet's message carries a C++ traceback; its last line says what is wrong (a damaged
+        # length reads as "Failed to allocate CPU Memory")
         reason = str(exc).strip().splitlines()[-1].replace("MXNetError: ", "")
-        raise CheckpointError("checkpoint %s is unreadable: %s", path, reason[:200]) from None
+        raise CheckpointError("checkpoint %s is damaged or cut short: MXNet cannot read its "
+                              "arrays (%s)", path, reason[:200]) from None
     if not isinstance(arrays, dict) or "mu:0" not in arrays or "epoch" not in arrays:
         raise CheckpointError("checkpoint %s does not hold gluon_bbb parameters", path)
     if "num_update" not in arrays:
         raise CheckpointError("checkpoint %s lacks 'num_update'", path)
+    if CHECKSUM in arrays and int(arrays[CHECKSUM].asscalar()) != _checksum(arrays):
+        raise CheckpointError("checkpoint %s is damaged: its arrays do not match the checksum "
+                              "it was written with", path)
     count = sum(1 for key in arrays if key.startswith("mu:"))
     try:
         mus = [arrays["mu:%d" % i].as_in_context(ctx) for i in range(count)]
