@@ -133,6 +133,19 @@ COMPRESSED = FileKind("a compressed model", magic=b"GLUONBBB")  # compressed.MAG
 JSON = FileKind("JSON", check=lambda data: _json_value(data) is not _NOT_JSON)
 TEXT = FileKind("text", check=_is_text)
 REPORT = FileKind("a report of gluon-bbb", check=lambda data: _report_record(data) is not None)
+# a run's own config.json and history.json: a JSON file of another's by those names is kept
+RUN_CONFIG = FileKind("a run's config.json", check=lambda data: _is_run_config(
+    _json_value(data)))
+HISTORY = FileKind("a run's history.json", check=lambda data: _is_history(_json_value(data)))
+
+
+def _is_run_config(value):
+    return isinstance(value, dict) and all(field in value for field in _RUN_FIELDS)
+
+
+def _is_history(value):
+    return isinstance(value, list) and all(isinstance(row, dict) and "epoch" in row
+                                           for row in value)
 
 
 def _report_record(data):
@@ -174,7 +187,7 @@ def is_run_directory(path):
             value = _json_value(f.read(_KIND_READ_LIMIT))
     except OSError:
         return False
-    return isinstance(value, dict) and all(field in value for field in _RUN_FIELDS)
+    return _is_run_config(value)
 
 
 def enclosing_run(path):
@@ -350,6 +363,8 @@ def claim_file(path, kind, field="out", inputs=(), own_runs=()):
     block: checked by rules 1 to 4 and locked (``.NAME.lock`` beside it, removed at the end),
     so that a second command writing the same file stops at once, naming the first."""
     from .errors import ConfigError, RunDirectoryBusy
+    if not path.strip():
+        raise ConfigError(field, path, "a file's path")
     if os.path.isdir(path):
         raise ConfigError(field, path, "a file's path, not a directory")
     directory = os.path.dirname(os.path.abspath(path))

@@ -320,7 +320,7 @@ def run_regression(problem, model, out, seed=0, ctx=None, test_samples=None, log
     if test_samples is None:
         test_samples = TEST_SAMPLES if kind.prediction_draws else 0
     kind.check_test_samples(test_samples, MAX_TEST_SAMPLES)
-    files = {CONFIG_FILE: outputs.JSON, CHECKPOINT_FILE: outputs.PARAMETERS,
+    files = {CONFIG_FILE: outputs.RUN_CONFIG, CHECKPOINT_FILE: outputs.PARAMETERS,
              METRICS_FILE: outputs.JSON, PLOT_FILE: outputs.PNG}
     with run.create(files=files).locked():
         if run.holds_run():

@@ -249,7 +249,17 @@ def test_every_command_refuses_what_the_rule_refuses_and_changes_nothing(two_run
     (tmp_path / "input.npy").write_bytes(b"\x93NUMPY" + b"\0" * 30)
     (tmp_path / "reports").mkdir()
     (tmp_path / "spec.json").write_text(json.dumps({"base": {"epochs": 1}, "grid": {"seed": [0]}}))
+    # a project's own config.json and history.json by the names a run writes
+    for name, text in (("config", '{"name": "my project"}'), ("history", '[1, 2]')):
+        (tmp_path / ("project-" + name)).mkdir()
+        (tmp_path / ("project-" + name) / (name + ".json")).write_text(text)
     cases = [
+        (TRAIN, ["--out", tmp_path / "project-config", "--epochs", "1"],
+         "config.json holds something other than a run's config.json; it is never replaced"),
+        (TRAIN, ["--out", tmp_path / "project-history", "--epochs", "1"],
+         "history.json holds something other than a run's history.json"),
+        (EVALUATE, [a, "--out", ""], "--out must be a directory path, got ''"),
+        (COMPRESS, [a, "--out", " "], "--out must be a file's path, got ' '"),
         (COMPRESS, [a, "--proportion", "0.5", "--out", tmp_path / "fifo"], "is a FIFO"),
         (COMPRESS, [a, "--proportion", "0.5", "--out", tmp_path / "device"],
          "is a character device"),

@@ -59,7 +59,7 @@ def main(argv=None, prog=PROG):
     run, checkpoint_path = resolve_checkpoint(args.run)
     config = run.read_classifier_config()
     # the report's files are claimed before any work (outputs.py)
-    out = RunDirectory(args.out or run.path).create(
+    out = RunDirectory(run.path if args.out is None else args.out).create(
         "out", report_files(checkpoint_path, args.save_pruned), own_runs=[run.path])
     ctx = parse_context(args.ctx)
     state = run.load_parameters(config, ctx, checkpoint_path)

@@ -31,7 +31,7 @@ def build_parser(prog=PROG):
                         help="rotation (0-180 degrees in 15-degree steps) or translation (0-14 "
                         "pixels); repeat for both (default: both)")
     parser.add_argument("--test-samples", type=int, help="draws of each model's Monte Carlo "
-                        "predictive, 0 to %d (default: each model's own: 10 for a run that "
+                        "predictive, 0 (the mean weights) to %d (default: each model's own: 10 for a run that "
                         "samples, the number a compressed file names, 0 for a deterministic "
                         "run)" % MAX_TEST_SAMPLES)
     parser.add_argument("--temperature-scale", action="store_true", help="scale the "
@@ -82,7 +82,8 @@ def load_model(path, samples):
     config = run.read_classifier_config()
     kind = config.model_kind
     draws = kind.default_test_samples if samples is None else samples
-    kind.check_test_samples(draws, MAX_TEST_SAMPLES)
+    if draws:  # 0: the mean weights, for every model as for a compressed file
+        kind.check_test_samples(draws, MAX_TEST_SAMPLES)
     state = run.load_predictive(config, None, checkpoint)
     return (RunModel(config.build_network(), state["mus"], state["sigmas"], draws, name=path),
             (run, config))

@@ -45,7 +45,7 @@ UNCERTAINTY_FILE = "uncertainty.json"  # the uncertainty report (analysis/report
 RUN_FILES = (CONFIG_FILE, HISTORY_FILE, CHECKPOINT_FILE, BEST_CHECKPOINT_FILE, LOCK_FILE,
              REGRESSION_METRICS_FILE)
 # what a training run's own files hold, claimed before it writes them (``outputs.py``)
-TRAINING_FILES = {CONFIG_FILE: outputs.JSON, HISTORY_FILE: outputs.JSON,
+TRAINING_FILES = {CONFIG_FILE: outputs.RUN_CONFIG, HISTORY_FILE: outputs.HISTORY,
                   CHECKPOINT_FILE: outputs.PARAMETERS, BEST_CHECKPOINT_FILE: outputs.PARAMETERS}
 # config.json's entries beside the Config's fields: how the run was made, not what it learns
 RUN_RECORD = ("ctx", "data_dir", "data_fingerprint", "problem", "scaling")
@@ -234,7 +234,8 @@ class RunDirectory:
                             data.directory, self.path, found[:12], recorded[:12])
 
     def write_config(self, config, **record):
-        outputs.write_json(self.file(CONFIG_FILE), dict(config.to_dict(), **record))
+        outputs.write_json(self.file(CONFIG_FILE), dict(config.to_dict(), **record),
+                           outputs.RUN_CONFIG)
 
     # history.json
 
@@ -260,7 +261,7 @@ class RunDirectory:
         return history[:epochs]
 
     def write_history(self, history):
-        outputs.write_json(self.file(HISTORY_FILE), history)
+        outputs.write_json(self.file(HISTORY_FILE), history, outputs.HISTORY)
 
     # parameters
 
