@@ -362,7 +362,7 @@ def claim_file(path, kind, field="out", inputs=(), own_runs=()):
     """Claim the single file ``path`` that a command writes as ``kind`` for the ``with``
     block: checked by rules 1 to 4 and locked (``.NAME.lock`` beside it, removed at the end),
     so that a second command writing the same file stops at once, naming the first."""
-    from .errors import ConfigError, RunDirectoryBusy
+    from .errors import ConfigError
     if not path.strip():
         raise ConfigError(field, path, "a file's path")
     if os.path.isdir(path):
@@ -371,9 +371,21 @@ def claim_file(path, kind, field="out", inputs=(), own_runs=()):
     check_not_an_input(path, inputs, field)
     check_outside_other_runs(path, own_runs, field)
     check_replaceable(path, kind, field)
+    with locked_beside(path, field):
+        yield path
+
+
+@contextlib.contextmanager
+def locked_beside(path, field="out"):
+    """Hold ``.NAME.lock`` beside ``path`` (its directory made where it is missing) for the
+    ``with`` block, so that a second command writing ``path`` stops at once, naming the
+    first; the lock is removed at the end."""
+    from .errors import RunDirectoryBusy
+    directory = os.path.dirname(os.path.abspath(path))
     made = make_directory(directory, field)
     try:
-        lock_path = os.path.join(directory, "." + os.path.basename(path) + LOCK_SUFFIX)
+        lock_path = os.path.join(directory, "." + os.path.basename(os.path.abspath(path))
+                                 + LOCK_SUFFIX)
         lock = _locked_file(lock_path)
         if lock is None:
             raise RunDirectoryBusy("%s is being written by another process (its lock %s is "
@@ -383,7 +395,7 @@ def claim_file(path, kind, field="out", inputs=(), own_runs=()):
         remove_made(made)
         raise
     try:
-        yield path
+        yield
     finally:
         # unlinked while held: a process that opens the old name finds it gone and retries
         with contextlib.suppress(OSError):

@@ -126,13 +126,57 @@ def test_a_bad_spec_is_one_line(tmp_path, content, expected):
 def test_bad_sweep_flags_are_one_line(tmp_path):
     spec = write_spec(tmp_path / "spec.json", TINY, {"seed": [0]})
     assert_one_line_error(run(SWEEP, spec, "--out", tmp_path / "out", "--workers", "0"),
-                          "--workers must be an integer >= 1, got 0")
+                          "--workers must be an integer from 1 to ")
+    assert_one_line_error(run(SWEEP, spec, "--out", tmp_path / "out", "--workers",
+                              "99999999999999999999"), "per core of the ")
+    assert_one_line_error(run(SWEEP, spec, "--out", tmp_path / "out", "--threads-per-trial",
+                              "5000"), "--threads-per-trial must be an integer from 1 to 1024")
     assert_one_line_error(run(SWEEP, tmp_path / "missing.json", "--out", tmp_path / "out"),
                           "cannot read sweep spec")
     assert_one_line_error(run(SWEEP, spec, "--out", tmp_path / "out", "--scheduler",
                               "notanaddress"),
                           "cannot use the Dask scheduler --scheduler notanaddress: missing port "
                           "number in address 'notanaddress'")
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_second_sweep_into_a_working_sweeps_out_stops_at_once(tmp_path):
+    from gluon_bbb import outputs
+    spec = write_spec(tmp_path / "spec.json", TINY, {"seed": [0]})
+    with outputs.locked_beside(str(tmp_path / "out")):  # as the first sweep holds it
+        assert_one_line_error(run(SWEEP, spec, "--out", tmp_path / "out"),
+                              "out is being written by another process (its lock ")
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("mode", ["silent", "garbage"])
+def test_a_scheduler_that_is_not_one_is_said_within_its_bound(tmp_path, mode):
+    import socket
+    import threading
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(8)
+    held = []
+
+    def serve():
+        while True:
+            try:
+                connection, _ = server.accept()
+            except OSError:
+                return
+            held.append(connection)
+            if mode == "garbage":
+                connection.sendall(b"\xff" * 64 + b"HTTP/1.1 200 OK\r\n\r\nhello" * 10)
+    threading.Thread(target=serve, daemon=True).start()
+    spec = write_spec(tmp_path / "spec.json", TINY, {"seed": [0]})
+    started = time.time()
+    proc = run(SWEEP, spec, "--out", tmp_path / "out", "--scheduler",
+               "tcp://127.0.0.1:%d" % server.getsockname()[1], timeout=120)
+    server.close()
+    assert time.time() - started < 60
+    assert_one_line_error(proc, "did not answer as a Dask scheduler within 30 s" if mode ==
+                          "silent" else "what answers there is not a Dask scheduler")
+    assert proc.stdout.splitlines()[-1].startswith("sweep: connecting to the Dask scheduler")
     assert not (tmp_path / "out").exists()
 
 

@@ -61,15 +61,18 @@ def main(argv=None, prog=PROG):
     spec = load_spec(args.spec)
     # the sweep's directory is claimed before any work or word (outputs.py): never inside a run
     outputs.claim_directory(args.out, SWEEP_FILES, "out")
-    say = say_for(args.json)
-    say("sweep: %d trials in %s; checking each trial's flags" % (trial_count(spec), args.spec))
-    planned = plan(spec, args.spec)
-    workers = args.workers or max(1, cores // args.threads_per_trial)
-    if os.path.isdir(args.out):
-        check_against_out(planned, args.out)
     import logging
     from distributed import Client, LocalCluster
     with contextlib.ExitStack() as stack:
+        # one sweep at a time writes into --out: a second stops at once, naming the lock
+        stack.enter_context(outputs.locked_beside(os.path.normpath(args.out), "out"))
+        say = say_for(args.json)
+        say("sweep: %d trials in %s; checking each trial's flags" % (trial_count(spec),
+                                                                     args.spec))
+        planned = plan(spec, args.spec)
+        workers = args.workers or max(1, cores // args.threads_per_trial)
+        if os.path.isdir(args.out):
+            check_against_out(planned, args.out)
         if args.scheduler:
             say("sweep: connecting to the Dask scheduler at %s (at most %d s)" % (
                 args.scheduler, CONNECT_SECONDS))
@@ -105,6 +108,13 @@ def _connect(Client, address, SpecError):
     ``CONNECT_SECONDS``. The connection is made on a thread of its own, which the process
     leaves behind where it does not return."""
     import threading
+    from distributed.comm.addressing import parse_address, parse_host_port
+    try:
+        scheme, location = parse_address(address)
+        if scheme in ("tcp", "tls"):
+            parse_host_port(location)
+    except ValueError as exc:  # not an address
+        raise SpecError("cannot use the Dask scheduler {scheduler} %s: %s", address, exc) from None
     outcome = []
 
     def connect():
