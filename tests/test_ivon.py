@@ -239,11 +239,15 @@ def test_the_c_kernels_are_ivons_operators(native_kernels, ctx, size, prior, lr,
                 state, mu).asnumpy(), rtol=1e-6, atol=2e-5)
             assert state[4][0] == 0 and optimizer._index_update_count[0] == steps_before + 1
     # the step divides by h + wd, which the random Hessian takes down to wd / 2: a rounding of
-    # h grows by up to |h| / (h + wd) in the means (1.1e-4 relative, measured)
+    # h grows by up to |h| / (h + wd) in the means (1.1e-4 relative, measured), and more where
+    # the update takes h + wd nearer 0 still: the means' tolerance grows with that ratio
+    hessian = results[1][4].astype(np.float64)
+    growth = np.abs(hessian) / np.maximum(np.abs(hessian + wd), wd / 1000)
     for name, kernels, operators in zip(("w", "noise", "mu", "momentum", "hessian"), *results):
         scale = np.max(np.abs(operators))
-        np.testing.assert_allclose(kernels, operators, rtol=1e-3, atol=1e-5 * scale,
-                                   err_msg=name)
+        rtol = 1e-3 * (1 + 1e-3 * growth) if name == "mu" else 1e-3
+        assert np.all(np.abs(kernels - operators) <= rtol * np.abs(operators) + 1e-5 * scale), (
+            name, np.max(np.abs(kernels - operators) / (np.abs(operators) + 1e-30)))
 
 
 def test_a_subclass_that_changes_a_formula_loses_the_kernels(native_kernels, ctx):
