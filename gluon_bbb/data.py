@@ -119,18 +119,17 @@ def resolve_data_dir(data_dir=None, download=True):
             return default_dir
     else:
         problem = "a directory named explicitly is not downloaded into"
-    expected = ", ".join(stem + "[.gz]" for stem, _ in IDX_FILES.values())
-    raise DataNotFound("MNIST not found: expected %s in %s; %s. Put the four files in a "
-                       "directory and name it with {data_dir} or $GLUON_BBB_DATA",
-                       expected, " or ".join(searched), problem)
+    first = next(iter(IDX_FILES.values()))[0]
+    raise DataNotFound("MNIST not found in %s (%s); name a directory of its four files "
+                       "(%s[.gz], ...) with {data_dir} or $GLUON_BBB_DATA",
+                       " or ".join(searched), problem, first)
 
 
 # What the download's exception says, and what it means for the user (the exception's own
 # text is a long urllib3 message naming the host, the URL and the retries).
 _DOWNLOAD_FAILURES = (
     (("NameResolutionError", "Failed to resolve", "Name or service not known",
-      "Temporary failure in name resolution"), "no network (the download host's name does not "
-                                               "resolve)"),
+      "Temporary failure in name resolution"), "no network"),
     (("ConnectTimeout", "timed out", "Connection refused", "Network is unreachable",
       "ConnectionError"), "the download host cannot be reached"),
 )
@@ -151,7 +150,7 @@ def _download_with_gluon(root):
         if cause is None:
             lines = text.strip().splitlines()
             cause = lines[0][:160]
-        return "downloading them failed: %s" % cause
+        return "the download failed: %s" % cause
     return None
 
 

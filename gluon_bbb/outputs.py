@@ -129,7 +129,7 @@ def _is_text(data):
 # nd.save's files begin with MXNet's NDArray-list magic, 0x112, as a little-endian uint64
 PARAMETERS = FileKind("a parameter file", magic=b"\x12\x01\0\0\0\0\0\0")
 PNG = FileKind("a PNG image", magic=b"\x89PNG\r\n\x1a\n")
-COMPRESSED = FileKind("a compressed model", magic=b"GLUONBBB")  # compressed.MAGIC
+COMPRESSED = FileKind("a compressed model", magic=b"GLUONBBB")  # model_file.MAGIC
 JSON = FileKind("JSON", check=lambda data: _json_value(data) is not _NOT_JSON)
 TEXT = FileKind("text", check=_is_text)
 REPORT = FileKind("a report of gluon-bbb", check=lambda data: _report_record(data) is not None)

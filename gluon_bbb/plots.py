@@ -256,7 +256,7 @@ SHIFT_METRICS = (("accuracy", "accuracy"), ("nll", "NLL (nats)"), ("brier", "Bri
 
 
 def shift_figure(report):
-    """Each metric of a ``dataset_shift.shift_report`` against the shift's severity."""
+    """Each metric of a ``robustness.shift_report`` against the shift's severity."""
     return shift_comparison_figure({None: [report]})
 
 

@@ -75,7 +75,7 @@ def layer_param_shapes(num_inputs=784, num_hidden=400, num_layers=2, num_outputs
     """Shapes ``[W1 (hidden, in), b1 (hidden,), ..., W_out (out, hidden), b_out (out,)]``.
 
     ``num_layers`` is the number of hidden layers (0 gives a linear softmax model): the shapes
-    of ``network.mlp``.
+    of ``networks.layers.mlp``.
     """
     _check_count("num_inputs", num_inputs, 1)
     _check_count("num_hidden", num_hidden, 1)

@@ -49,7 +49,7 @@ def test_the_docs_laplace_prior_trains_on_the_ndarray_backend_and_says_so(doc):
     assert "\n".join(doc["printed"][:2]) == (
         "backend: ndarray (MXNet operators, cpu(0))\n  native not used: the C kernels serve no "
         "estimator sample with the reverse mc KL, prior laplace(scale=0.05) and "
-        "parametrization softplus (kernels.SERVED)")
+        "parametrization softplus (native.table.SERVED)")
     history = doc["result"].history
     assert history[0]["test_accuracy"] > 0.8  # 1 epoch of 6,000 images
     assert doc["config"].to_dict()["prior_settings"] == {"scale": 0.05}

@@ -785,7 +785,7 @@ def test_the_c_kernels_serve_what_the_table_declares_and_refuse_the_rest(ctx, na
     # a library whose answers differ from the table is not used, and says why
     monkeypatch.setattr(kernels, "SERVED_CODES", kernels.SERVED_CODES - {(0, 1, 0, 0)})
     library, why = native_kernels._load.__wrapped__()
-    assert library is None and "serves other combinations than kernels.py declares" in why
+    assert library is None and "serves other combinations than native/table.py declares" in why
     # called with a prior code it does not know, the kernel computes nothing it could mistake
     # for another prior's formulas
     n = 16
@@ -810,7 +810,7 @@ def test_a_prior_the_c_kernels_do_not_know_trains_on_the_ndarray_backend(ctx, mn
     assert (backend.name, why) == ("native", None)
     monkeypatch.setattr(ScaleMixturePrior, "kernel_args", lambda self: (7, self.pi, 1.0, 0.1))
     not_served = ("the C kernels serve no estimator sample with the reverse mc KL, prior "
-                  "scale_mixture and parametrization softplus (kernels.SERVED)")
+                  "scale_mixture and parametrization softplus (native.table.SERVED)")
     backend, why = choose_backend(config, ctx)
     assert (backend.name, why) == ("ndarray", not_served)
     with pytest.raises(ConfigError, match="backend must be ndarray here: the C kernels serve "

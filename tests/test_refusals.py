@@ -313,5 +313,5 @@ def test_a_backend_that_cannot_serve_the_run_is_refused_before_its_directory_is_
     proc = run(TRAIN, "--parametrization", "log-variance", "--backend", "native", "--out", out)
     assert_one_line_error(proc, "--backend must be ndarray here: the C kernels serve no "
                                 "estimator sample with the reverse mc KL, prior gaussian and "
-                                "parametrization log_variance (kernels.SERVED)")
+                                "parametrization log_variance (native.table.SERVED)")
     assert not out.exists()

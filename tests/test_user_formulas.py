@@ -104,7 +104,7 @@ def test_a_users_changed_formula_trains_with_it_and_never_with_the_built_ins_fas
     run_config = Config(network=network[0], num_inputs=network[1], num_outputs=3,
                         prior=prior_object, parametrization=sigma_of, estimator=chosen)
     backend, why = choose_backend(run_config, ctx)
-    assert backend.name == "ndarray" and "kernels.SERVED" in why
+    assert backend.name == "ndarray" and "native.table.SERVED" in why
     with pytest.raises(ConfigError, match="backend must be ndarray here"):
         choose_backend(run_config, ctx, "native")
     # its gradients: autograd of the plain loss with the user's formulas

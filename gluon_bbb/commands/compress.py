@@ -7,7 +7,7 @@ writes it, ``shipping/model_file.py`` reads it).
         --out mlp.gbbb
 
 Without ``--proportion`` it chooses the largest proportion (of
-``compression.SEARCH_PROPORTIONS``) whose compressed mean network's error is within
+``writer.SEARCH_PROPORTIONS``) whose compressed mean network's error is within
 ``--max-error-increase`` percentage points of the unpruned mean network's: on the run's
 validation images (default 0.5), or where the run holds out none, on 10,000 of the images it
 trained on (default 0.25, saying so): never the test images. A ``--proportion`` that costs more

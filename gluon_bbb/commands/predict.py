@@ -15,7 +15,7 @@ installed) or a run directory (read with MXNet). INPUT is any number of:
 One line per image: the label, its probability, the predictive entropy in bits and ``unsure``
 where the entropy passes the threshold the model was calibrated with (the entropy that 5% of its
 validation digits exceed) or the label's probability is below 0.5
-(``compressed.UNSURE_PROBABILITY``: a model poor everywhere says so too); ``--json`` prints the
+(``model_file.UNSURE_PROBABILITY``: a model poor everywhere says so too); ``--json`` prints the
 same as one JSON document.
 """
 import json

@@ -144,7 +144,7 @@ def build_parser(prog=PROG, raise_errors=False):
     parser.add_argument("--backend", choices=("native", "ndarray"),
                         help="native: the C kernels (CPU contexts; every estimator, the "
                         "reverse KL, the Gaussian and scale-mixture priors, sigma = "
-                        "softplus(rho): kernels.SERVED); ndarray: MXNet "
+                        "softplus(rho): native.table.SERVED); ndarray: MXNet "
                         "operators (any context, everything); default: native where it serves, "
                         "and the run says why where it does not")
     add_json_flag(parser)

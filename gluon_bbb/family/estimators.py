@@ -7,7 +7,7 @@ backend (``draw``) and in a Gluon block (``block_output``); a user's own is a su
 import math
 
 from ..errors import ConfigError
-from ..native import table as kernels
+from ..native import table
 from .choices import Choice, named
 from .elementwise import LRT_VARIANCE_FLOOR
 from .formulas import Keyed
@@ -55,7 +55,7 @@ class WeightSampling(Estimator):
     """w = mu + sigma * eps for every weight, the tutorial's estimator."""
     name = "sample"
     # dNLL/dw: both gradients at once
-    kernel_data_kind = Keyed(kernels.DATA_TERMS["sample"], "draw", "noise_size")
+    kernel_data_kind = Keyed(table.DATA_TERMS["sample"], "draw", "noise_size")
 
     def noise_size(self, graph, batch_size, kl):
         return graph.layout.size
@@ -93,7 +93,7 @@ class LocalReparametrization(_NoisyNetwork):
     where the KL is estimated at sampled weights."""
     name = "lrt"
     # dNLL/dmu and dNLL/dsigma
-    kernel_data_kind = Keyed(kernels.DATA_TERMS["lrt"], "draw", "noise_size", "noise_shapes",
+    kernel_data_kind = Keyed(table.DATA_TERMS["lrt"], "draw", "noise_size", "noise_shapes",
                              "net")
 
     @property
@@ -129,7 +129,7 @@ class Flipout(_NoisyNetwork):
     mu + sigma * eps are the KL's weight sample."""
     name = "flipout"
     # dNLL/dmu and dNLL/d(sigma eps)
-    kernel_data_kind = Keyed(kernels.DATA_TERMS["flipout"], "draw", "noise_size",
+    kernel_data_kind = Keyed(table.DATA_TERMS["flipout"], "draw", "noise_size",
                              "noise_shapes", "net")
 
     @property

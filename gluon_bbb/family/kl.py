@@ -4,7 +4,7 @@ the closed form, either direction) and how an epoch weighs it across its mini-ba
 import math
 
 from ..errors import ConfigError
-from ..native import table as kernels
+from ..native import table
 from .choices import Choice, named, names
 from .elementwise import LOG_SQRT_2PI, total
 from .priors import prior_words
@@ -42,7 +42,7 @@ class MonteCarloKL(KLEstimate):
     """log q(w) - log P(w) at the sampled weights, the tutorial's estimate; -log sigma summed
     once, the rest per draw."""
     name = "mc"
-    kernel_code = kernels.KL_ESTIMATES["mc"]
+    kernel_code = table.KL_ESTIMATES["mc"]
     per_draw = True
 
     def check(self, prior):
@@ -59,7 +59,7 @@ class MonteCarloKL(KLEstimate):
 class ClosedFormKL(KLEstimate):
     """The closed-form KL(N(mu, sigma^2) || P), for a prior that has one."""
     name = "analytic"
-    kernel_code = kernels.KL_ESTIMATES["analytic"]
+    kernel_code = table.KL_ESTIMATES["analytic"]
 
     def check(self, prior):
         if not prior.has_closed_form_kl:

@@ -17,7 +17,7 @@ Imports no MXNet when imported (a config is checked where MXNet is not loaded).
 import math
 
 from ..errors import ConfigError
-from ..native import table as kernels
+from ..native import table
 from .elementwise import SOFTPLUS_FLOOR, operators, sigmoid, softplus
 from .formulas import Keyed, accelerates
 from .registry import register
@@ -30,7 +30,7 @@ class Parametrization:
     ``sigma`` and ``sigma_gradient`` with the operators of ``F`` (None: MXNet's ``nd``), and
     ``rho_for`` with Python floats."""
     name = None
-    kernel_code = None  # the C kernels' code for it (kernels.PARAMETRIZATIONS), where served
+    kernel_code = None  # the C kernels' code for it (table.PARAMETRIZATIONS), where served
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
@@ -72,7 +72,7 @@ class Softplus(Parametrization):
     """sigma = softplus(rho) = log(1 + exp(rho)), rho floored at ``SOFTPLUS_FLOOR`` as in the C
     kernels: d sigma / d rho = sigmoid(rho)."""
     name = "softplus"
-    kernel_code = Keyed(kernels.PARAMETRIZATIONS["softplus"], "sigma", "sigma_gradient")
+    kernel_code = Keyed(table.PARAMETRIZATIONS["softplus"], "sigma", "sigma_gradient")
 
     def sigma(self, rho, F=None):
         return softplus(rho, F)
@@ -91,7 +91,7 @@ class LogVariance(Parametrization):
     ``2 * SOFTPLUS_FLOOR`` (sigma = exp(-80), where softplus's floor also leaves it), so that
     log sigma and 1 / sigma stay finite."""
     name = "log_variance"
-    kernel_code = Keyed(kernels.PARAMETRIZATIONS["log_variance"], "sigma", "sigma_gradient")
+    kernel_code = Keyed(table.PARAMETRIZATIONS["log_variance"], "sigma", "sigma_gradient")
 
     def sigma(self, rho, F=None):
         F = operators(F)

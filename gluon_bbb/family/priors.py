@@ -25,7 +25,7 @@ import inspect
 import math
 
 from ..errors import ConfigError
-from ..native import table as kernels
+from ..native import table
 from .elementwise import LOG_SQRT_2PI, operators, sigmoid, softplus, total
 from .formulas import Keyed, accelerates, holds
 from .registry import register
@@ -233,7 +233,7 @@ class GaussianPrior(Prior):
     @accelerates("log_density", "kl")
     def kernel_args(self):
         """(density, pi, sigma1, sigma2) as ``bbb_kl_gradients`` takes them."""
-        return kernels.PRIORS["gaussian"], 0.0, self.sigma_p, 0.0
+        return table.PRIORS["gaussian"], 0.0, self.sigma_p, 0.0
 
 
 class ScaleMixturePrior(Prior):
@@ -304,7 +304,7 @@ class ScaleMixturePrior(Prior):
 
     @accelerates("log_density")
     def kernel_args(self):
-        return kernels.PRIORS["scale_mixture"], self.pi, self.sigma_p1, self.sigma_p2
+        return table.PRIORS["scale_mixture"], self.pi, self.sigma_p1, self.sigma_p2
 
 
 class LogUniformPrior(Prior):
@@ -344,9 +344,9 @@ class LogUniformPrior(Prior):
         """The C kernels' code (``bbb_kl_gradients``' closed form, ``bbb_kept``'s rule), where
         this prior's constants are those the kernels are compiled with; None otherwise."""
         if any(getattr(self, name) != value
-               for name, value in kernels.LOG_UNIFORM_CONSTANTS.items()):
+               for name, value in table.LOG_UNIFORM_CONSTANTS.items()):
             return None
-        return kernels.PRIORS["log_uniform"], 0.0, 0.0, 0.0
+        return table.PRIORS["log_uniform"], 0.0, 0.0, 0.0
 
 
 class NoPrior(Prior):
@@ -363,7 +363,7 @@ class NoPrior(Prior):
 
     @accelerates("kl")
     def kernel_args(self):
-        return kernels.PRIORS["none"], 0.0, 0.0, 0.0
+        return table.PRIORS["none"], 0.0, 0.0, 0.0
 
 
 def prior_words(prior):
@@ -425,7 +425,7 @@ def scale_mixture_prior(x, pi=0.25, sigma_p1=0.75, sigma_p2=0.1):
 
 
 class GatedPrior(Prior):
-    """A network's weights under ``weights`` and its gates' factors (``network.Gate``) under a
+    """A network's weights under ``weights`` and its gates' factors (``networks.layers.Gate``) under a
     prior of their own, ``gates``: Bayesian Compression's group normal-Jeffreys prior (Louizos
     et al. 2017) with log-uniform gates and N(0, 1) weights. There a unit's weights are
     w = z w~, p(z) proportional to 1 / |z| and p(w | z) = N(0, z^2): the KL of q(w | z) =

@@ -3,6 +3,8 @@ import dataclasses
 import functools
 import json
 import math
+import os
+import sys
 from dataclasses import dataclass
 from typing import Optional, Union
 
@@ -31,7 +33,7 @@ def _once(build):
 
 OPTIMIZERS = ("sgd", "adam")
 # the networks that a config's size fields shape, by the name ``network`` gives them (any other
-# description is network.parse_network's)
+# description is layers.parse_network's)
 SIZED_BY_FIELDS = {"mlp": lambda config, outputs: mlp(
     config.num_inputs, config.num_hidden_units, config.num_hidden_layers, outputs)}
 # Each weight sample of a step is a whole forward and backward pass: 1000 samples make a default
@@ -92,7 +94,7 @@ class Config:
     gated network with more units in its gated layers (its config.json beside its parameters);
     this run starts from the units whose gates have the highest signal-to-noise ratio
     |mu| / sigma there (the lowest log alpha), as many as this config's network has in each
-    (``compression.best_gated_units``): a gated run's ranking, kept and retrained.
+    (``writer.best_gated_units``): a gated run's ranking, kept and retrained.
     ``gate_prior``: the prior of the gates' factors (``gate`` layers), by name with its
     defaults or the config's scales; None: ``prior``'s. Gates under the log-uniform prior with
     the weights under a Gaussian one are Bayesian Compression's group prior
@@ -106,9 +108,9 @@ class Config:
     pruned network it will be, as sparse variational dropout's code trains (its
     ``train_clip``); the ndarray backend.
     ``network``: ``mlp`` (``num_hidden_layers`` ReLU layers of ``num_hidden_units``), ``lenet``,
-    or a description of layers (``network.parse_network``), whose last dense layer gives what
+    or a description of layers (``layers.parse_network``), whose last dense layer gives what
     the likelihood needs for ``num_outputs`` classes or targets. ``likelihood``: ``categorical``
-    or a Gaussian one for regression (``likelihood.parse_likelihood``).
+    or a Gaussian one for regression (``likelihoods.parse_likelihood``).
     """
     num_inputs: int = 784
     num_outputs: int = 10
@@ -456,7 +458,7 @@ class Config:
 
     @_once
     def build_network(self):
-        """The ``network.Network`` this config describes: the described layers, the
+        """The ``networks.layers.Network`` this config describes: the described layers, the
         likelihood's head (``logvar`` for a learned noise) and, for ``mcdropout``, dropout
         after every hidden ReLU where the description has none."""
         likelihood = self.build_likelihood()
@@ -534,6 +536,8 @@ def import_recorded_classes(values, where):
         try:
             if module == "__main__":
                 raise ImportError("a script's own module")
+            if os.getcwd() not in sys.path:  # as a script run from here finds its modules
+                sys.path.insert(0, os.getcwd())
             importlib.import_module(module)
         except ImportError as exc:
             raise CheckpointError("%s was trained with %s %s, a class of the user's own (%s in "

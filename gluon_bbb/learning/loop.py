@@ -181,7 +181,7 @@ def initial_means(config, ctx=None):
 def _best_units_of_start(config, ctx=None):
     """``initial_means`` with ``config.init_best_units``: of the gated run ``init_from``, the
     means of the units whose gates have the highest |mu| / sigma, as many in each gated layer as
-    the config's network has (``compression.best_gated_units``, ``keep_gated_units``)."""
+    the config's network has (``writer.best_gated_units``, ``keep_gated_units``)."""
     from .rundir import CONFIG_FILE, load_checkpoint, resolve_checkpoint
     run, _ = resolve_checkpoint(config.init_from)
     if not os.path.isfile(run.file(CONFIG_FILE)):

@@ -1,7 +1,7 @@
 """The ndarray backend of the training step: the tutorial's loss on flat parameter vectors with
 its gradient written out, on MXNet operators (any context, every estimator).
 
-``combined_loss_gradients`` computes ``model.combined_loss`` of one mini-batch, averaged over
+``combined_loss_gradients`` computes ``tutorial.combined_loss`` of one mini-batch, averaged over
 noise draws, and its gradients with respect to the flat vectors mu and rho; autograd runs
 through the network alone, as one ``CachedOp`` graph built from ``net`` itself
 (``NetworkGraph``). ``FlatLayout`` says where each parameter array lives in the flat vectors.
@@ -118,7 +118,7 @@ class NetworkGraph:
     ``flipout_net``) as ``CachedOp`` graphs built from those functions, run with autograd on the
     per-layer views of flat vectors.
 
-    ``network``: a ``network.Network``, or the parameter shapes of an MLP; ``likelihood``: a
+    ``network``: a ``networks.layers.Network``, or the parameter shapes of an MLP; ``likelihood``: a
     ``family/likelihoods.py`` object (default: categorical, one-hot labels). One graph with static
     memory and MXNet's ``FullyConnected`` (oneDNN on the CPU) runs the network's forward and
     backward pass 1.5 times faster than the same layers imperatively.
@@ -157,7 +157,7 @@ class NetworkGraph:
         return nll, grad_w
 
     def noisy_nll_and_grads(self, estimator, X, targets, mu, second, noise, operators=sym):
-        """-sum log P(y | X) of ``estimator.net`` (``model.lrt_net`` or ``model.flipout_net``)
+        """-sum log P(y | X) of ``estimator.net`` (``tutorial.lrt_net`` or ``tutorial.flipout_net``)
         and its gradients with respect to the flat ``mu`` and ``second`` (sigma for the first,
         the weight perturbation sigma * eps for the second); ``noise``: the flat standard
         normals of ``estimator.noise_shapes``. ``operators``: what builds the graph, MXNet's

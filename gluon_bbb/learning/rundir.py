@@ -60,7 +60,7 @@ UNSET_MEANS_THE_RUNS = ("seed", "init_from")
 def best_validation_epoch(history):
     """The history record of a run's best validation epoch, the one best.params holds: the
     lowest validation objective where the records hold one (a prior that prunes as it trains,
-    ``training.validation_objective``: there the means' validation accuracy is highest before
+    ``loop.validation_objective``: there the means' validation accuracy is highest before
     the KL term has switched anything off), else the highest validation accuracy; the earliest
     of equals; None for a run without validation."""
     objectives = [record for record in history if "validation_objective" in record]
@@ -201,7 +201,7 @@ class RunDirectory:
             raise CheckpointError(
                 "%s is a regression run (%slikelihood %s), not an image classifier: its figures "
                 "are in its %s, written by gluon-bbb regression, and "
-                "gluon_bbb.commands.regression.predict_regression predicts with it", self.path,
+                "gluon_bbb.toy_problems.predict_regression predicts with it", self.path,
                 "problem %s, " % problem if problem else "", config.likelihood,
                 REGRESSION_METRICS_FILE)
         return config

@@ -19,7 +19,7 @@ The backend chosen for the whole run draws the noise and computes steps 2-4
   and for every prior, estimator, KL estimate and parametrization, a user's own included: the
   plain reference, and the GPU path;
 - ``native``: the C kernels of ``_fused.c`` (``native.loss_gradients``), an
-  accelerator of the same formulas for the combinations ``kernels.SERVED`` declares, on CPU
+  accelerator of the same formulas for the combinations ``native.table.SERVED`` declares, on CPU
   contexts; the tests check it against the ndarray backend and autograd.
 
 ``--model ivon`` replaces steps 1-5 by IVON's draw and update (``learning/ivon.py``): its fast
@@ -154,10 +154,10 @@ def choose_backend(config, ctx, backend=None):
                    "prior's rule only")
     elif not native.serves(config.estimator_kind, config.kl_kind, config.build_prior(),
                            config.parametrization_kind):
-        # kernels.SERVED, which the loaded C code was checked to agree with: a prior, estimator
+        # native.table.SERVED, which the loaded C code was checked to agree with: a prior, estimator
         # or parametrization it does not know never trains with another one's formulas
         why_not = ("the C kernels serve no estimator %s with the %s %s KL, prior %s and "
-                   "parametrization %s (kernels.SERVED)" % (
+                   "parametrization %s (native.table.SERVED)" % (
                        config.estimator, config.kl_direction, config.kl, config.describe_prior(),
                        config.parametrization))
     if asked is not None and asked.native and why_not:

@@ -1,6 +1,6 @@
 /* Fused CPU kernels for the Bayes-by-Backprop step over flat float32 parameter vectors.
  *
- * Loaded with ctypes by gluon_bbb/native.py (no Python API here): the native backend of the
+ * Loaded with ctypes by gluon_bbb/native/library.py (no Python API here): the native backend of the
  * training step, for every weight estimator. Two passes per step replace
  * about 40 MXNet elementwise operators, each of which reads and writes every parameter:
  *
@@ -37,7 +37,7 @@
 
 #include "_conv_tiles.h"
 
-/* native.py refuses a library whose version differs from its own ABI_VERSION: raise both
+/* native/library.py refuses a library whose version differs from its own ABI_VERSION: raise both
  * whenever a function's signature or meaning changes. */
 #define ABI_VERSION 11
 #define CHUNK 8192
@@ -398,8 +398,8 @@ static void mask_gradients(int64_t n, const float *keep, float *grad_mu, float *
 
 /* 1 where bbb_kl_gradients implements the data term ``kind``, the KL estimate, the prior and
  * the parametrization these codes name, 0 otherwise: a code it does not know, or the
- * closed-form KL of a prior that has none. Its answers are kernels.py's table of what the
- * kernels serve: native.py checks the two agree over every code when it loads this library,
+ * closed-form KL of a prior that has none. Its answers are native/table.py's table of what the
+ * kernels serve: native/library.py checks the two agree over every code when it loads this library,
  * and asks before every call. */
 int bbb_serves(int kind, int kl_estimate, int prior, int parametrization) {
     int known = (kind == WEIGHTS_SAMPLED || kind == EPS_COEFFICIENT || kind == SIGMA_GIVEN)

@@ -1,5 +1,5 @@
 """The native backend of the training step: the C kernels of ``_fused.c``, loaded with ctypes,
-an accelerator of the ndarray backend's formulas for the combinations ``kernels.SERVED``
+an accelerator of the ndarray backend's formulas for the combinations ``table.SERVED``
 declares.
 
 On a CPU context ``loss_gradients`` computes what ``ndarray_backend.combined_loss_gradients``
@@ -18,7 +18,7 @@ to the networks' forward passes outside autograd (``networks.layers.Network``).
 The library is built at install time (``setup.py``; it needs a C compiler). It is used only if
 it loads, was built from the ``_fused.c`` and ``_conv_tiles.h`` beside it (not older than
 either) and reports the ``ABI_VERSION`` below, and its own answers to what it serves
-(``bbb_serves``) are those of ``kernels.SERVED`` for every code; otherwise ``available()`` is
+(``bbb_serves``) are those of ``table.SERVED`` for every code; otherwise ``available()`` is
 False, ``unavailable_reason()`` says why and training uses the NDArray backend.
 """
 import ctypes
@@ -30,7 +30,7 @@ import sys
 import mxnet as mx
 import numpy as np
 
-from . import operators, table as kernels
+from . import operators, table
 from .built import open_built
 from ..family.parametrizations import SOFTPLUS
 
@@ -73,10 +73,10 @@ def _load():
         return None, problem
     for name, (argtypes, restype) in _SIGNATURES.items():
         getattr(lib, name).argtypes, getattr(lib, name).restype = argtypes, restype
-    disagree = [codes for codes in kernels.codes_to_check()
-                if bool(lib.bbb_serves(*codes)) != kernels.serves(*codes)]
+    disagree = [codes for codes in table.codes_to_check()
+                if bool(lib.bbb_serves(*codes)) != table.serves(*codes)]
     if disagree:
-        problem = ("%s serves other combinations than kernels.py declares (data term, KL, "
+        problem = ("%s serves other combinations than native/table.py declares (data term, KL, "
                    "prior, parametrization codes %s; rebuild: pip install -e .)"
                    % (lib._name, disagree[0]))
         sys.stderr.write("gluon_bbb: warning: %s; using the ndarray backend\n" % problem)
@@ -155,7 +155,7 @@ def serves_removal(prior, parametrization):
     """Whether ``kept`` serves the prior's rule of what it switches off under
     ``parametrization``."""
     args = prior.kernel_args() if hasattr(prior, "kernel_args") else None
-    return (args is not None and args[0] == kernels.PRIORS["log_uniform"]
+    return (args is not None and args[0] == table.PRIORS["log_uniform"]
             and parametrization.kernel_code is not None)
 
 
@@ -195,14 +195,14 @@ def _kernel_calls(estimator, kl, prior, parametrization, size=None):
 
 
 def _all_served(calls):
-    """Whether every call's codes are a row of ``kernels.SERVED``, which the loaded library's
+    """Whether every call's codes are a row of ``table.SERVED``, which the loaded library's
     own answers (``bbb_serves``) were checked to equal."""
-    return all(kernels.serves(*call_codes) for _, _, call_codes, _ in calls)
+    return all(table.serves(*call_codes) for _, _, call_codes, _ in calls)
 
 
 def serves(estimator, kl, prior, parametrization):
     """Whether the C kernels implement these objects together: for the prior of each region of
-    the parameters, a row of ``kernels.SERVED``."""
+    the parameters, a row of ``table.SERVED``."""
     return _all_served(_kernel_calls(estimator, kl, prior, parametrization))
 
 
@@ -332,11 +332,11 @@ def _flipout(estimator, graph, X, targets, mu, rho, noise, ws, kl, parametrizati
     return nll, grad_mu, grad_delta, eps_w, ws.w
 
 
-# by the estimator's code (kernels.DATA_TERMS): its data term, and the parameter-sized vectors
+# by the estimator's code (table.DATA_TERMS): its data term, and the parameter-sized vectors
 # it uses beyond the five every native step holds
-DATA_TERMS = {kernels.DATA_TERMS["sample"]: (_sampled_weights, 0),
-              kernels.DATA_TERMS["lrt"]: (_local_reparametrization, 2),  # sigma, sigma * eps
-              kernels.DATA_TERMS["flipout"]: (_flipout, 1)}  # the perturbation sigma * eps
+DATA_TERMS = {table.DATA_TERMS["sample"]: (_sampled_weights, 0),
+              table.DATA_TERMS["lrt"]: (_local_reparametrization, 2),  # sigma, sigma * eps
+              table.DATA_TERMS["flipout"]: (_flipout, 1)}  # the perturbation sigma * eps
 
 
 def takes_graph_operators(estimator, network):
@@ -344,8 +344,8 @@ def takes_graph_operators(estimator, network):
     takes ``operators.py``'s operators: the local reparametrization's and Flipout's, or a
     max pooling's."""
     return network.accelerated_poolings or (estimator is not None and estimator.kernel_data_kind
-                                            in (kernels.DATA_TERMS["lrt"],
-                                                kernels.DATA_TERMS["flipout"]))
+                                            in (table.DATA_TERMS["lrt"],
+                                                table.DATA_TERMS["flipout"]))
 
 
 def extra_workspace_vectors(estimator):
@@ -357,7 +357,7 @@ def extra_workspace_vectors(estimator):
 def loss_gradients(X, targets, mu, rho, noise, num_samples, prior, kl_weight, graph, workspace,
                    kl, estimator, parametrization=SOFTPLUS, keep=None):
     """``ndarray_backend.combined_loss_gradients`` on a CPU context, for a combination of
-    ``kernels.SERVED``, the noise of ``num_samples`` Philox streams of ``noise`` (a
+    ``table.SERVED``, the noise of ``num_samples`` Philox streams of ``noise`` (a
     ``noise.PhiloxNoise``), the same draws as the ndarray backend takes; ``kl`` and
     ``estimator``: ``family/estimators.py`` objects (the estimator's data term is its function of
     ``DATA_TERMS``); ``keep`` (0/1, or None) as there (``Config.remove_switched_off``). Returns
@@ -427,7 +427,7 @@ def prior_terms(prior, x, scale, with_precision=False):
     ``kernel_args``: None for a prior they do not know, or a subclass that overrides its
     formulas) or ``x`` (not a float32 array on a CPU context), or ``scale`` is negative."""
     args = prior.kernel_args() if prior is not None else None
-    if args is None or args[0] not in kernels.DENSITIES or scale < 0 \
+    if args is None or args[0] not in table.DENSITIES or scale < 0 \
             or not serves_arrays(x):
         return None
     gradient = mx.nd.empty(x.shape, ctx=x.context)

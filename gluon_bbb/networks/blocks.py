@@ -297,7 +297,7 @@ def predict_probabilities(net, X, num_samples=10):
 
 def prune_by_snr(net, proportion):
     """Set the means of the lowest-|mu|/sigma ``proportion`` of ``net``'s Bayesian parameters to
-    0, in place, as ``prune.prune_weights`` does for the functional parameters."""
+    0, in place, as ``snr.prune_weights`` does for the functional parameters."""
     mus, sigmas = variational_parameters(net)
     for mu, pruned in zip(mus, prune_weights(mus, sigmas, proportion)):
         mu[:] = pruned

@@ -246,7 +246,7 @@ def _imperative(F):
 
 def _differentiated(F):
     """True for operators whose result may be differentiated: symbols, or NDArrays while
-    autograd records (never NumPy's operators, ``compressed.NumPyOperators``)."""
+    autograd records (never NumPy's operators, ``model_file.NumPyOperators``)."""
     if F.__name__.startswith("mxnet.symbol"):
         return True
     if not F.__name__.startswith("mxnet"):
@@ -536,7 +536,7 @@ class Network:
 
     def __call__(self, X, params, F=None):
         """The logits for X with ``params``. Where F has ``ConvolutionMaxPool`` (NumPy's
-        operators, ``compressed.NumPyOperators``), a convolution right before a max pooling is
+        operators, ``model_file.NumPyOperators``), a convolution right before a max pooling is
         computed with it, in one step. F None: MXNet's NDArray operators, with the C kernels'
         ``ConvolutionMaxPool`` outside autograd where they take the arrays (built; float32 on
         a CPU context: ``native.library.with_convolution_max_pool``); ``F=mx.nd``: MXNet's

@@ -17,7 +17,7 @@ weight then bias of each layer with weights, in the network's order) how it is s
   over ``log_sigma_range``, for a Monte Carlo predictive.
 
 Pruned entries are exactly 0 and draw no noise. The same file loads into MXNet with
-``compression.load_compressed``.
+``writer.load_compressed``.
 """
 import json
 import lzma
@@ -109,7 +109,7 @@ FUSED_MULTIPLY_ADDS = 3.0
 
 
 class NumPyOperators:
-    """The few MXNet operators that ``network.Network`` calls, written in NumPy (float32, NCHW),
+    """The few MXNet operators that ``networks.layers.Network`` calls, written in NumPy (float32, NCHW),
     so that the same network description runs without MXNet."""
 
     @staticmethod
@@ -149,7 +149,7 @@ class NumPyOperators:
     @staticmethod
     def ConvolutionMaxPool(h, W, b, num_filter, kernel, pool, relu=False):
         """``Pooling(Convolution(h, W, b), (pool, pool) windows at stride pool)`` in one product
-        (a convolution of stride 1, no padding; ``network.Network`` calls it for a ``conv``
+        (a convolution of stride 1, no padding; ``networks.layers.Network`` calls it for a ``conv``
         right before a ``pool``): the pool x pool outputs under a window all come from one patch
         of (kh + pool - 1) x (kw + pool - 1) inputs, so the patches are taken at stride pool
         and multiplied by pool * pool copies of W, each shifted to its output's place in the
@@ -227,7 +227,7 @@ class SeparateOperators(NumPyOperators):
 # The model.
 
 class CompressedModel:
-    """A compressed model: ``network`` (a ``network.Network``), ``mus`` and, where the file
+    """A compressed model: ``network`` (a ``networks.layers.Network``), ``mus`` and, where the file
     keeps them, ``sigmas`` (dense float32 arrays, pruned entries 0), the positions of the kept
     entries (``kept``) and the file's ``header``."""
 

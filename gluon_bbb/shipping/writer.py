@@ -7,13 +7,13 @@ precision for a Monte Carlo predictive. The command is ``gluon_bbb.commands.comp
 The steps, on the mean network of a run (``compress_parameters``):
 
 1. **Pruning**: all parameters ranked by |mu| / sigma together, the lowest ``proportion`` set to
-   0, as ``pruning.prune_weights`` does (magnitude for a run without sigmas).
+   0, as ``snr.prune_weights`` does (magnitude for a run without sigmas).
 2. **Structure**: a hidden unit (a dense layer's output, a convolution's channel) whose outgoing
    weights are all pruned is removed with its incoming weights and its bias; one whose incoming
    weights are all pruned puts out a constant, relu(bias), which is added to the next layer's
    biases (times the sum of the weights that read it), and is removed too. Repeated until
    nothing changes, the stored network is narrower: its description names the units left.
-   A gate (``network.Gate``, group sparsity's one factor per unit) is first folded into the
+   A gate (``networks.layers.Gate``, group sparsity's one factor per unit) is first folded into the
    layer before it (``fold_gate``), so a gate pruned to 0 removes its unit whole.
    The mean network computes what the pruned one does (up to float rounding); the Monte Carlo
    predictive loses the noise of a removed unit's bias.
