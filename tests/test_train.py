@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 from mxnet import nd
 
-from gluon_bbb import (CheckpointError, Config, TrainingDiverged, TrainingStep, kl_weights,
-                       load_checkpoint, train)
+from gluon_bbb import (CheckpointError, Config, ConfigError, TrainingDiverged, TrainingStep,
+                       kl_weights, load_checkpoint, train)
 from gluon_bbb.tutorial import evaluate_accuracy
 from gluon_bbb.learning.rundir import best_validation_epoch
 from conftest import OVERSHOOTING
@@ -431,8 +431,8 @@ def test_a_convolutional_network_learns_on_the_default_command(tmp_path):
                       "--train-size", "10000", "--seed", "1", "--test-samples", "0")
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.splitlines()[0] == (
-        "a network with convolutions takes its defaults: --optimizer adam, --learning-rate "
-        "0.002, --rho-offset -5.0 (flags override)")
+        "a network with convolutions takes --optimizer adam, --learning-rate 0.002, "
+        "--rho-offset -5.0 (where no flag or preset sets them)")
     with open(tmp_path / "lenet" / "history.json") as f:
         assert json.load(f)[-1]["test_accuracy"] >= 0.95  # 0.9506 measured, seed 1
     # a flag given is kept; a resume continues the run's own settings
@@ -444,3 +444,41 @@ def test_a_convolutional_network_learns_on_the_default_command(tmp_path):
         config = json.load(f)
     assert (config["optimizer"], config["learning_rate"], config["rho_offset"]) == (
         "sgd", 0.002, -5.0)
+
+
+@pytest.mark.parametrize("argv, expected", [
+    (["--model", "ivon"], dict(model="ivon", parametrization="log_variance", prior="none",
+                               learning_rate=0.5, lr_schedule="cosine", mu_scale=0.02)),
+    (["--model", "ivon", "--learning-rate", "0.1", "--prior", "gaussian"],
+     dict(learning_rate=0.1, prior="gaussian", parametrization="log_variance")),
+    (["--preset", "paper-2x1200", "--model", "ivon"],  # the preset's settings count as given
+     dict(prior="scale_mixture", learning_rate=3e-4, parametrization="log_variance")),
+    (["--prior", "log-uniform"], dict(kl="analytic")),
+    (["--remove-switched-off"], dict(prior="log_uniform", kl="analytic")),
+    (["--network", "lenet", "--model", "ivon"], dict(learning_rate=0.5, rho_offset=-5.0)),
+])
+def test_a_choice_takes_the_settings_it_implies_where_none_is_given(argv, expected):
+    from gluon_bbb.commands.train import build_parser, config_from_args
+    config = config_from_args(build_parser().parse_args(argv))
+    assert {field: getattr(config, field) for field in expected} == expected
+
+
+@pytest.mark.parametrize("argv, field", [
+    (["--model", "ivon", "--parametrization", "softplus"], "parametrization"),
+    (["--model", "ivon", "--estimator", "lrt"], "estimator"),
+    (["--prior", "log-uniform", "--kl", "mc"], "kl"),
+    (["--remove-switched-off", "--prior", "gaussian"], "remove_switched_off"),
+])
+def test_a_flag_contrary_to_what_a_choice_needs_is_refused(argv, field):
+    from gluon_bbb.commands.train import build_parser, config_from_args
+    with pytest.raises(ConfigError) as info:
+        config_from_args(build_parser().parse_args(argv))
+    assert info.value.field == field
+
+
+def test_the_run_says_what_its_choices_took():
+    from gluon_bbb.commands.train import _implied_words, build_parser, _config_and_defaults
+    _, taken = _config_and_defaults(build_parser().parse_args(["--remove-switched-off"]), None)
+    assert _implied_words(taken) == ("--remove-switched-off takes --prior log-uniform; --prior "
+                                     "log-uniform takes --kl analytic (where no flag or preset "
+                                     "sets them)")
