@@ -173,9 +173,9 @@ class _AfterMXNetImport:
         return spec
 
 
-if "mxnet" in _sys.modules:
+if _sys.modules.get("mxnet") is not None:
     _register_ivon(_sys.modules["mxnet"])
-else:
+elif "mxnet" not in _sys.modules:  # (None there: a program that keeps MXNet out)
     _sys.meta_path.insert(0, _AfterMXNetImport())
 
 

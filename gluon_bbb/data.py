@@ -119,10 +119,14 @@ def resolve_data_dir(data_dir=None, download=True):
             return default_dir
     else:
         problem = "a directory named explicitly is not downloaded into"
-    first = next(iter(IDX_FILES.values()))[0]
-    raise DataNotFound("MNIST not found in %s (%s); name a directory of its four files "
-                       "(%s[.gz], ...) with {data_dir} or $GLUON_BBB_DATA",
-                       " or ".join(searched), problem, first)
+    stems = [stem for stem, _ in IDX_FILES.values()]
+    partly = [d for d in searched if os.path.isdir(d) and idx_paths(d)]
+    if partly:  # a directory of some of the files: which it lacks
+        problem = "%s lacks %s" % (partly[0], ", ".join(
+            stem for stem in stems if not find_idx_file(partly[0], stem)))
+    raise DataNotFound("MNIST not found in %s (%s); name a directory of its four IDX files "
+                       "(%s[.gz] and the others) with {data_dir} or $GLUON_BBB_DATA",
+                       " or ".join(searched), problem, stems[0])
 
 
 # What the download's exception says, and what it means for the user (the exception's own

@@ -60,12 +60,19 @@ def test_short_header_is_named(tmp_path):
         read_idx(path, ndim=3)
 
 
-def test_explicit_directory_without_files_lists_what_is_expected(tmp_path):
+def test_explicit_directory_without_files_says_what_is_expected(tmp_path):
     with pytest.raises(DataError) as info:
         resolve_data_dir(str(tmp_path / "nowhere"))
     message = str(info.value)
-    assert all(stem in message for stem, _ in IDX_FILES.values())
+    assert "its four IDX files (train-images-idx3-ubyte[.gz] and the others)" in message
     assert str(tmp_path / "nowhere") in message and "\n" not in message
+    # a directory of some of them: the ones it lacks, by name
+    (tmp_path / "some").mkdir()
+    for stem in ("train-images-idx3-ubyte", "t10k-labels-idx1-ubyte"):
+        (tmp_path / "some" / stem).write_bytes(b"")
+    with pytest.raises(DataError) as info:
+        resolve_data_dir(str(tmp_path / "some"))
+    assert "some lacks train-labels-idx1-ubyte, t10k-images-idx3-ubyte" in str(info.value)
 
 
 def test_environment_directory_is_used(tmp_path, monkeypatch):

@@ -205,8 +205,10 @@ def test_the_checkpoint_names_its_parametrization(tmp_path, mnist):
     assert bytes(arrays["parametrization"].asnumpy().tolist()) == b"log_variance"
     state = run.load_parameters(run.read_config())
     assert state["parametrization"] == LogVariance()
-    # a file from before the key: softplus rhos, which this run's config.json does not say
-    del arrays["parametrization"]
+    # a file from before the key (and the later checksum and trained_as): softplus rhos, which
+    # this run's config.json does not say
+    for key in ("parametrization", "checksum", "trained_as"):
+        del arrays[key]
     nd.save(path, arrays)
     with pytest.raises(CheckpointError, match="holds rhos of parametrization softplus, its "
                                               "run's config.json says log_variance"):

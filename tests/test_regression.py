@@ -72,8 +72,9 @@ def test_a_regression_with_nothing_to_train_is_refused():
     from gluon_bbb.toy_problems import regression_config
     assert regression_config("quartic", epochs=1).epochs == 1
     for epochs in (0, -5):
-        with pytest.raises(ConfigError, match=r"epochs must be an integer >= 1 \(the training "
-                                              r"steps; 0 trains nothing\), got %d" % epochs):
+        with pytest.raises(ConfigError, match=r"epochs must be an integer from 1 to 1000000 "
+                                              r"\(the training steps; 0 trains nothing\), "
+                                              r"got %d" % epochs):
             regression_config("quartic", epochs=epochs)
 
 

@@ -454,7 +454,9 @@ def test_a_sweep_on_a_running_scheduler_with_two_workers(tmp_path):
             out = tmp_path / "sweep"
             proc = run(SWEEP, spec, "--out", out, "--scheduler", address)
             assert proc.returncode == 0, proc.stderr
-            assert proc.stdout.splitlines()[1].startswith("sweep: 2 trials on the cluster at %s"
+            assert proc.stdout.splitlines()[1] == ("sweep: connecting to the Dask scheduler at "
+                                                   "%s (at most 30 s)" % address)
+            assert proc.stdout.splitlines()[2].startswith("sweep: 2 trials on the cluster at %s"
                                                           % address)
             # the workers ran the trials without importing MXNet themselves
             assert set(client.run(lambda: "mxnet" in sys.modules).values()) == {False}
