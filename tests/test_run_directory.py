@@ -298,7 +298,7 @@ def test_no_data_and_no_network_is_one_line_and_makes_no_run_directory(tmp_path)
         in proc.stderr
     # one line of about 200 characters besides the directory searched
     assert len(proc.stderr.strip()) - len(str(tmp_path / ".mxnet/datasets/mnist")) < 210
-    assert proc.stderr.strip().endswith("name it with --data-dir or $GLUON_BBB_DATA")
+    assert proc.stderr.strip().endswith("with --data-dir or $GLUON_BBB_DATA")
     assert "HTTPSConnection" not in proc.stderr and len(proc.stderr) < 600
     assert not out.exists() and proc.stdout == ""
 
