@@ -30,9 +30,42 @@ import sys as _sys
 # kernels on one thread; switching it off and using every core made a training step 25%
 # faster on 2 cores (bench/bench_train.py). A value the user has set is left alone.
 _os.environ.setdefault("MXNET_USE_OPERATOR_TUNING", "0")
-_os.environ.setdefault("OMP_NUM_THREADS", str(len(_os.sched_getaffinity(0))
-                                              if hasattr(_os, "sched_getaffinity")
-                                              else _os.cpu_count() or 1))
+def cpus_granted(root="/"):
+    """The cores this process may use: those its affinity allows, fewer where its cgroup's CPU
+    quota (v2's ``cpu.max``, v1's ``cpu.cfs_quota_us`` over ``cpu.cfs_period_us``) grants less
+    time than that: a container of 1 CPU on a machine of 16 runs best on one thread, not 16
+    that the quota throttles in turn. ``root``: where /proc and /sys are (for the tests)."""
+    cores = (len(_os.sched_getaffinity(0)) if hasattr(_os, "sched_getaffinity")
+             else _os.cpu_count() or 1)
+    try:
+        with open(_os.path.join(root, "proc/self/cgroup")) as f:
+            lines = f.read().splitlines()
+    except OSError:
+        return cores
+    for line in lines:
+        _, controllers, path = (line.split(":", 2) + ["", ""])[:3]
+        if controllers == "":
+            names = [("cpu.max",)]
+            directory = _os.path.join(root, "sys/fs/cgroup", path.lstrip("/"))
+        elif "cpu" in controllers.split(","):
+            names = [("cpu.cfs_quota_us", "cpu.cfs_period_us")]
+            directory = _os.path.join(root, "sys/fs/cgroup", controllers, path.lstrip("/"))
+        else:
+            continue
+        for files in names:
+            try:
+                values = [open(_os.path.join(directory, name)).read().split()
+                          for name in files]
+                quota, period = ((values[0][0], values[0][1]) if len(files) == 1
+                                 else (values[0][0], values[1][0]))
+                if quota not in ("max", "-1") and int(period) > 0 and int(quota) > 0:
+                    cores = min(cores, max(1, -(-int(quota) // int(period))))
+            except (OSError, ValueError, IndexError):
+                continue
+    return cores
+
+
+_os.environ.setdefault("OMP_NUM_THREADS", str(cpus_granted()))
 # MXNet's threaded engine runs each operator on a worker thread whose OpenMP team is not the
 # one the main thread's C kernels (``native/``) use: on two cores the two teams spin against
 # each other. With every operator run in the main thread (NaiveEngine) a 2x400 step took 4.7

@@ -254,3 +254,49 @@ def test_no_module_of_the_package_imports_another_in_a_circle():
     assert circles == []
     # the leaf modules the formulas and the C kernels' table live in import nothing of it
     assert edges["family.elementwise"] == set() and edges["native.table"] == set()
+
+
+@pytest.mark.parametrize("cgroup, files, expected", [
+    ("0::/box\n", {"sys/fs/cgroup/box/cpu.max": "100000 100000\n"}, 1),
+    ("0::/box\n", {"sys/fs/cgroup/box/cpu.max": "150000 100000\n"}, 2),
+    ("0::/box\n", {"sys/fs/cgroup/box/cpu.max": "max 100000\n"}, None),
+    ("4:cpu,cpuacct:/job\n", {"sys/fs/cgroup/cpu,cpuacct/job/cpu.cfs_quota_us": "50000\n",
+                             "sys/fs/cgroup/cpu,cpuacct/job/cpu.cfs_period_us": "100000\n"}, 1),
+    ("4:cpu,cpuacct:/job\n", {"sys/fs/cgroup/cpu,cpuacct/job/cpu.cfs_quota_us": "-1\n",
+                             "sys/fs/cgroup/cpu,cpuacct/job/cpu.cfs_period_us": "100000\n"},
+     None),
+    ("0::/box\n", {}, None)])
+def test_the_default_thread_count_follows_a_cgroups_cpu_quota(tmp_path, cgroup, files, expected):
+    import gluon_bbb
+    (tmp_path / "proc" / "self").mkdir(parents=True)
+    (tmp_path / "proc" / "self" / "cgroup").write_text(cgroup)
+    for name, text in files.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(text)
+    cores = len(os.sched_getaffinity(0))
+    assert gluon_bbb.cpus_granted(str(tmp_path)) == (cores if expected is None
+                                                     else min(cores, expected))
+
+
+@pytest.mark.parametrize("imports", ["import gluon_bbb; import mxnet as mx",
+                                     "import mxnet as mx; import gluon_bbb"])
+def test_importing_the_package_names_ivon_among_mxnets_optimizers(imports):
+    code = imports + """
+from mxnet import gluon
+net = gluon.nn.Dense(3, in_units=4)
+net.initialize()
+trainer = gluon.Trainer(net.collect_params(), "ivon", {"learning_rate": 0.1, "ess": 100})
+print(type(trainer._optimizer).__name__)
+for settings in ({"learning_rate": float("nan")}, {"learning_rate": -1}, {"ess": True}):
+    try:
+        gluon.Trainer(net.collect_params(), "ivon", settings)._init_optimizer("ivon", settings)
+    except ValueError as exc:
+        print(exc)
+"""
+    proc = run([PYTHON, "-c", code])
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines() == [
+        "IVON", "learning_rate must be a finite number in (0, 1e+06], got nan",
+        "learning_rate must be a finite number in (0, 1e+06], got -1",
+        "ivon_ess must be a number in (0, inf), got True"]
+    assert "overriding existing optimizer" not in proc.stderr
