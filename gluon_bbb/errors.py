@@ -106,9 +106,7 @@ class TrainingDiverged(GluonBBBError):
                  "start ({ivon_hess_init}, {ivon_ess}) or the network's depth "
                  "({num_hidden_layers})")
         if changed:
-            start = "%s (this run's, of %s)" % (" and ".join(
-                "{%s} %s" % (field, _literal("%g" % value if isinstance(value, float) else value))
-                for field, value in changed), start)
+            start = "%s (this run's, of %s)" % (_changed_words(changed), start)
         if updates == 0:
             cause = ("It is non-finite before any update, so the cause is the starting point, "
                      "not the learning rate: " + start + " make the first loss overflow.")
@@ -116,6 +114,11 @@ class TrainingDiverged(GluonBBBError):
             cause = ("The first loss was already %.3g, so the cause is the starting point, not "
                      "the learning rate: %s give a loss, and a gradient, that overflow after %d "
                      "update%s." % (first_loss, start, updates, "" if updates == 1 else "s"))
+        elif updates is not None and changed:
+            cause = ("It was finite for %d updates at {learning_rate} %g with %s: the steps "
+                     "these give are too large; a smaller {learning_rate}, those settings "
+                     "nearer their defaults or a tighter prior may help."
+                     % (updates, learning_rate, _changed_words(changed)))
         elif updates is not None:
             cause = ("It was finite for %d updates at {learning_rate} %g: the steps are too "
                      "large; a smaller {learning_rate} or a tighter prior may help."
@@ -123,6 +126,12 @@ class TrainingDiverged(GluonBBBError):
         else:
             cause = ""
         super().__init__(_literal(where) + _literal(kept) + cause)
+
+
+def _changed_words(changed):
+    """``{field} value and ...`` of (field, value) pairs, as a message template holds them."""
+    return " and ".join("{%s} %s" % (field, _literal(
+        "%g" % value if isinstance(value, float) else value)) for field, value in changed)
 
 
 class ConfigError(GluonBBBError, ValueError):

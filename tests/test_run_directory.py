@@ -397,6 +397,18 @@ def test_a_loss_non_finite_from_the_start_is_not_blamed_on_the_rate(tmp_path, ar
 
 
 @pytest.mark.slow
+def test_a_loss_that_diverges_after_updates_names_the_setting_given(tmp_path):
+    # IVON's step scales with its Hessian's start: the flag given is named, not the rate alone
+    proc = run(TRAIN, "--out", tmp_path / "run", "--epochs", "1", "--model", "ivon",
+               "--ivon-hess-init", "1e20", "--train-size", "512", "--num-hidden-units", "20",
+               "--seed", "1", "--test-samples", "0")
+    assert_one_line_error(proc, "loss became non-finite (")
+    assert "at --learning-rate 0.5 with --ivon-hess-init 1e+20: the steps these give are too " \
+           "large" in proc.stderr
+    assert "--mu-scale" not in proc.stderr  # IVON's own default, not a setting given
+
+
+@pytest.mark.slow
 def test_a_loss_that_diverges_later_names_the_rate(tmp_path):
     proc = run(TRAIN, "--out", tmp_path / "run", "--epochs", "1", "--learning-rate", "100",
                "--train-size", "1000", "--seed", "1")

@@ -16,7 +16,8 @@ from typing import Optional
 
 from .cli import (ArgumentParser, add_import_flag, add_json_flag, add_switch, flag_for,
                   import_modules, load_mxnet, print_json, run_command, say_for)
-from ..learning.config import MAX_SAMPLES, MAX_TEST_SAMPLES, PRESETS, Config
+from ..learning.config import (CONVOLUTION_DEFAULTS, IMPLIED, MAX_SAMPLES, MAX_TEST_SAMPLES,
+                               PRESETS, Config)
 from ..errors import CheckpointError, ConfigError
 from ..family.choices import names
 from ..family.estimators import ESTIMATORS
@@ -186,23 +187,6 @@ def _config_and_defaults(args, run):
     for _, settings in taken:
         values.update(settings)
     return Config(**values), taken
-
-
-# What a choice implies for the settings that neither a flag nor the preset gives: the settings
-# it cannot run without (a contrary flag is refused by Config's checks) and, for IVON, its own
-# defaults in place of Bayes by Backprop's (the paper-2x1200-ivon preset's: a rate of 0.5 on a
-# half cosine, the means from N(0, 0.02^2), weight decay alone for a prior). Applied until none
-# adds anything: --remove-switched-off implies the log-uniform prior, which implies its KL.
-IMPLIED = (
-    (("model", "ivon"), dict(estimator="sample", parametrization="log_variance", prior="none",
-                             learning_rate=0.5, lr_schedule="cosine", mu_scale=0.02)),
-    (("prior", "log_uniform"), dict(kl="analytic")),
-    (("remove_switched_off", True), dict(prior="log_uniform")),
-)
-# The tutorial's defaults (plain SGD at 1e-3 from sigma = softplus(-3)) leave a Bayesian LeNet at
-# 10% accuracy after an epoch; Adam at 2e-3 from sigma = softplus(-5) trains it
-# (docs/NETWORKS.md). Taken by a network with convolutions and no preset.
-CONVOLUTION_DEFAULTS = dict(optimizer="adam", learning_rate=2e-3, rho_offset=-5.0)
 
 
 def implied_settings(given, preset=False):

@@ -660,3 +660,21 @@ PRESETS = {
     "lenet-gates-ranked": _GATES_RANKED,
     "lenet-group-sparse-narrow": _GATED_NARROW,
 }
+
+
+# What a choice implies for the settings that neither a flag nor the preset gives: the settings
+# it cannot run without (a contrary flag is refused by Config's checks) and, for IVON, its own
+# defaults in place of Bayes by Backprop's (the paper-2x1200-ivon preset's: a rate of 0.5 on a
+# half cosine, the means from N(0, 0.02^2), weight decay alone for a prior). Applied until none
+# adds anything: --remove-switched-off implies the log-uniform prior, which implies its KL.
+IMPLIED = (
+    (("model", "ivon"), dict(estimator="sample", parametrization="log_variance", prior="none",
+                             learning_rate=0.5, lr_schedule="cosine", mu_scale=0.02)),
+    (("prior", "log_uniform"), dict(kl="analytic")),
+    (("remove_switched_off", True), dict(prior="log_uniform")),
+)
+# The tutorial's defaults (plain SGD at 1e-3 from sigma = softplus(-3)) leave a Bayesian LeNet at
+# 10% accuracy after an epoch; Adam at 2e-3 from sigma = softplus(-5) trains it
+# (docs/NETWORKS.md). Taken by a network with convolutions and no preset
+# (commands/train.py's implied_settings).
+CONVOLUTION_DEFAULTS = dict(optimizer="adam", learning_rate=2e-3, rho_offset=-5.0)
