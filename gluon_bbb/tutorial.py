@@ -94,6 +94,8 @@ def init_variational_params(shapes, ctx, mu_scale=0.1, rho_offset=-3.0, seed=Non
         raise ValueError("mu_scale must be a finite number > 0, got %r" % (mu_scale,))
     if not (_is_number(rho_offset) and np.isfinite(rho_offset)):
         raise ValueError("rho_offset must be a finite number, got %r" % (rho_offset,))
+    if seed is not None:
+        _check_count("seed", seed, 0)
     rng = np.random.default_rng(seed)
     mus = [nd.array(rng.normal(0.0, mu_scale, size=shape), ctx=ctx, dtype="float32")
            for shape in shapes]
@@ -241,6 +243,9 @@ def _batched_outputs(data, labels, layer_params, batch_size, network):
     ctx = layer_params[0].context
     if data.shape[0] == 0:
         raise ValueError("evaluating a network needs at least one example")
+    if labels.shape[0] != data.shape[0]:
+        raise ValueError("%d examples with %d labels: one label each" % (data.shape[0],
+                                                                         labels.shape[0]))
     network = network.without_dropout() if network is not None else None
     for start in range(0, data.shape[0], batch_size):
         X = as_nd(data[start:start + batch_size], ctx)

@@ -373,5 +373,7 @@ def test_a_compressed_models_predict_refuses_a_count_of_draws_that_is_not_one(tm
         model.predict(X, num_samples=num_samples)
     with pytest.raises(ValueError, match="batch_size must be an integer >= 1"):
         model.predict(X, batch_size=0)
+    with pytest.raises(ValueError, match="seed must be an integer >= 0, got -1"):
+        model.predict(X, num_samples=2, seed=-1)
     probs = model.predict(X, num_samples=2)
     assert probs.shape == (3, 10) and np.allclose(probs.sum(axis=1), 1.0, atol=1e-5)

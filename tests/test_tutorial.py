@@ -354,3 +354,11 @@ def test_combined_loss_refuses_what_is_not_a_number_of_batches(ctx, num_batches)
     with pytest.raises(ValueError, match="num_batches must be a finite number > 0"):
         combined_loss(nd.zeros((4, 2), ctx=ctx), nd.one_hot(nd.zeros(4, ctx=ctx), 2), mus, mus,
                       mus, gaussian_prior, log_softmax_likelihood, num_batches)
+
+
+def test_the_functions_refuse_what_has_no_meaning(ctx):
+    with pytest.raises(ValueError, match="seed must be an integer >= 0, got -1"):
+        init_variational_params([(2, 3)], ctx, seed=-1)
+    params = [nd.ones((3, 4), ctx=ctx), nd.zeros(3, ctx=ctx)]
+    with pytest.raises(ValueError, match="5 examples with 4 labels: one label each"):
+        evaluate_accuracy(np.zeros((5, 4), np.float32), np.zeros(4), params)

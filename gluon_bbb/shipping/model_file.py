@@ -281,6 +281,8 @@ class CompressedModel:
                              % (MAX_PREDICTIVE_SAMPLES, num_samples))
         if not (_is_whole(batch_size) and batch_size >= 1):
             raise ValueError("batch_size must be an integer >= 1, got %r" % (batch_size,))
+        if not (_is_whole(seed) and seed >= 0):
+            raise ValueError("seed must be an integer >= 0, got %r" % (seed,))
         if num_samples and self.sigmas is None:
             raise ModelFileError("this file keeps no sigmas: it predicts with its mean weights "
                                  "only (num_samples 0)")
