@@ -132,9 +132,15 @@ def _connect(Client, address, SpecError):
                         CONNECT_SECONDS)
     if isinstance(outcome[0], BaseException):
         exc = outcome[0]
-        reason = (str(exc) if isinstance(exc, (OSError, TimeoutError))
-                  else "what answers there is not a Dask scheduler (%s: %s)" % (
-                      type(exc).__name__, str(exc).splitlines()[0][:200] if str(exc) else ""))
+        if isinstance(exc, (OSError, TimeoutError)) and "handshake" in str(exc):
+            # Dask releases before 2024 bound their handshake themselves
+            reason = ("it took the connection but did not answer as a Dask scheduler within "
+                      "%d s" % (CONNECT_SECONDS - 5))
+        elif isinstance(exc, (OSError, TimeoutError)):
+            reason = str(exc)
+        else:
+            reason = "what answers there is not a Dask scheduler (%s: %s)" % (
+                type(exc).__name__, str(exc).splitlines()[0][:200] if str(exc) else "")
         raise SpecError("cannot use the Dask scheduler {scheduler} %s: %s", address, reason)
     return outcome[0]
 
