@@ -471,6 +471,8 @@ def test_a_choice_takes_the_settings_it_implies_where_none_is_given(argv, expect
     (["--model", "ivon", "--estimator", "lrt"], "estimator"),
     (["--prior", "log-uniform", "--kl", "mc"], "kl"),
     (["--remove-switched-off", "--prior", "gaussian"], "remove_switched_off"),
+    (["--ivon-ess", "100"], "ivon_ess"),  # IVON's setting for a Bayes-by-Backprop run
+    (["--model", "mcdropout", "--ivon-prior-at-draws"], "ivon_prior_at_draws"),
 ])
 def test_a_flag_contrary_to_what_a_choice_needs_is_refused(argv, field):
     from gluon_bbb.commands.train import build_parser, config_from_args

@@ -186,7 +186,13 @@ def _config_and_defaults(args, run):
     values = dict(dataclasses.asdict(base), **given)
     for _, settings in taken:
         values.update(settings)
-    return Config(**values), taken
+    config = Config(**values)
+    # IVON's settings do nothing for another model: given with one, they are refused
+    stray = sorted(field for field in given if field.startswith("ivon_"))
+    if stray and not config.model_kind.natural_gradient:
+        raise ConfigError(stray[0], given[stray[0]], "given with {model} ivon only (IVON's "
+                          "setting; this run's model is %s)" % config.model)
+    return config, taken
 
 
 def implied_settings(given, preset=False):
