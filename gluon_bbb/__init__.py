@@ -44,24 +44,24 @@ def cpus_granted(root="/"):
         return cores
     for line in lines:
         _, controllers, path = (line.split(":", 2) + ["", ""])[:3]
-        if controllers == "":
-            names = [("cpu.max",)]
-            directory = _os.path.join(root, "sys/fs/cgroup", path.lstrip("/"))
-        elif "cpu" in controllers.split(","):
-            names = [("cpu.cfs_quota_us", "cpu.cfs_period_us")]
+        if controllers == "":  # cgroup v2: "QUOTA PERIOD" in one file
+            files = [_os.path.join(root, "sys/fs/cgroup", path.lstrip("/"), "cpu.max")]
+        elif "cpu" in controllers.split(","):  # v1: one number in each of two files
             directory = _os.path.join(root, "sys/fs/cgroup", controllers, path.lstrip("/"))
+            files = [_os.path.join(directory, name)
+                     for name in ("cpu.cfs_quota_us", "cpu.cfs_period_us")]
         else:
             continue
-        for files in names:
-            try:
-                values = [open(_os.path.join(directory, name)).read().split()
-                          for name in files]
-                quota, period = ((values[0][0], values[0][1]) if len(files) == 1
-                                 else (values[0][0], values[1][0]))
-                if quota not in ("max", "-1") and int(period) > 0 and int(quota) > 0:
-                    cores = min(cores, max(1, -(-int(quota) // int(period))))
-            except (OSError, ValueError, IndexError):
-                continue
+        try:
+            words = []
+            for name in files:
+                with open(name) as f:
+                    words += f.read().split()[:2]
+            quota, period = words[0], int(words[-1])
+            if quota not in ("max", "-1") and period > 0 and int(quota) > 0:
+                cores = min(cores, max(1, -(-int(quota) // period)))
+        except (OSError, ValueError, IndexError):
+            continue
     return cores
 
 
