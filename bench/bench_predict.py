@@ -12,9 +12,11 @@ at the presets' initial parameters (the time does not depend on their values):
   mxnet:   MXNet's operators alone (``F=mx.nd``), in the batches those take.
 
 The variants take turns over ``--rounds`` rounds, so that a change in the machine's speed
-slows both alike; each prints the median and range of its rounds.
+slows both alike; each prints the median and range of its rounds, under each of ``--loads``
+(``bench_shared.py``'s: idle, one or two busy processes, a stream of short ones) in turn.
 
-    python bench/bench_predict.py [--images 10000] [--draws 10] [--rounds 5] [--data-dir DIR]
+    python bench/bench_predict.py [--images 10000] [--draws 10] [--rounds 5]
+                                  [--loads idle,busy1,busy2,stream] [--data-dir DIR]
 """
 import argparse
 import os
@@ -23,6 +25,8 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from bench_shared import LOADS, Load  # noqa: E402  (before gluon_bbb: the loads' environment)
 import gluon_bbb  # noqa: E402  (sets MXNet's thread and engine settings before it loads)
 mx = gluon_bbb.require_mxnet()
 import numpy as np  # noqa: E402
@@ -48,8 +52,12 @@ def main():
     parser.add_argument("--images", type=int, default=10000, help="test images a pass takes")
     parser.add_argument("--draws", type=int, default=10, help="weight draws a predictive takes")
     parser.add_argument("--rounds", type=int, default=5, help="turns each variant takes")
+    parser.add_argument("--loads", default="idle")
     parser.add_argument("--data-dir")
     args = parser.parse_args()
+    loads = args.loads.split(",")
+    if not set(loads) <= set(LOADS) - {"quota"}:
+        parser.error("--loads takes any of %s" % ", ".join(sorted(set(LOADS) - {"quota"})))
     for name in ("images", "draws", "rounds"):
         if not 1 <= getattr(args, name) <= 10000:
             parser.error("--%s must be between 1 and 10000" % name)
@@ -70,21 +78,32 @@ def main():
                 .wait_to_read())
     for run in variants.values():  # warm-up: MXNet's first calls pick their kernels
         run()
-    seconds = {key: [] for key in variants}
-    for _ in range(args.rounds):
-        for key, run in variants.items():
-            start = time.perf_counter()
-            run()
-            seconds[key].append(time.perf_counter() - start)
-    for label in ("LeNet", "2x400 MLP"):
-        for operators in ("kernel", "mxnet"):
-            times = seconds[(label, operators)]
-            print("%-10s %-7s %7.3f s [%.3f, %.3f]" % (label, operators, np.median(times),
-                                                       min(times), max(times)))
-        ratios = [k / m for k, m in zip(seconds[(label, "kernel")], seconds[(label, "mxnet")])]
-        print("%s kernel/mxnet = %.2f [%.2f, %.2f]" % (label, np.median(ratios), min(ratios),
-                                                       max(ratios)))
+    for load in loads:
+        seconds = time_under(Load(load), variants, args.rounds)
+        for label in ("LeNet", "2x400 MLP"):
+            for operators in ("kernel", "mxnet"):
+                times = seconds[(label, operators)]
+                print("%-6s %-10s %-7s %7.3f s [%.3f, %.3f]" % (
+                    load, label, operators, np.median(times), min(times), max(times)))
+            ratios = [k / m for k, m in zip(seconds[(label, "kernel")],
+                                            seconds[(label, "mxnet")])]
+            print("%-6s %s kernel/mxnet = %.2f [%.2f, %.2f]" % (
+                load, label, np.median(ratios), min(ratios), max(ratios)))
 
+
+def time_under(load, variants, rounds):
+    """{variant: [seconds of each round]} with ``load`` running."""
+    seconds = {key: [] for key in variants}
+    load.start()
+    try:
+        for _ in range(rounds):
+            for key, run in variants.items():
+                start = time.perf_counter()
+                run()
+                seconds[key].append(time.perf_counter() - start)
+    finally:
+        load.stop()
+    return seconds
 
 if __name__ == "__main__":
     # bad input (a missing data directory, a run that is not one) as one line and status 2

@@ -15,8 +15,8 @@ paper-2x1200-ivon preset's, on both backends) beside a deterministic 2x1200 netw
 step, with the closed-form
 KL, with the local reparametrization trick and with Flipout, and the local reparametrization's
 network graph alone (its floor). Then, in child processes, (d) the
-same algorithm in PyTorch where it is installed (it is not a dependency of gluon-bbb:
-``pip install torch`` to compare), with weight sampling and with the local reparametrization,
+same algorithm in PyTorch where it is installed (``pytorch_peer.py``; not a dependency of
+gluon-bbb: ``pip install torch`` to compare, or name a Python that has it, ``--peer-python``), with weight sampling and with the local reparametrization,
 and the peak resident memory of a 2x1200 training run. Last, the Bayesian LeNet
 (``--network lenet``: conv 5x5x20, pool, conv 5x5x50, pool, dense 500, dense 10) on both
 backends and with each estimator against the same network in PyTorch (weight sampling), one
@@ -39,6 +39,7 @@ import sys
 import tempfile
 import time
 
+_ENVIRONMENT = dict(os.environ)  # the PyTorch peer's, before gluon_bbb sets its defaults
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import gluon_bbb  # noqa: E402  (sets MXNet's thread and engine settings before it loads)
@@ -54,6 +55,7 @@ from gluon_bbb.learning.config import PRESETS  # noqa: E402
 from gluon_bbb.learning.ndarray_backend import NetworkGraph  # noqa: E402
 
 STEPS_PER_EPOCH = 469  # ceil(60000 / 128)
+PEER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "pytorch_peer.py")
 
 
 def stepwise(step):
@@ -137,114 +139,6 @@ def bench_tutorial(data, config, ctx, steps):
     return stepwise(step)
 
 
-def bench_pytorch(data, config, steps, estimator="sample"):
-    """(d) the same algorithm written the plain way in PyTorch (CPU), data in memory, plain SGD
-    (Adam where ``config.optimizer`` says so).
-
-    ``sample``: every step draws eps for every parameter, forms w = mu + softplus(rho) * eps
-    and computes the tutorial's combined loss (Gaussian prior) with autograd.
-    ``lrt``: the local reparametrization with the closed-form KL to the Gaussian prior, as
-    ``--estimator lrt --kl analytic`` computes it: pre-activations drawn from
-    N(h mu + b_mu, h^2 sigma^2 + b_sigma^2), KL summed over the parameters.
-    ``sparse-vd``: sparse variational dropout as its authors write it (Molchanov et al. 2017):
-    rho = log sigma^2, the local reparametrization in every layer (dense and convolution), the
-    log-uniform prior's approximate KL in log alpha, Adam; nothing removed while training."""
-    import torch
-    import torch.nn.functional as F
-    torch.manual_seed(0)
-    shapes = config.layer_shapes()
-    mus = [(0.1 * torch.randn(shape)).requires_grad_() for shape in shapes]
-    rhos = [torch.full(shape, config.rho_offset, requires_grad=True) for shape in shapes]
-    X = torch.tensor(data.train_images, dtype=torch.float32)
-    y = torch.tensor(data.train_labels, dtype=torch.long)
-    b, log_sqrt_2pi = config.batch_size, 0.5 * np.log(2 * np.pi)
-    sigma_p = config.sigma_p
-    network = config.build_network()
-
-    def sampled_weights_loss(h, labels):
-        sigmas = [F.softplus(rho) for rho in rhos]
-        weights = [mu + sigma * torch.randn_like(mu) for mu, sigma in zip(mus, sigmas)]
-        h = torch_forward(network, h, weights)
-        nll = F.cross_entropy(h, labels, reduction="sum")
-        log_q = sum((-torch.log(s) - (w - m) ** 2 / (2 * s ** 2) - log_sqrt_2pi).sum()
-                    for w, m, s in zip(weights, mus, sigmas))
-        log_p = sum((-w ** 2 / (2 * sigma_p ** 2) - np.log(sigma_p)
-                     - log_sqrt_2pi).sum() for w in weights)
-        return (log_q - log_p) / STEPS_PER_EPOCH + nll
-
-    def local_reparametrization_loss(h, labels):
-        sigmas = [F.softplus(rho) for rho in rhos]
-        for j in range(0, len(mus), 2):
-            mean = F.linear(h, mus[j], mus[j + 1])
-            variance = F.linear(h * h, sigmas[j] ** 2, sigmas[j + 1] ** 2)
-            h = mean + torch.sqrt(variance) * torch.randn_like(mean)
-            if j < len(mus) - 2:
-                h = torch.relu(h)
-        nll = F.cross_entropy(h, labels, reduction="sum")
-        kl = sum((np.log(sigma_p) - torch.log(s) + (s ** 2 + m ** 2) / (2 * sigma_p ** 2)
-                  - 0.5).sum() for m, s in zip(mus, sigmas))
-        return kl / STEPS_PER_EPOCH + nll
-
-    def sparse_vd_loss(h, labels):
-        def drawn(operator, h, index):  # the local reparametrization, sigma^2 = exp(rho)
-            mean = operator(h, mus[index], mus[index + 1])
-            variance = operator(h * h, rhos[index].exp(), rhos[index + 1].exp())
-            return mean + torch.sqrt(variance + 1e-8) * torch.randn_like(mean)
-        nll = F.cross_entropy(torch_forward(network, h, None, drawn), labels, reduction="sum")
-        kl = 0
-        for mu, log_variance in zip(mus, rhos):
-            log_alpha = torch.clamp(log_variance - torch.log(mu * mu + 1e-8), -10, 10)
-            kl = kl + (0.63576 - 0.63576 * torch.sigmoid(1.87320 + 1.48695 * log_alpha)
-                       + 0.5 * F.softplus(-log_alpha)).sum()
-        return nll + kl / STEPS_PER_EPOCH
-
-    loss_of = {"sample": sampled_weights_loss, "lrt": local_reparametrization_loss,
-               "sparse-vd": sparse_vd_loss}[estimator]
-    adam = (torch.optim.Adam(mus + rhos, lr=config.learning_rate)
-            if config.optimizer == "adam" else None)
-
-    def step(i):
-        lo = (i % (STEPS_PER_EPOCH - 1)) * b  # full batches only
-        loss = loss_of(X[lo:lo + b], y[lo:lo + b])
-        for p in mus + rhos:
-            p.grad = None
-        loss.backward()
-        if adam is not None:
-            adam.step()
-            return
-        with torch.no_grad():
-            for p in mus + rhos:
-                p -= config.learning_rate * p.grad
-
-    return stepwise(step)
-
-
-def torch_forward(network, h, weights, linear=None):
-    """The logits of ``network`` (a ``gluon_bbb.networks.layers.Network``) in PyTorch, weights in the
-    same layouts (dense (outputs, inputs), convolution (channels, inputs, k, k)); ``linear(op,
-    h, index)``, where given, is a layer's output in place of ``op(h, weights[index],
-    weights[index + 1])`` (op: ``F.linear`` or ``F.conv2d``)."""
-    import torch
-    import torch.nn.functional as F
-    from gluon_bbb.networks.layers import Conv2D, Dense, MaxPool2D, ReLU
-    linear = linear or (lambda op, h, index: op(h, weights[index], weights[index + 1]))
-    h = h.reshape((-1,) + network.input_shape)
-    index = 0
-    for layer in network.layers:
-        if isinstance(layer, Dense):
-            h = linear(F.linear, h.flatten(1), index)
-        elif isinstance(layer, Conv2D):
-            h = linear(F.conv2d, h, index)
-        elif isinstance(layer, MaxPool2D):
-            h = F.max_pool2d(h, layer.size)
-        elif isinstance(layer, ReLU):
-            h = torch.relu(h)
-        else:
-            h = h.flatten(1)
-        index += 2 if layer.has_weights else 0
-    return h
-
-
 def bench_lrt_graph(data, config, ctx, steps):
     """The local reparametrization's network alone: the forward and backward pass of its graph
     (two matrix products per layer forward, their gradients backward), without the
@@ -289,12 +183,12 @@ class ChildProcess:
         self.process, self.errors, self.version = process, errors, version
 
     @classmethod
-    def start(cls, variant, data_dir, total_steps, env=None):
-        cmd = [sys.executable, os.path.abspath(__file__), "--serve-child", variant,
-               "--steps", str(total_steps)] + (["--data-dir", data_dir] if data_dir else [])
+    def start(cls, cmd, env=None, preexec_fn=None):
+        """Start ``cmd`` (``serving``'s list) with the environment ``env`` (default: this
+        process's) and wait for its ``ready`` line."""
         errors = tempfile.TemporaryFile("w+")  # not a pipe: a chatty child cannot block on it
         process = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                   stderr=errors, text=True, env=dict(os.environ, **(env or {})))
+                                   stderr=errors, text=True, env=env, preexec_fn=preexec_fn)
         child = cls(process, errors, None)
         for line in process.stdout:
             if line.startswith("ready "):
@@ -322,24 +216,28 @@ class ChildProcess:
         return lines[-1] if lines else "the child exited with status %d" % self.process.returncode
 
 
-def pytorch_variant(method, **config):
-    """A ``CHILD_VARIANTS`` entry for (d): PyTorch imported in the child only; ``method``: what
-    ``bench_pytorch`` calls its ``estimator``."""
-    def prepare(data, steps):
-        import torch
-        return bench_pytorch(data, Config(**config), steps, method), torch.__version__
-    return prepare
-
-
 CHILD_VARIANTS = {
     # (c) as the tutorial runs it: MXNet's default operator tuning and engine
     "tutorial-defaults": lambda data, steps: (
         bench_tutorial(data, Config(), mx.cpu(), steps), None),
-    "pytorch-sample": pytorch_variant("sample"),
-    "pytorch-lrt": pytorch_variant("lrt"),
-    "pytorch-lenet": pytorch_variant("sample", network="lenet"),
-    "pytorch-sparse-vd": pytorch_variant("sparse-vd", **PRESETS["lenet-sparse-vd"]),
+    # ours in a process of its own (bench_shared.py), as train_mnist.py runs them
+    "ours": lambda data, steps: (bench_ours(data, Config(), mx.cpu(), steps), None),
+    "ours-ops": lambda data, steps: (
+        bench_ours(data, Config(), mx.cpu(), steps, backend="ndarray"), None),
+    "ours-lenet": lambda data, steps: (
+        bench_ours(data, Config(), mx.cpu(), steps, network="lenet"), None),
 }
+
+
+def serving(variant, data_dir, total_steps):
+    """The command of a child process that serves ``variant``: one of ``CHILD_VARIANTS``, or
+    ``pytorch-`` and a variant of ``pytorch_peer.py``."""
+    if variant.startswith("pytorch-"):
+        script, args = PEER, [variant[len("pytorch-"):]]
+    else:
+        script, args = os.path.abspath(__file__), ["--serve-child", variant]
+    return ([sys.executable, script] + args + ["--steps", str(total_steps)]
+            + (["--data-dir", data_dir] if data_dir else []))
 
 
 def serve_child(variant, data_dir, total_steps):
@@ -423,6 +321,8 @@ def main():
                         help="turns the variants take, each running steps/rounds steps a turn "
                         "(default: 5, or --steps if fewer)")
     parser.add_argument("--data-dir")
+    parser.add_argument("--peer-python", default=sys.executable,
+                        help="the Python that runs pytorch_peer.py (one with PyTorch)")
     parser.add_argument("--peak-memory-child", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--serve-child", choices=sorted(CHILD_VARIANTS), help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -489,13 +389,17 @@ def main():
     timers = {name: InProcess(fn(data, config, ctx, total, **options))
               for name, fn, options in variants}
     not_measured = {}
-    mxnet_defaults = {"MXNET_USE_OPERATOR_TUNING": "1",
-                      "MXNET_ENGINE_TYPE": "ThreadedEnginePerDevice"}
+    mxnet_defaults = dict(os.environ, MXNET_USE_OPERATOR_TUNING="1",
+                          MXNET_ENGINE_TYPE="ThreadedEnginePerDevice")
     for name, child, env in (("c0", "tutorial-defaults", mxnet_defaults),
-                             ("d", "pytorch-sample", None), ("d-lrt", "pytorch-lrt", None),
-                             ("d-lenet", "pytorch-lenet", None),
-                             ("d-sparse-vd", "pytorch-sparse-vd", None)):
-        timer, reason = ChildProcess.start(child, args.data_dir, total, env)
+                             ("d", "pytorch-sample", _ENVIRONMENT),
+                             ("d-lrt", "pytorch-lrt", _ENVIRONMENT),
+                             ("d-lenet", "pytorch-lenet", _ENVIRONMENT),
+                             ("d-sparse-vd", "pytorch-sparse-vd", _ENVIRONMENT)):
+        cmd = serving(child, args.data_dir, total)
+        if child.startswith("pytorch-"):
+            cmd[0] = args.peer_python
+        timer, reason = ChildProcess.start(cmd, env)
         if timer is None:
             not_measured[name] = reason
         else:

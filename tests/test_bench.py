@@ -53,22 +53,48 @@ def test_bench_estimators_prints_a_variance_table_for_each_estimator():
     assert all(float(value) > 0 for r in rows for value in r[2:])
 
 
-def test_bench_predict_prints_both_operator_sets_and_their_ratio():
+def test_bench_predict_prints_both_operator_sets_and_their_ratio_under_each_load():
     bench = [PYTHON, os.path.join(ROOT, "bench", "bench_predict.py")]
-    proc = run(bench, "--images", "300", "--draws", "2", "--rounds", "2")
+    proc = run(bench, "--images", "300", "--draws", "2", "--rounds", "2", "--loads",
+               "idle,busy1")
     assert proc.returncode == 0, proc.stderr
     lines = proc.stdout.strip().splitlines()
     assert "C kernels: " in lines[0]
     if os.environ.get("GLUON_BBB_REQUIRE_NATIVE"):  # built where CI builds them
         assert "C kernels: built;" in lines[0]
-    for network in ("LeNet", "2x400 MLP"):
-        for operators in ("kernel", "mxnet"):
-            assert any(re.match(r"%s +%s +\d+\.\d{3} s \[\d+\.\d{3}, \d+\.\d{3}\]$"
-                                % (network, operators), line) for line in lines), lines
-        assert any(re.match(r"%s kernel/mxnet = \d+\.\d\d \[\d+\.\d\d, \d+\.\d\d\]$"
-                            % network, line) for line in lines), lines
-    proc = run(bench, "--draws", "0", timeout=120)
-    assert proc.returncode == 2 and "must be between" in proc.stderr, proc.stderr
+    for load in ("idle", "busy1"):
+        for network in ("LeNet", "2x400 MLP"):
+            for operators in ("kernel", "mxnet"):
+                assert any(re.match(r"%s +%s +%s +\d+\.\d{3} s \[\d+\.\d{3}, \d+\.\d{3}\]$"
+                                    % (load, network, operators), line) for line in lines), lines
+            assert any(re.match(r"%s +%s kernel/mxnet = \d+\.\d\d \[\d+\.\d\d, \d+\.\d\d\]$"
+                                % (load, network), line) for line in lines), lines
+    for args in (["--draws", "0"], ["--loads", "busy1,quota"]):
+        proc = run(bench, *args, timeout=120)
+        assert proc.returncode == 2 and ("must be between" in proc.stderr
+                                         or "--loads takes" in proc.stderr), proc.stderr
+
+
+def test_bench_shared_times_each_variant_under_each_load_against_its_idle_figure():
+    proc = run([PYTHON, os.path.join(ROOT, "bench", "bench_shared.py")], "--steps", "2",
+               "--samples", "2", "--loads", "idle,busy1,stream")
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.strip().splitlines()
+    assert re.match(r".*, (avx512f|avx2|no avx2), \d+ cores; 2 steps a sample, 2 samples; "
+                    r"PyTorch: ", lines[0]), lines[0]
+    rows = {tuple(line.split()[:2]): line for line in lines[2:] if len(line.split()) == 7}
+    names = ["ours", "ours-fixed", "ours-ops", "ours-lenet"]
+    if "not measured" not in lines[0]:
+        names += ["pytorch-sample", "pytorch-lenet"]
+    for load in ("idle", "busy1", "stream"):
+        for name in names:
+            row = rows[(load, name)].split()
+            median, low, high = float(row[2]), float(row[3][1:-1]), float(row[4][:-1])
+            assert 0 < low <= median <= high
+            assert float(row[5]) == 1.0 if load == "idle" else float(row[5]) > 0
+        assert any(re.match(r"%s: ours/pytorch = \d+\.\d\d, .*ours/ours-ops = \d+\.\d\d$"
+                            % load, line) or re.match(r"%s: ours/ours-ops = \d+\.\d\d$"
+                                                      % load, line) for line in lines), lines
 
 
 def test_bench_compress_prints_sizes_latency_and_narrower_networks(tmp_path):
