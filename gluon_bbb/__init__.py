@@ -65,6 +65,9 @@ def cpus_granted(root="/"):
     return cores
 
 
+# a count the user sets holds for every step; the package's follows the cores other processes
+# leave free (learning/threads.py)
+THREADS_SET_BY_USER = "OMP_NUM_THREADS" in _os.environ
 _os.environ.setdefault("OMP_NUM_THREADS", str(cpus_granted()))
 # MXNet's threaded engine runs each operator on a worker thread whose OpenMP team is not the
 # one the main thread's C kernels (``native/``) use: on two cores the two teams spin against

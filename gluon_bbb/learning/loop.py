@@ -301,7 +301,7 @@ def _train(config, data, ctx, run, resume, eval_train, log, progress, check_ever
         mus, network = step.mus, step.network
         record = {"epoch": epoch + 1, "loss": loss_sum / num_batches,
                   "test_accuracy": evaluate_accuracy(X_test, y_test, mus, network=network),
-                  "epoch_seconds": epoch_seconds,
+                  "epoch_seconds": epoch_seconds, "threads": step.threads.segments,
                   "learning_rate": config.learning_rate_at(epoch)}
         if config.kl_warmup_epochs:
             # the loss of a warm-up epoch weighs its KL term by this factor

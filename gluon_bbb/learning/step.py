@@ -40,6 +40,7 @@ from ..family.formulas import describe_lost
 from ..tutorial import init_variational_params, sample_epsilons
 from .ndarray_backend import NetworkGraph, combined_loss_gradients, draw_size
 from .noise import noise_for, seed_generator
+from .threads import Threads
 from ..family.priors import removed
 
 
@@ -265,6 +266,7 @@ class TrainingStep:
                           else self.backend.workspace(self.layout.size, ctx))
         self._kept = None  # remove_switched_off's mask of the parameters held, once known
         self._grad_w = None  # the data term's gradient at the weights, where the step keeps it
+        self.threads = Threads.for_process(ctx)
         self.start_epoch(0)
 
     def describe(self):
@@ -290,12 +292,14 @@ class TrainingStep:
             # Hessian's start); a resumed run has loaded its state before it starts an epoch
             self.rho[:] = self.optimizer.log_variance(self.optimizer_states[0], self.mu)
         self.noise = noise_for(self.ctx, [self.config.seed, epoch, 1], self.noise_kind)
+        self.threads.start_epoch()
         if self.network.has_dropout:
             seed_generator(self.ctx, [self.config.seed, epoch, 2])
 
     def __call__(self, X, targets, kl_weight):
         """One step on the mini-batch ``X`` with ``targets`` (what the likelihood scores) and
         the KL weight of this mini-batch; returns the loss, an NDArray (1,), not waited for."""
+        self.threads.step()
         if self.model_kind.natural_gradient:
             return self._ivon_step(X, targets)
         if not self.model_kind.learns_sigma:
