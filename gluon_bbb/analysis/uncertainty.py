@@ -11,6 +11,7 @@ from .metrics import (auroc, expected_calibration_error, negative_log_likelihood
                       predictive_entropy, reliability)
 from ..tutorial import net, sample_epsilons, transform_gaussian_samples
 from ..learning.noise import noise_for, seed_generator
+from ..learning.threads import Threads
 from ..native import library as native
 
 
@@ -64,9 +65,10 @@ def sampled_outputs(X, mus, sigmas, num_samples, batch_size=None, seed=None, net
         network, F is None and native.serves_arrays(*mus))
     ctx = mus[0].context
     X = X.as_in_context(ctx) if isinstance(X, nd.NDArray) else nd.array(X, ctx=ctx)
+    threads = Threads.for_process(ctx)  # the team, following the cores left free
     if num_samples == 0:
         network = network.without_dropout() if network is not None else None
-        yield _batched(X, mus, batch_size, network, F)
+        yield _batched(X, mus, batch_size, network, F, threads)
         return
     noise = noise_for(ctx, seed)
     if network is not None and network.has_dropout:
@@ -75,12 +77,15 @@ def sampled_outputs(X, mus, sigmas, num_samples, batch_size=None, seed=None, net
     for _ in range(num_samples):
         weights = (mus if sigmas is None else
                    transform_gaussian_samples(mus, sigmas, sample_epsilons(shapes, ctx, noise)))
-        yield _batched(X, weights, batch_size, network, F)
+        yield _batched(X, weights, batch_size, network, F, threads)
 
 
-def _batched(X, params, batch_size, network=None, F=None):
-    return nd.concat(*[net(X[i:i + batch_size], params, F, network)
-                       for i in range(0, X.shape[0], batch_size)], dim=0)
+def _batched(X, params, batch_size, network, F, threads):
+    outputs = []
+    for i in range(0, X.shape[0], batch_size):
+        threads.step()
+        outputs.append(net(X[i:i + batch_size], params, F, network))
+    return nd.concat(*outputs, dim=0)
 
 
 def noise_images(count=1000, num_inputs=784, seed=0):
