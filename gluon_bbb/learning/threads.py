@@ -71,8 +71,7 @@ class Threads:
         import gluon_bbb
         words = os.environ.get("OMP_NUM_THREADS", "")
         granted = int(words) if words.isdigit() and int(words) > 0 else 1
-        return cls(granted, ctx.device_type == "cpu" and not gluon_bbb.THREADS_SET_BY_USER
-                   and words.isdigit())
+        return cls(granted, ctx.device_type == "cpu" and not gluon_bbb.THREADS_SET_BY_USER)
 
     def _mark(self):
         self.since = self.last_step = self.clock()
