@@ -15,8 +15,10 @@ Loads, each in turn for every variant, then stopped:
 Variants, each in a process of its own with the environment this script was started in:
 ``ours`` (the default 2x400 step, native backend), ``ours-fixed`` (the same with
 ``OMP_NUM_THREADS`` set to the cores granted: every step on that many threads, whatever else
-runs), ``ours-ops`` (the same on MXNet's operators), ``ours-lenet`` (the LeNet, native), ``pytorch-sample`` and ``pytorch-lenet``
-(``pytorch_peer.py``, where PyTorch is installed for ``--peer-python``). A sample is
+runs), ``ours-1`` (the same on one thread: the least a team that follows the free cores can
+take), ``ours-ops`` (the same on MXNet's operators), ``ours-lenet`` (the LeNet, native) and
+``lenet-1`` (it on one thread), ``pytorch-sample`` and ``pytorch-lenet`` (``pytorch_peer.py``,
+where PyTorch is installed for ``--peer-python``). A sample is
 ``--steps`` steps scaled to an epoch's 469; under each load every variant takes ``--samples``
 turns in order, each after a quarter of a second idle and one untimed step.
 
@@ -37,10 +39,13 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from bench_train import (STEPS_PER_EPOCH, WARMUP, ChildProcess, serving,  # noqa: E402
                          settled)
 
-# (name, the child that runs it, the variables of this process its environment adds)
-VARIANTS = (("ours", "ours", ()), ("ours-fixed", "ours", ("OMP_NUM_THREADS",)),
-            ("ours-ops", "ours-ops", ()), ("ours-lenet", "ours-lenet", ()),
-            ("pytorch-sample", "pytorch-sample", ()), ("pytorch-lenet", "pytorch-lenet", ()))
+# (name, the child that runs it, the variables its environment adds)
+ONE_THREAD = {"OMP_NUM_THREADS": "1"}
+VARIANTS = (("ours", "ours", {}),
+            ("ours-fixed", "ours", {"OMP_NUM_THREADS": os.environ["OMP_NUM_THREADS"]}),
+            ("ours-1", "ours", ONE_THREAD), ("ours-ops", "ours-ops", {}),
+            ("ours-lenet", "ours-lenet", {}), ("lenet-1", "ours-lenet", ONE_THREAD),
+            ("pytorch-sample", "pytorch-sample", {}), ("pytorch-lenet", "pytorch-lenet", {}))
 LOADS = ("idle", "busy1", "busy2", "stream", "quota")
 BUSY = "while True: pass"
 # a short process: busy until the time its argument gives
@@ -130,7 +135,7 @@ def start_variants(args, names, preexec_fn=None):
         cmd = serving(child, args.data_dir, WARMUP + args.steps)
         if child.startswith("pytorch-"):
             cmd[0] = args.peer_python
-        env = dict(_ENVIRONMENT, **{key: os.environ[key] for key in extra})
+        env = dict(_ENVIRONMENT, **extra)
         timer, reason = ChildProcess.start(cmd, env, preexec_fn)
         if timer is None:
             missing[name] = reason
@@ -236,6 +241,12 @@ def report(results):
         print("%s: %s" % (load, ", ".join("%s = %.2f" % (label, medians[a] / medians[b])
                                           for label, a, b in pairs
                                           if a in medians and b in medians)))
+        # one thread under this load against the team's idle epoch: the best a team that
+        # follows the free cores can do where one core is left
+        print("%s: %s" % (load, ", ".join("%s x %s's idle = %.2f" % (a, b, medians[a] / idle[b])
+                                          for a, b in (("ours-1", "ours"),
+                                                       ("lenet-1", "ours-lenet"))
+                                          if a in medians and b in idle)))
 
 
 if __name__ == "__main__":

@@ -83,7 +83,7 @@ def test_bench_shared_times_each_variant_under_each_load_against_its_idle_figure
     assert re.match(r".*, (avx512f|avx2|no avx2), \d+ cores; 2 steps a sample, 2 samples; "
                     r"PyTorch: ", lines[0]), lines[0]
     rows = {tuple(line.split()[:2]): line for line in lines[2:] if len(line.split()) == 7}
-    names = ["ours", "ours-fixed", "ours-ops", "ours-lenet"]
+    names = ["ours", "ours-fixed", "ours-1", "ours-ops", "ours-lenet", "lenet-1"]
     if "not measured" not in lines[0]:
         names += ["pytorch-sample", "pytorch-lenet"]
     for load in ("idle", "busy1", "stream"):
@@ -95,6 +95,8 @@ def test_bench_shared_times_each_variant_under_each_load_against_its_idle_figure
         assert any(re.match(r"%s: ours/pytorch = \d+\.\d\d, .*ours/ours-ops = \d+\.\d\d$"
                             % load, line) or re.match(r"%s: ours/ours-ops = \d+\.\d\d$"
                                                       % load, line) for line in lines), lines
+        one = [line for line in lines if line.startswith("%s: ours-1 x ours's idle = " % load)]
+        assert len(one) == 1 and re.match(r".*lenet-1 x ours-lenet's idle = \d+\.\d\d$", one[0])
 
 
 def test_bench_compress_prints_sizes_latency_and_narrower_networks(tmp_path):
