@@ -1,40 +1,18 @@
-"""gluon-bbb: Bayes by Backprop (Blundell et al. 2015) for MNIST in functional MXNet NDArray code.
-
-Importing the package loads no MXNet: a name is imported from its module when it is first used
-(``from gluon_bbb import train``), and MXNet with the first module that needs it. The sweep's
-own process and its Dask workers (``commands.sweep``, ``learning.trials``) run on ``errors``,
-``outputs``, ``commands.cli``, ``learning.config``, the ``family`` modules,
-``networks.layers``, ``learning.rundir`` and the commands' parsers, which need none.
-
-The layout: ``tutorial.py`` (the tutorial's functions), ``family/`` (the variational family),
-``networks/`` (layers and Gluon blocks), ``learning/`` (config, step, loop, run directory),
-``native/`` (the C accelerator), ``analysis/`` (uncertainty, robustness, pruning),
-``shipping/`` (the compressed file), ``commands/`` (the commands); ``data.py``, ``plots.py``,
-``outputs.py`` and ``errors.py`` serve them all.
-
-MXNet 1.9.1 reads names NumPy 1.24 removed (``numpy.bool``) when it is imported: the package
-requires a NumPy before 1.24 (setup.cfg), as MXNet's users pin it, so MXNet imports in any
-order. ``require_mxnet`` imports it with the deprecation warnings of its own import silenced
-(under ``PYTHONWARNINGS=error`` they would stop it), and starts MXNet's engine without the line
-MXNet writes when MXNET_ENGINE_TYPE names one (the package's names and commands load MXNet
-through it; a program that imports one of the package's modules directly sees that line where
-MXNet starts its engine without it: at the program's first operator, or as it exits).
-"""
+"""gluon-bbb: Bayes by Backprop (Blundell et al. 2015) for MNIST in functional MXNet NDArray
+code."""
 import contextlib as _contextlib
 import importlib as _importlib
 import importlib.util  # noqa: F401 (_importlib.util)
 import os as _os
 import sys as _sys
 
-# MXNet reads these once, when it is first imported. Its operator tuning runs most elementwise
-# kernels on one thread; switching it off and using every core made a training step 25%
-# faster on 2 cores (bench/bench_train.py). A value the user has set is left alone.
+# MXNet reads these once, at its import; a value the user has set is left alone
 _os.environ.setdefault("MXNET_USE_OPERATOR_TUNING", "0")
 def cpus_granted(root="/"):
     """The cores this process may use: those its affinity allows, fewer where its cgroup's CPU
     quota (v2's ``cpu.max``, v1's ``cpu.cfs_quota_us`` over ``cpu.cfs_period_us``) grants less
     time than that: a container of 1 CPU on a machine of 16 runs best on one thread, not 16
-    that the quota throttles in turn. ``root``: where /proc and /sys are (for the tests)."""
+    that the quota throttles in turn."""
     cores = (len(_os.sched_getaffinity(0)) if hasattr(_os, "sched_getaffinity")
              else _os.cpu_count() or 1)
     try:
@@ -69,13 +47,8 @@ def cpus_granted(root="/"):
 # leave free (learning/threads.py)
 THREADS_SET_BY_USER = "OMP_NUM_THREADS" in _os.environ
 _os.environ.setdefault("OMP_NUM_THREADS", str(cpus_granted()))
-# MXNet's threaded engine runs each operator on a worker thread whose OpenMP team is not the
-# one the main thread's C kernels (``native/``) use: on two cores the two teams spin against
-# each other. With every operator run in the main thread (NaiveEngine) a 2x400 step took 4.7
-# against 8.3 ms and a LeNet epoch 0.72 of PyTorch's against 0.98 (bench/bench_train.py), to
-# the same bits. MXNet reads the variable when it starts its engine, at its first operator:
-# a program that sets it keeps its engine, as does one that ran an operator before this
-# import; one that only imported MXNet before gets NaiveEngine too.
+# every operator in the main thread, beside the C kernels' OpenMP team, not on an engine
+# thread with a team of its own (MXNet reads it at its first operator)
 _ENGINE_CHOSEN_HERE = "MXNET_ENGINE_TYPE" not in _os.environ
 _os.environ.setdefault("MXNET_ENGINE_TYPE", "NaiveEngine")
 
@@ -120,11 +93,7 @@ _engine_started = False
 
 def require_mxnet():
     """Import MXNet; ImportError on one line where its library cannot be loaded (a CUDA build
-    without the CUDA libraries), instead of the loader's OSError. The first call starts
-    MXNet's engine, without the line MXNet writes where MXNET_ENGINE_TYPE names one (as this
-    package's default does): MXNet starts its engine with its first operator, wherever MXNet
-    was imported, so a command that imports a module using MXNet before it calls this is
-    quiet too, as long as no operator has run."""
+    without the CUDA libraries), instead of the loader's OSError."""
     global _engine_started
     import warnings
     try:

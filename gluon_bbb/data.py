@@ -1,7 +1,4 @@
-"""MNIST from the four standard IDX files, checked, as whole NumPy arrays.
-
-Pixels are scaled as in the tutorial and the paper: float32 value / 126.
-"""
+"""MNIST from the four standard IDX files, checked, as whole NumPy arrays."""
 import contextlib
 import gzip
 import hashlib
@@ -35,11 +32,7 @@ None for arrays made otherwise)."""
 
 
 def read_idx(path, ndim):
-    """Read an IDX file of unsigned bytes (gzipped if the name ends in .gz).
-
-    Returns a uint8 array of the shape its header declares. Raises DataError naming
-    the file if the magic number, dimension count or data size is wrong.
-    """
+    """Read an IDX file of unsigned bytes (gzipped if the name ends in .gz)."""
     problem = path_problem(path)
     if problem:
         raise DataError("%s is %s, not an IDX file", path, problem)
@@ -91,14 +84,7 @@ def _has_all_files(directory):
 
 
 def resolve_data_dir(data_dir=None, download=True):
-    """The directory holding all four MNIST files.
-
-    An explicit ``data_dir`` is used as given (no download). Otherwise the first of
-    ``$GLUON_BBB_DATA`` and ``~/.mxnet/datasets/mnist`` that holds the files; if neither
-    does and ``download`` is true, MXNet's ``gluon.data.vision.MNIST`` downloads them into
-    the latter. Raises DataNotFound listing the files expected, the directories searched and
-    why the download failed, on one line.
-    """
+    """The directory holding all four MNIST files."""
     if data_dir is not None:
         searched = [os.path.expanduser(data_dir)]
         problem = path_problem(searched[0], "directory")
@@ -160,11 +146,7 @@ def _download_with_gluon(root):
 
 def load_mnist(data_dir=None, download=True):
     """Load and check MNIST; returns ``MNIST(train_images, train_labels, test_images, test_labels,
-    directory, fingerprint)``.
-
-    Images are (N, 784) float32 pixel/126; labels (N,) int32; the fingerprint is the SHA-256
-    of the four files' shapes and bytes, in ``IDX_FILES``' order. See ``resolve_data_dir``.
-    """
+    directory, fingerprint)``."""
     directory = resolve_data_dir(data_dir, download)
     arrays = {}
     # the four files' contents (gzipped or not), which a run records, so that the commands

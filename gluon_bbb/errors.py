@@ -1,11 +1,5 @@
-"""Exceptions for bad input and for interruptions, which the commands turn into one-line messages.
-
-A message names the fields it is about in braces (``{learning_rate}``), never a command-line
-flag: ``str(error)`` shows the field name, which is what a caller of the Python API passes, and
-``error.describe(name_of)`` shows each field as ``name_of(field)`` says; the commands pass the
-flag of the field (``--learning-rate``). Values are %-formatted into the message after that, so a
-value holding braces or percent signs is shown as it is.
-"""
+"""Exceptions for bad input and for interruptions, which the commands turn into one-line
+messages."""
 
 
 class _FieldNames(dict):
@@ -24,10 +18,7 @@ def _literal(text):
 
 
 class GluonBBBError(Exception):
-    """Base class: an error caused by the user's input or environment, not by a bug.
-
-    ``template`` names fields as ``{field}`` and takes ``values`` with ``%``.
-    """
+    """Base class: an error caused by the user's input or environment, not by a bug."""
 
     def __init__(self, template, *values):
         super().__init__(template, *values)

@@ -1,33 +1,4 @@
-"""Where a command may write, and how: the one owner of every file the commands write.
-
-Each command claims its outputs here before any work (``claim_file``, ``claim_directory``)
-and writes every file through ``write_atomically`` and its helpers. The rules, in one place:
-
-1. **No special files, no links.** A path that exists as a link, or as anything other than a
-   regular file (a device, a FIFO, a socket) where a file goes, is never written: a command
-   does not write through a link or replace a device node, even as root. A directory output
-   may be named through a link (``runs`` on another disk); what it holds follows rule 1.
-2. **Only a file of its own kind is replaced** (``FileKind``): parameters by parameters, a PNG
-   by a PNG, a compressed model by a compressed model (each known by its first bytes), JSON by
-   JSON, and a report (``pruning.json``, ``uncertainty.json``, ``shift-*.json``) only by a
-   report on the same run or models (``report_sources``).
-3. **Nothing is written inside another run's directory**: an output that is, or lies inside, a
-   directory holding a run (``is_run_directory``) is refused unless that run is the one the
-   command works on or reports on.
-4. **Nothing a command reads is written** (``check_not_an_input``).
-5. **One writer at a time**: a directory by its ``.lock`` (``RunDirectory.locked``), a single
-   file by ``.NAME.lock`` beside it, held while the command runs (``claim_file``).
-6. **Atomic and durable**: a file is written under a fresh temporary name beside its final one
-   (never opened through whatever held that name), flushed, renamed onto the final name and
-   its directory flushed: a reader sees the old file or the new one, never half of one. A
-   failed write removes its temporary file; a full disk or another operating system error is a
-   one-line ``OutputError`` naming the file. Directories a command made are removed again where
-   its claim fails.
-
-``signals_deferred`` holds SIGINT and SIGTERM while files that belong together are written.
-``path_problem`` says what an input path is where it is not a regular file (the readers' words
-for a FIFO or a device). Imports no MXNet (the sweep's own process writes here too).
-"""
+"""Where a command may write, and how: the one owner of every file the commands write."""
 import contextlib
 import errno
 import json
@@ -129,7 +100,7 @@ def _is_text(data):
 # nd.save's files begin with MXNet's NDArray-list magic, 0x112, as a little-endian uint64
 PARAMETERS = FileKind("a parameter file", magic=b"\x12\x01\0\0\0\0\0\0")
 PNG = FileKind("a PNG image", magic=b"\x89PNG\r\n\x1a\n")
-COMPRESSED = FileKind("a compressed model", magic=b"GLUONBBB")  # model_file.MAGIC
+COMPRESSED = FileKind("a compressed model", magic=b"GLUONBBB")
 JSON = FileKind("JSON", check=lambda data: _json_value(data) is not _NOT_JSON)
 TEXT = FileKind("text", check=_is_text)
 REPORT = FileKind("a report of gluon-bbb", check=lambda data: _report_record(data) is not None)
@@ -225,7 +196,7 @@ def _literal(text):
 def check_replaceable(path, kind, field=None, sources=None):
     """OutputError unless ``path`` may be written as a file of ``kind``: it does not exist, or
     it is a regular file (not a link) of that kind, and, for a report, one on ``sources`` (the
-    frozenset ``report_sources`` gives). ``field`` names the flag in the message."""
+    frozenset ``report_sources`` gives)."""
     named = ("{%s} %%s" % field) if field else "%s"
     found = _lstat(path)
     if found is None:
@@ -254,8 +225,7 @@ def check_replaceable(path, kind, field=None, sources=None):
 
 def check_not_an_input(path, inputs, field="out"):
     """OutputError where the file ``path`` is one of ``inputs``, the files a command reads (the
-    same file however it is named: links and relative paths included). No command writes over
-    a run it reads or its own inputs; each passes what it reads here before it writes."""
+    same file however it is named: links and relative paths included)."""
     if not os.path.exists(path):
         return path
     for source in inputs:
@@ -518,8 +488,7 @@ def _reason(exc):
 
 def _failure_reason(exc, path):
     """What a failed write's message should say, or None to let ``exc`` through (an interrupt,
-    a refusal, a bug). Called before the temporary file is removed, while the disk is still
-    full."""
+    a refusal, a bug)."""
     if isinstance(exc, OutputError):
         return None
     if isinstance(exc, OSError):

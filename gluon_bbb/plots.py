@@ -1,10 +1,5 @@
 """The PNG figures the commands write, each drawn by a ``*_figure`` function that returns the
-matplotlib ``Figure`` (the tests read its axes) and saved atomically by a ``plot_*`` function.
-
-matplotlib's object API only: a notebook's backend and pyplot state are left alone. Every
-logarithmic axis is labelled with plain numbers at 1, 2 and 5 times each power of ten
-(``readable_log_axis``), so that a test error of 2% or 3% can be read off it.
-"""
+matplotlib ``Figure`` (the tests read its axes) and saved atomically by a ``plot_*`` function."""
 import numpy as np
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure

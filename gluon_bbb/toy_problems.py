@@ -1,26 +1,6 @@
 """Regression with aleatoric and epistemic uncertainty: the two toy problems, training on the
 whole data set, predictions that split the two uncertainties, their figures, and a run
-directory that holds them (``run_regression``). The command is ``gluon_bbb.commands.regression``.
-
-A regression model is a ``Config`` like MNIST's: a network, a Gaussian likelihood
-(``family/likelihoods.py``: fixed noise, a learned scalar or a heteroscedastic head) and a model
-(``bbb``, ``mcdropout``, ``mlp``), trained by the same ``TrainingStep`` with the same loss. The
-data set is one mini-batch (M = 1: the whole KL term every step), so an epoch is one step.
-The network sees standardized data, (x - mean) / sd for inputs and targets alike, so that one
-prior suits both problems; ``Scaling`` holds the four numbers, config.json records them, and
-predictions come back in the data's units (the likelihood's fixed noise is given there too).
-
-From T draws (weights for Bayes by Backprop, dropout masks for Monte Carlo dropout), each giving
-a mean m_t(x) and a variance v_t(x), ``split_uncertainty`` forms
-
-    predictive mean       = mean_t m_t
-    epistemic variance    = var_t m_t      (what the model does not know)
-    aleatoric variance    = mean_t v_t     (the noise it sees in the data)
-    total variance        = epistemic + aleatoric
-
-and central intervals are mean +- z sd_total (the normal with the predictive's mean and
-variance).
-"""
+directory that holds them (``run_regression``). The command is ``gluon_bbb.commands.regression``."""
 
 import dataclasses
 import math
@@ -29,9 +9,10 @@ import time
 
 import numpy as np
 
-from .learning.config import FLOAT32_MAX, FLOAT32_TINY, MAX_EPOCHS, MAX_TEST_SAMPLES, Config
+from .learning.config import MAX_EPOCHS, MAX_TEST_SAMPLES, Config
 from . import outputs
 from .errors import CheckpointError, ConfigError, NonFiniteResult
+from .family.elementwise import FLOAT32_MAX, FLOAT32_TINY
 from .family.likelihoods import NAMED_NOISES
 from .family.model_kinds import model_kind
 from .learning.rundir import CHECKPOINT_FILE, CONFIG_FILE, REGRESSION_METRICS_FILE, RunDirectory
@@ -75,21 +56,15 @@ class Problem:
 _TRAINING = dict(num_inputs=1, num_outputs=1, optimizer="adam", learning_rate=0.01,
                  rho_offset=-5.0, num_samples=4, epochs=3000)
 PROBLEMS = {
-    # 92 evenly spaced points of a sine with noise of standard deviation 2. The KL term is
-    # tempered by 0.3: with all of it, 92 points cannot hold the 2x20 network's weights away
-    # from the prior, the mean function flattens the sine's peaks as training goes on (its
-    # error against the sine grows from 1.1 to 2.0 while the KL term falls) and the noise
-    # head takes up the misfit: aleatoric sd 3.0 against the data's 2 and 99.5% coverage of
-    # 95% intervals (medians over seeds 0-4, docs/REGRESSION.md)
+    # 92 evenly spaced points of a sine with noise of sd 2, the KL term tempered by 0.3
+    # (docs/DESIGN.md says why)
     "sine": Problem(
         "sine", tuple(np.linspace(-0.5, 0.5, 92)), lambda x: 10.0 * np.sin(2 * np.pi * x),
         2.0, "heteroscedastic", (-1.0, 1.0),
         dict(_TRAINING, num_hidden_layers=2, num_hidden_units=20, lr_decay_every=2000,
              kl_scale=0.3),
         fresh_range=(-0.5, 0.5)),
-    # six exact points of a quartic, a fixed noise of 0.1; two hidden layers of 32 units under
-    # a prior twice as wide as the sine's, so that the functions it allows bend away outside
-    # the data (one layer reaches about 10 times the width there, two about 20)
+    # six exact points of a quartic, a fixed noise of 0.1, a prior twice as wide as the sine's
     "quartic": Problem(
         "quartic", (-2.0, -1.8, -1.0, 1.0, 1.8, 2.0), lambda x: -x ** 4 + 3 * x ** 2 + 1,
         0.0, 0.1, (-5.0, 5.0),
@@ -172,8 +147,7 @@ class RegressionResult:
 
 def fit_regression(problem, model="bbb", seed=0, ctx=None, log=None, **fields):
     """Train ``model`` on ``problem`` (a name or a ``Problem``) with the data of ``seed``;
-    ``fields`` override the config (``regression_config``). Deterministic for a seed. ``log``,
-    if given, receives a line every ``LOG_EVERY`` steps. Returns a ``RegressionResult``."""
+    ``fields`` override the config (``regression_config``). Deterministic for a seed."""
     import mxnet as mx
     from mxnet import nd
     from .learning.step import TrainingStep
@@ -246,10 +220,7 @@ def predict_regression(x, mus, sigmas, config, scaling, num_samples=200, seed=0)
 
 
 def figures(result, num_samples=200, seed=0):
-    """The problem's figures of merit, a dict. ``sine``: the mean aleatoric standard deviation
-    over the data's range, the epistemic one there and at |x| = 1 and their ratio, the share of
-    10,000 fresh points inside the 95% intervals. ``quartic``: whether the 95% band holds the
-    true curve at the six inputs, its width there and at x = +-4, and their ratio."""
+    """The problem's figures of merit, a dict."""
     problem = result.problem
     predict = lambda x: result.predict(x, num_samples, seed)  # noqa: E731
     if problem.fresh_range is not None:
@@ -292,9 +263,7 @@ def regression_title(problem, config, num_samples):
 
 def draw_regression(result, path, num_samples=200, seed=0):
     """``plots.plot_regression`` of ``result`` over its problem's plot range."""
-    # matplotlib (half a second) loads where a figure is drawn: the regression command reads
-    # this module's problems to parse its flags, and a Ctrl-C before its handler is in place
-    # would print a traceback
+    # matplotlib loads where a figure is drawn, not when the command parses its flags
     from .plots import plot_regression
     grid = np.linspace(*result.problem.plot_range, 400)
     title = regression_title(result.problem, result.config, num_samples)
@@ -307,8 +276,7 @@ def run_regression(problem, model, out, seed=0, ctx=None, test_samples=None, log
     """Train, then write the run directory ``out``: config.json (with the problem and the
     scaling), checkpoint.params, metrics.json (the figures) and regression.png, from
     ``test_samples`` draws of the predictive (default: ``TEST_SAMPLES``; 0 for a
-    deterministic model). ``log`` as ``fit_regression`` takes it. Returns
-    ``(result, metrics, paths)``."""
+    deterministic model)."""
     import mxnet as mx
     from .learning.context import context_name
     ctx = ctx or mx.cpu()

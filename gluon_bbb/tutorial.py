@@ -1,22 +1,4 @@
-"""The Bayes-by-Backprop model, step by step as in the tutorial.
-
-The tutorial's functions: ``sample_epsilons``, ``transform_rhos`` (softplus),
-``transform_gaussian_samples`` (w = mu + sigma * eps), ``net``, the priors (``family/priors.py``),
-``log_gaussian``, the likelihoods (``log_softmax_likelihood``, ``gaussian_log_likelihood``:
-``family/likelihoods.py``) and ``combined_loss``, the mini-batch loss
-
-    (1/M) (sum log q(w | mu, sigma) - sum log P(w)) - sum_i log P(y_i | x_i, w).
-
-Parameters are plain lists ``[W1, b1, W2, b2, ...]`` with ``W`` of shape (outputs, inputs), the
-layout of MXNet's ``FullyConnected`` and Gluon's ``Dense``, and ``b`` of shape (outputs,). Every
-function works on the context of its inputs; nothing reads a global. The MLP is the tutorial's
-network; ``net`` and the functions built on it take any network described in ``networks/layers.py``
-(a convolutional one too) through their ``network`` argument.
-
-The training step computes the same loss on flat parameter vectors with its gradient written
-out (``ndarray_backend.py``, and the C kernels of ``native/library.py``); the tests check both against
-autograd of ``combined_loss``.
-"""
+"""The Bayes-by-Backprop model, step by step as in the tutorial."""
 import numpy as np
 from mxnet import nd
 
@@ -29,9 +11,7 @@ from .family.priors import (GaussianPrior, ScaleMixturePrior, gaussian_prior, pr
                      scale_mixture_prior)
 
 
-# The tutorial's functions take what a notebook gives them: each checks its arguments and says
-# which one is wrong in a one-line ValueError, where the arithmetic would quietly return
-# something else (zip stops at the shorter list; a negative sigma gives NaN).
+# each function checks its arguments and names the wrong one in a one-line ValueError
 
 def _check_count(name, value, minimum):
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < minimum:
@@ -72,11 +52,7 @@ def _check_sigmas(sigmas, zero_allowed=False, name="sigmas"):
 
 
 def layer_param_shapes(num_inputs=784, num_hidden=400, num_layers=2, num_outputs=10):
-    """Shapes ``[W1 (hidden, in), b1 (hidden,), ..., W_out (out, hidden), b_out (out,)]``.
-
-    ``num_layers`` is the number of hidden layers (0 gives a linear softmax model): the shapes
-    of ``networks.layers.mlp``.
-    """
+    """Shapes ``[W1 (hidden, in), b1 (hidden,), ..., W_out (out, hidden), b_out (out,)]``."""
     _check_count("num_inputs", num_inputs, 1)
     _check_count("num_hidden", num_hidden, 1)
     _check_count("num_layers", num_layers, 0)
@@ -85,11 +61,7 @@ def layer_param_shapes(num_inputs=784, num_hidden=400, num_layers=2, num_outputs
 
 
 def init_variational_params(shapes, ctx, mu_scale=0.1, rho_offset=-3.0, seed=None):
-    """Initial ``(mus, rhos)``: mu ~ N(0, mu_scale^2), rho = rho_offset, one array per shape.
-
-    Drawn with NumPy so that a given ``seed`` gives the same start on every device.
-    Gradients are attached, ready for ``autograd.record()``.
-    """
+    """Initial ``(mus, rhos)``: mu ~ N(0, mu_scale^2), rho = rho_offset, one array per shape."""
     if not (_is_number(mu_scale) and 0 < mu_scale < float("inf")):
         raise ValueError("mu_scale must be a finite number > 0, got %r" % (mu_scale,))
     if not (_is_number(rho_offset) and np.isfinite(rho_offset)):
@@ -129,15 +101,7 @@ def transform_gaussian_samples(mus, sigmas, epsilons):
 
 def net(X, layer_params, F=None, network=None):
     """Logits of the network: by default the MLP the parameters shape (ReLU hidden layers,
-    linear output), else ``network`` (a ``networks.layers.Network``); X (batch, inputs). The
-    MLP's weights are (outputs, inputs), or (inputs, outputs) as the tutorial shapes them,
-    told apart by the first bias's length.
-
-    F None: MXNet's NDArray operators (outside autograd, a convolution and the max pooling
-    after it in one pass of the C kernels where they are built: ``Network.__call__``);
-    ``F=mx.nd``: MXNet's operators alone. With ``F=mx.sym`` and symbols for X and the
-    parameters it builds the same network as a graph (``NetworkGraph`` trains with it).
-    """
+    linear output), else ``network`` (a ``networks.layers.Network``); X (batch, inputs)."""
     if network is None and _inputs_first(layer_params):
         layer_params = [nd.transpose(p) if i % 2 == 0 else p for i, p in enumerate(layer_params)]
     return (network or mlp_of(layer_params))(X, layer_params, F)
@@ -156,9 +120,7 @@ def lrt_net(X, mus, sigmas, noise, F=nd, network=None):
     convolution layer's pre-activations are drawn from their Gaussian, mean ``layer(h, mu_W,
     mu_b)`` and variance ``layer(h^2, sigma_W^2, sigma_b^2)`` (plus ``LRT_VARIANCE_FLOOR``),
     instead of drawing weights; each gate (``networks.layers.Gate``) is drawn per example,
-    ``h * (mu + sigma * eps)``. ``noise``: one standard-normal array per such layer, (batch,) +
-    its output shape, or a gate's ``noise_shape``. The formulas are the layers'
-    (``networks.layers.local_reparametrization``), which the Gluon blocks use too."""
+    ``h * (mu + sigma * eps)``."""
     return (network or mlp_of(mus)).noisy_run(X, "lrt", mus, sigmas, noise, F)
 
 
@@ -167,21 +129,13 @@ def flipout_net(X, mus, deltas, noise, F=nd, network=None):
     for the mini-batch, made example by example independent by random signs: a dense or
     convolution layer gives ``layer(h, mu) + layer(h * s, delta) * r`` with s and r of +-1
     over its input and output units (channels: the same sign at every position), a gate
-    ``h * (mu + delta * r)``. ``noise``: per dense or convolution layer two standard-normal
-    arrays whose signs are s and r, (batch, inputs) and (batch, outputs), or (batch, channels,
-    1, 1) for a convolution; per gate one, of its ``noise_shape``
-    (``networks.layers.flipout``, which the Gluon blocks use too)."""
+    ``h * (mu + delta * r)``."""
     return (network or mlp_of(mus)).noisy_run(X, "flipout", mus, deltas, noise, F)
 
 
 def combined_loss(output, label_one_hot, params, mus, sigmas, log_prior, log_likelihood,
                   num_batches, kl_weight=None):
-    """Mini-batch loss (1/M)(sum log q(w|mu,sigma) - sum log P(w)) - sum_i log P(y_i|x_i,w).
-
-    ``log_prior`` maps one weight NDArray to its summed log density; ``log_likelihood``
-    maps (logits, one-hot labels) to per-example log-likelihoods. ``num_batches`` is M;
-    ``kl_weight``, if given, replaces 1/M (the paper's section 3.4 weighting). Shape (1,).
-    """
+    """Mini-batch loss (1/M)(sum log q(w|mu,sigma) - sum log P(w)) - sum_i log P(y_i|x_i,w)."""
     _check_lengths(params=params, mus=mus, sigmas=sigmas)
     # M is any positive number: the tutorial's own is num_train / batch_size, a float
     if not (_is_number(num_batches) and 0 < num_batches < float("inf")):
@@ -200,13 +154,7 @@ def combined_loss(output, label_one_hot, params, mus, sigmas, log_prior, log_lik
 def evaluate_accuracy(data, labels, layer_params, batch_size=1000, network=None):
     """Fraction of ``data`` (N, num_inputs) whose argmax logit equals ``labels`` (N,), for
     ``net`` with ``layer_params`` (and ``network``, default the MLP they shape; with every unit
-    kept where it has dropout).
-
-    Runs on the context of ``layer_params``; data and labels may be NumPy arrays or
-    NDArrays on any context. Returns a Python float in [0, 1]. The tutorial's own call,
-    ``evaluate_accuracy(data_iterator, net, layer_params)``, with batches of (images, labels)
-    and the function giving the logits, is taken too.
-    """
+    kept where it has dropout)."""
     if callable(labels):
         return _tutorial_accuracy(data, labels, layer_params)
     correct = sum(nd.sum(nd.argmax(output, axis=1) == y)

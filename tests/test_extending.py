@@ -40,8 +40,8 @@ def doc(mnist):
     from gluon_bbb.family import estimators, kl as kl_estimates
     from gluon_bbb.family import parametrizations
     from gluon_bbb.family import priors
-    for known, name in ((priors._KNOWN, "laplace"), (estimators._ESTIMATOR_KINDS, "my_sample"),
-                        (parametrizations._KNOWN, "exp_sigma")):
+    for known, name in ((priors.KNOWN, "laplace"), (estimators.KNOWN, "my_sample"),
+                        (parametrizations.KNOWN, "exp_sigma")):
         known.pop(name, None)
 
 
@@ -161,7 +161,7 @@ def test_a_run_of_a_users_prior_reads_without_its_class_and_resumes_with_it(tmp_
     # named without settings, a user's prior takes its constructor's defaults
     assert Config(prior="laplace").build_prior() == laplace(0.1)
     # a process that lacks the class reads the run, and refuses to build its prior
-    monkeypatch.delitem(priors._KNOWN, "laplace")
+    monkeypatch.delitem(priors.KNOWN, "laplace")
     run = RunDirectory(out)
     saved = run.read_config()
     assert run.load_parameters(saved)["epoch"] == 2

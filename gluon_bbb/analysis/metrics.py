@@ -1,9 +1,6 @@
 """The metrics that say whether a predictive knows what it does not know, on NumPy alone:
 entropy, negative log-likelihood, the Brier score, calibration (reliability, ECE) and the AUROC
-of telling two sets apart by a score (``scores`` gathers the reports' figures). They take NumPy arrays (or MXNet NDArrays) of probabilities (N, classes)
-and labels (N,); ``analysis/uncertainty.py`` (the Monte Carlo predictive, MXNet) and ``analysis/robustness.py``
-use them, and a program without MXNet can too.
-"""
+of telling two sets apart by a score (``scores`` gathers the reports' figures)."""
 import numpy as np
 
 
@@ -12,12 +9,18 @@ def _np(array):
     return array.asnumpy() if hasattr(array, "asnumpy") else np.asarray(array)
 
 
+def softmax(logits):
+    """softmax over axis 1 of a NumPy array (N, classes)."""
+    e = np.exp(logits - logits.max(axis=1, keepdims=True))
+    return e / e.sum(axis=1, keepdims=True)
+
+
 def predictive_entropy(probs, base=2.0):
     """Entropy of each predictive distribution, in bits by default; shape (N,)."""
     p = _np(probs).astype(np.float64)
     with np.errstate(divide="ignore", invalid="ignore"):
-        terms = np.where(p > 0, p * np.log(p), 0.0)
-    return -terms.sum(axis=1) / np.log(base)
+        terms = np.where(p > 0, p * (np.log2(p) if base == 2 else np.log(p) / np.log(base)), 0.0)
+    return -terms.sum(axis=1)
 
 
 def negative_log_likelihood(probs, labels):

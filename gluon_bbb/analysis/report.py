@@ -1,8 +1,7 @@
 """The uncertainty report of a trained run: the Monte Carlo predictive's accuracy, NLL,
 calibration and entropy on MNIST, on noise and on another dataset's images, written as
 ``uncertainty.json`` and ``uncertainty.png`` (``evaluate_run``). The command is
-``gluon_bbb.commands.evaluate``; training runs the same report at its end.
-"""
+``gluon_bbb.commands.evaluate``; training runs the same report at its end."""
 import os
 
 import numpy as np
@@ -43,8 +42,7 @@ def load_ood_images(directory):
 def uncertainty_report(mus, sigmas, test_images, test_labels, num_samples, ood_images=None,
                        seed=0, network=None):
     """The ``uncertainty.json`` dict and the entropies behind it, for ``network`` (default:
-    the MLP the parameters shape). ``num_samples=0`` evaluates the mean weights only (the
-    deterministic MLP baseline)."""
+    the MLP the parameters shape)."""
     probs = predict(test_images, mus, sigmas, num_samples, seed=seed, network=network).asnumpy()
     entropy_in = predictive_entropy(probs)
     report = {"test_samples": num_samples, "entropy_unit": "bits", "in_distribution": dict(
@@ -69,10 +67,7 @@ def evaluate_run(checkpoint, data, ctx, num_samples=10, ood_images=None, out=Non
                  ood_data_dir=None):
     """Write uncertainty.json and uncertainty.png (prefixed as ``report_prefix`` says) for a
     run directory or a parameter file in one, into ``out`` (a path or a ``RunDirectory``,
-    locked here unless its caller holds it; default: the run directory). A deterministic run
-    has no weight distribution: it is evaluated with its weights and ``num_samples`` must be
-    0; a Monte Carlo dropout run draws ``num_samples`` dropout masks. Returns
-    ``(report, paths written)``."""
+    locked here unless its caller holds it; default: the run directory)."""
     run, checkpoint_path = resolve_checkpoint(checkpoint)
     config = run.read_classifier_config()
     state = run.load_predictive(config, ctx, checkpoint_path)

@@ -1,33 +1,22 @@
 """Uncertainty under dataset shift (Ovadia et al. 2019): the test images rotated (0 to 180
 degrees in 15-degree steps) or translated (0 to 14 pixels), and at each severity the
 predictive's accuracy, NLL, Brier score, ECE, mean entropy and the AUROC of telling the shifted
-images from the unshifted ones by entropy (``shift_report``).
-
-A model here is anything with ``probabilities(images)`` (scaled images (N, 784) to the
-predictive (N, classes)): ``RunModel`` (a training run's parameter file: Bayes by Backprop with
-its Monte Carlo draws, Monte Carlo dropout, a deterministic network), ``CompressedFileModel``
-(a file ``compress`` writes, NumPy alone), ``Ensemble`` (several models, their predictives
-averaged: a deep ensemble is the runs of several seeds) and ``TemperatureScaled`` (a model's
-predictive sharpened or flattened by one temperature fitted on validation images). The command
-is ``gluon_bbb.commands.shift``.
-"""
+images from the unshifted ones by entropy (``shift_report``)."""
 import math
 
 import numpy as np
 
 from ..errors import CheckpointError
-from .metrics import auroc, negative_log_likelihood, predictive_entropy, scores
+from .metrics import auroc, negative_log_likelihood, predictive_entropy, scores, softmax
 
 SIDE = 28  # MNIST's images are SIDE x SIDE
 
 
 def rotate(images, degrees):
     """``images`` (N, SIDE * SIDE) turned ``degrees`` counter-clockwise about their centre, by
-    bilinear interpolation; what falls outside the frame is 0. Multiples of 90 degrees are
-    exact (np.rot90)."""
+    bilinear interpolation; what falls outside the frame is 0."""
     flat = np.asarray(images, dtype=np.float32).reshape(-1, SIDE * SIDE)
-    # one matrix product (BLAS): the 13 turns of 10,000 images took 3.4 s, against 13.2 s
-    # gathering the four neighbours of every pixel, measured one after the other here
+    # one matrix product (BLAS)
     return flat @ rotation_matrix(degrees).T
 
 
@@ -85,8 +74,7 @@ SHIFTS = {shift.name: shift for shift in (
 def shift_report(model, images, labels, shift):
     """The report of ``model`` on ``images`` shifted at each of ``shift``'s severities: a dict
     with one row a severity (``metrics.scores`` and ``auroc``, the AUROC of the shifted images'
-    entropies against the unshifted ones'). A non-finite predictive stops it (CheckpointError:
-    nothing is computed on NaN)."""
+    entropies against the unshifted ones')."""
     rows, unshifted_entropy = [], None
     for severity in shift.severities:
         probs = model.probabilities(shift.apply(images, severity))
@@ -110,7 +98,7 @@ def ood_report(model, images, ood_images):
     return {"mean_entropy": float(entropy_ood.mean()), "auroc": auroc(entropy_in, entropy_ood)}
 
 
-# The models.
+# The models: ``probabilities(images)`` of scaled images (N, 784), ``inputs(pixels)`` of raw ones.
 
 class RunModel:
     """A training run's parameter file in MXNet: its Monte Carlo predictive of ``num_samples``
@@ -119,6 +107,10 @@ class RunModel:
     def __init__(self, network, mus, sigmas, num_samples, seed=0, name=""):
         self.network, self.mus, self.sigmas = network, mus, sigmas
         self.num_samples, self.seed, self.name = num_samples, seed, name
+
+    def inputs(self, pixels):
+        from ..data import PIXEL_SCALE
+        return pixels.reshape(pixels.shape[0], -1) / PIXEL_SCALE
 
     def probabilities(self, images):
         from .uncertainty import predict
@@ -133,8 +125,37 @@ class CompressedFileModel:
     def __init__(self, model, num_samples, seed=0, name=""):
         self.model, self.num_samples, self.seed, self.name = model, num_samples, seed, name
 
+    def inputs(self, pixels):
+        return self.model.inputs(pixels)
+
     def probabilities(self, images):
         return self.model.predict(images, self.num_samples, self.seed)
+
+
+def load_model(path, samples, field="test_samples"):
+    """``(model, (run, config) or None)``: a compressed file's predictor (NumPy alone), or that
+    of a run directory or one of its parameter files (MXNet), of ``samples`` draws (None: the
+    model's own number); a ConfigError names ``field`` for a number it cannot draw."""
+    import os
+    from ..errors import ConfigError
+    from ..learning.config import MAX_TEST_SAMPLES
+    from ..learning.rundir import is_compressed_model, resolve_checkpoint
+    if os.path.isfile(path) and (is_compressed_model(path) or not path.endswith(".params")):
+        from ..shipping import model_file as compressed
+        model = compressed.read(path)
+        draws = model.header.get("predictive_samples", 0) if samples is None else samples
+        if draws and model.sigmas is None:
+            raise ConfigError(field, draws, "0 for %s (it keeps no sigmas to sample)" % path)
+        return CompressedFileModel(model, draws, name=path), None
+    run, checkpoint = resolve_checkpoint(path)
+    config = run.read_classifier_config()
+    kind = config.model_kind
+    draws = kind.default_test_samples if samples is None else samples
+    if draws:  # 0: the mean weights, for every model as for a compressed file
+        kind.check_test_samples(draws, MAX_TEST_SAMPLES, field)
+    state = run.load_predictive(config, None, checkpoint)
+    return (RunModel(config.build_network(), state["mus"], state["sigmas"], draws, name=path),
+            (run, config))
 
 
 class Ensemble:
@@ -163,10 +184,7 @@ class TemperatureScaled:
 
 def scale_temperature(probs, temperature):
     """softmax(log(probs) / temperature), in float64 (probabilities floored at 1e-300)."""
-    logits = np.log(np.maximum(np.asarray(probs, dtype=np.float64), 1e-300)) / temperature
-    logits -= logits.max(axis=1, keepdims=True)
-    scaled = np.exp(logits)
-    return scaled / scaled.sum(axis=1, keepdims=True)
+    return softmax(np.log(np.maximum(np.asarray(probs, dtype=np.float64), 1e-300)) / temperature)
 
 
 def fit_temperature(probs, labels, low=0.05, high=20.0, steps=60):

@@ -1,9 +1,4 @@
-"""Pruning by signal-to-noise ratio |mu| / sigma (paper section 5.1, Table 2), vectorized.
-
-All parameters, weights and biases together, are ranked once by SNR; pruning a proportion p
-zeroes the floor(p N) lowest-ranked means. Ties keep flat order (a stable sort), so the result
-is deterministic.
-"""
+"""Pruning by signal-to-noise ratio |mu| / sigma (paper section 5.1, Table 2), vectorized."""
 import math
 import os
 
@@ -80,10 +75,7 @@ def _masked(mus, keep_flat):
 
 
 def prune_weights(mus, sigmas, proportion, ranks=None):
-    """Copies of ``mus`` with the floor(proportion * N) lowest-SNR entries of all N set to 0.
-
-    ``ranks`` (from ``snr_ranks``) may be passed to reuse one ordering for many proportions.
-    """
+    """Copies of ``mus`` with the floor(proportion * N) lowest-SNR entries of all N set to 0."""
     ranks = snr_ranks(mus, sigmas) if ranks is None else ranks
     return _masked(mus, ranks >= num_pruned(proportion, ranks.size))
 

@@ -15,13 +15,7 @@ from ..learning.threads import Threads
 from ..native import library as native
 
 
-# Floats of activations a prediction batch holds at most: a batch's layers then stay near the
-# cache. Measured on a LeNet pass of 10,000 images (2 cores, AVX-512): 0.52 s in batches of 250
-# against 0.76 s of 1,000 on MXNet's operators; MLPs, whose examples hold few activations, keep
-# batches of 1,000 (0.055 s against 0.071 s of 250 for the 2x400 network). Where the C kernel
-# computes the LeNet's convolutions with their poolings and ReLUs, which holds 4,690 floats an
-# image against 34,130, 10 draws of 10,000 images took 3.45 s in batches of 1,000 against 3.72 s
-# of 245 (medians of 3 turns).
+# floats of activations a prediction batch holds at most, so that its layers stay near the cache
 PREDICTION_ACTIVATIONS = 2 ** 23
 MAX_PREDICTION_BATCH = 1000
 
@@ -39,15 +33,7 @@ def prediction_batch_size(network=None, pooled=False):
 
 def predict(X, mus, sigmas, num_samples, batch_size=None, seed=None, network=None, F=None):
     """Mean over ``num_samples`` weight draws w ~ N(mu, sigma^2) of softmax(net(X, w)), for
-    ``network`` (default: the MLP the parameters shape).
-
-    X: (N, inputs), NumPy or NDArray; returns (N, classes) NDArray on the params' context.
-    ``num_samples=0`` gives the deterministic prediction with the mean weights (and every unit
-    where the network has dropout). Monte Carlo dropout: ``sigmas`` None and a network with
-    dropout, each draw a dropout mask. The draws are those of ``noise.noise_for(ctx, seed)``
-    and of MXNet's generator seeded from ``seed``. ``F``: the operators the network takes
-    (``net``'s: None, MXNet's with the C kernels' where they serve; ``mx.nd``: MXNet's alone).
-    """
+    ``network`` (default: the MLP the parameters shape)."""
     total = None
     for output in sampled_outputs(X, mus, sigmas, num_samples, batch_size, seed, network, F):
         probs = nd.softmax(output, axis=1)
@@ -58,9 +44,7 @@ def predict(X, mus, sigmas, num_samples, batch_size=None, seed=None, network=Non
 def sampled_outputs(X, mus, sigmas, num_samples, batch_size=None, seed=None, network=None,
                     F=None):
     """The network's outputs for X under each of ``num_samples`` draws (``predict``'s), one
-    NDArray (N, outputs) at a time; the mean weights' alone for ``num_samples=0``. Batches of
-    ``batch_size`` images, by default ``prediction_batch_size(network)`` (``pooled`` where the
-    C kernels take the parameters: ``Network.__call__``)."""
+    NDArray (N, outputs) at a time; the mean weights' alone for ``num_samples=0``."""
     batch_size = batch_size or prediction_batch_size(
         network, F is None and native.serves_arrays(*mus))
     ctx = mus[0].context

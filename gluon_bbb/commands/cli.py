@@ -1,23 +1,7 @@
 """What the commands share: argument parsing that reports a bad flag on one line, ``load_mxnet``
 (one line where MXNet cannot be loaded), and ``run_command``, which runs a command's ``main``
 as a program: every error a user can cause turned into ``prog: error: message`` and exit
-status 2, never a traceback.
-
-Every command is a module of the package with ``main(argv)`` and ``run(argv, prog)``:
-``python -m gluon_bbb.commands.train``, ``.prune``, ``.evaluate``, ``.regression``, ``.sweep``,
-``.compress``, ``.predict``; ``gluon-bbb COMMAND`` (``__main__.py``) runs the same, and the
-two scripts at the top of a checkout are wrappers of the first two. A command module imports no
-MXNet when it is imported: its ``main`` checks its flags first, then loads MXNet where it needs
-it.
-
-Library errors name config fields (``{learning_rate}``); only here does a field become the flag
-that sets it (``--learning-rate``). SIGINT and SIGTERM (what ``kill``, a cluster scheduler or
-Dask sends) end a command alike: one line saying what is kept, status 130 or 143 (128 plus the
-signal's number, as a shell reports a process ended by it), even where the signal's handler
-runs inside a finalizer or cuts a constructor short (``_interrupts_raised``), and within
-seconds where the main thread is inside a native call that does not return
-(``_ended_even_inside_native_code``).
-"""
+status 2, never a traceback."""
 import argparse
 import contextlib
 import os
@@ -50,8 +34,7 @@ class ArgumentParser(argparse.ArgumentParser):
 
     def add_run_argument(self, help):
         """The run a command reads, as ``RUN`` or as ``--checkpoint RUN`` (the tutorial's
-        ``prune.py`` form): either, not both; ``parse_args`` leaves it in ``run``. With it
-        ``--data-dir``, where the run's MNIST is read from (``RunDirectory.load_data``)."""
+        ``prune.py`` form): either, not both; ``parse_args`` leaves it in ``run``."""
         self.add_argument("run", nargs="?", metavar="RUN", help=help)
         self.add_argument("--checkpoint", dest="run_flag", metavar="RUN", help="the same as RUN")
         self.add_argument("--data-dir", help="directory with the MNIST IDX files (default: the "
@@ -162,11 +145,8 @@ class MXNetUnavailable(GluonBBBError):
     """MXNet cannot be loaded (a CUDA build without its libraries)."""
 
 
-# Environment variables that MXNet, its OpenMP runtime and matplotlib read as they load, and
-# that stop the process from inside them where their value is not of its type (a C++ abort,
-# a segmentation fault from 100,000 threads, an exception from matplotlib's import): checked
-# before either is loaded (``check_environment``). MXNet's ``MXNET_*`` integer and boolean
-# settings as its documentation lists them; OpenMP's thread count.
+# environment variables that stop MXNet, OpenMP or matplotlib from inside their load where
+# their value is not of its type: checked before either loads (``check_environment``)
 MAX_THREADS = 1024
 _INTEGER_VARIABLES = (
     "MXNET_CPU_WORKER_NTHREADS", "MXNET_CPU_PRIORITY_NTHREADS", "MXNET_CPU_NNPACK_NTHREADS",
@@ -259,8 +239,7 @@ def standard_streams_open():
 def _libraries_deprecations_ignored():
     """Ignore the deprecation warnings of the libraries a command loads (MXNet's NumPy names,
     matplotlib's pyparsing calls): a user's ``PYTHONWARNINGS=error`` would otherwise stop the
-    command inside their imports, over nothing the user can change. Other warnings keep the
-    user's filters."""
+    command inside their imports, over nothing the user can change."""
     for category in (DeprecationWarning, PendingDeprecationWarning, FutureWarning):
         warnings.filterwarnings("ignore", category=category)
 
@@ -268,9 +247,7 @@ def _libraries_deprecations_ignored():
 def load_mxnet(ctx=None):
     """Load MXNet where a command first needs it (after its flags are checked: a bad flag is
     reported in a fraction of a second); ``MXNetUnavailable`` in one line where it cannot be
-    loaded, before anything else imports it. ``ctx``: the command's --ctx; on a GPU MXNet's
-    threaded engine overlaps the host's work with the device's, so it keeps it there unless the
-    user chose an engine (the package's NaiveEngine is for the CPU's OpenMP teams)."""
+    loaded, before anything else imports it."""
     from .. import _ENGINE_CHOSEN_HERE, mxnet_load_error
     if ctx is not None and ctx.strip().lower().startswith("gpu") and _ENGINE_CHOSEN_HERE:
         os.environ["MXNET_ENGINE_TYPE"] = "ThreadedEnginePerDevice"
@@ -291,12 +268,7 @@ _WATCH_SECONDS = 0.25
 @contextlib.contextmanager
 def _ended_even_inside_native_code(prog):
     """A signal's Python handler runs only when the main thread comes back to Python code;
-    inside one long native call it waits. Python writes each signal's number to a wakeup file
-    as the signal arrives, wherever the main thread is; a watcher thread reads it, and where
-    the main thread then stays at the same point of the same frame for ``STUCK_SECONDS`` (one
-    native call that has not returned), it writes the command's one line and ends the process
-    with 128 plus the signal's number. Files are written atomically, so what is on disk stays
-    whole; the work in progress is lost, as with a kill."""
+    inside one long native call it waits."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
@@ -362,23 +334,7 @@ def _ended_even_inside_native_code(prog):
 
 @contextlib.contextmanager
 def _interrupts_raised():
-    """SIGINT and SIGTERM raise ``Interrupted`` naming the signal, in the main thread's own code.
-
-    Python ignores an exception raised in a finalizer (``__del__``): it prints "Exception
-    ignored" and goes on. A signal whose handler runs while MXNet frees an NDArray
-    (``NDArrayBase.__del__``) would be lost that way and training would go on. So a handler
-    that finds itself in a finalizer raises nothing and has the signal sent to the main thread
-    again a moment later, and an interrupt that a finalizer swallowed all the same (one with no
-    ``__del__`` frame) reaches ``sys.unraisablehook``, which does the same. A SIGINT that was
-    ignored when the command started (a job started with ``nohup`` or in the background) stays
-    ignored. An interrupt that a library shows and turns into an exception of its own (a C
-    extension whose import of NumPy is interrupted) ends the command as an interrupt all the
-    same, on its one line.
-
-    The interrupt may cut a constructor short (``NDArrayBase.__init__`` before it sets
-    ``handle``); that object's finalizer fails when it is freed. The frames the interrupt ended
-    hold such objects, so they are cleared here, under this hook, which keeps those failures
-    quiet: the command's one line is what it says, not a traceback as the process exits."""
+    """SIGINT and SIGTERM raise ``Interrupted`` naming the signal, in the main thread's own code."""
     def send_again(signum):
         # from another thread: sent here, the handler would run where it ran
         timer = threading.Timer(_SEND_AGAIN_SECONDS, signal.pthread_kill,
@@ -498,8 +454,7 @@ class OutputStreamError(GluonBBBError):
 
 class _Output:
     """Standard output, whose write errors name it: a command's files have their own
-    messages, and "No space left on device" alone would speak of the disk. A reader that has
-    gone (BrokenPipeError) stays what it is."""
+    messages, and "No space left on device" alone would speak of the disk."""
 
     def __init__(self, stream):
         self._stream = stream

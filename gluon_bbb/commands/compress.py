@@ -1,18 +1,6 @@
 """The command ``gluon-bbb compress RUN --out FILE``: a
 trained run as one compact file that a NumPy-only program predicts with (``shipping/writer.py``
-writes it, ``shipping/model_file.py`` reads it).
-
-    gluon-bbb compress runs/lenet --proportion 0.95 --out lenet.gbbb
-    gluon-bbb compress runs/paper-2x400 --max-error-increase 0.2 --sigma-bits 4 \\
-        --out mlp.gbbb
-
-Without ``--proportion`` it chooses the largest proportion (of
-``writer.SEARCH_PROPORTIONS``) whose compressed mean network's error is within
-``--max-error-increase`` percentage points of the unpruned mean network's: on the run's
-validation images (default 0.5), or where the run holds out none, on 10,000 of the images it
-trained on (default 0.25, saying so): never the test images. A ``--proportion`` that costs more
-than that is written with a warning that names the figure.
-"""
+writes it, ``shipping/model_file.py`` reads it)."""
 import os
 import sys
 
@@ -20,10 +8,8 @@ from .cli import (ArgumentParser, add_import_flag, add_json_flag, import_modules
                   print_json, run_command, say_for)
 
 PROG = "gluon-bbb compress"
-# The error a compress without --proportion may add to the unpruned mean network's, in
-# percentage points, on validation images; on training images, which the network has fitted,
-# half as much: pruning costs less there than on unseen images (README's quick-start run,
-# seed 0, 60% removed: +0.45 points on 10,000 of its training images, +0.87 on the test images).
+# the error a compress without --proportion may add, in percentage points: on validation
+# images, and half as much on training images, which the network has fitted
 DEFAULT_MAX_ERROR_INCREASE = 0.5
 DEFAULT_MAX_ERROR_INCREASE_ON_TRAINING_IMAGES = 0.25
 # how many of its training images measure it where a run holds out none

@@ -1,12 +1,5 @@
 """The command ``gluon-bbb evaluate RUN_DIR``:
-the uncertainty report of a trained run (``analysis/report.py``).
-
-Writes ``uncertainty.json`` and ``uncertainty.png`` into the run directory (or ``--out``);
-``RUN_DIR/best.params`` reports on the best validation epoch instead, into
-``best-uncertainty.json`` and ``best-uncertainty.png``. MNIST is read from ``--data-dir``, else
-from the directory the run was trained on, else as ``load_mnist`` finds it. It prints the
-report as a table (``summary``), or with ``--json`` the report's JSON.
-"""
+the uncertainty report of a trained run (``analysis/report.py``)."""
 import os
 import sys
 

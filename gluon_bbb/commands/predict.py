@@ -1,23 +1,5 @@
 """The command ``gluon-bbb predict MODEL INPUT...``: classify
-images with a model's predictive distribution and say where it is unsure.
-
-MODEL is a file written by ``gluon_bbb.commands.compress`` (read with NumPy alone: MXNet need not be
-installed) or a run directory (read with MXNet). INPUT is any number of:
-
-- PNG files: 8-bit or 16-bit grayscale, 28x28 (``--resize`` scales other sizes); an RGB image
-  whose three channels are equal counts as grayscale, a colour one is refused. Digits are
-  expected as MNIST draws them, light on a dark background; ``--invert`` turns dark-on-light
-  drawings (a pen on paper) around;
-- ``.npy`` arrays of raw pixel values 0 to 255: one image (28, 28) or (784,), or many
-  (N, 28, 28) or (N, 784);
-- IDX image files (``t10k-images-idx3-ubyte[.gz]``, MNIST's own format).
-
-One line per image: the label, its probability, the predictive entropy in bits and ``unsure``
-where the entropy passes the threshold the model was calibrated with (the entropy that 5% of its
-validation digits exceed) or the label's probability is below 0.5
-(``model_file.UNSURE_PROBABILITY``: a model poor everywhere says so too); ``--json`` prints the
-same as one JSON document.
-"""
+images with a model's predictive distribution and say where it is unsure."""
 import json
 import os
 import sys
@@ -177,77 +159,41 @@ def _read_npy(path):
     return array  # its values are checked with every input's (read_inputs)
 
 
-# The model: a compressed file, or a run directory.
+# The model: a compressed file, or a run directory (``analysis.robustness.load_model``).
 
-class FilePredictor:
-    """A compressed file's predictive, with NumPy alone."""
-
-    def __init__(self, path):
-        from ..shipping import model_file as compressed
-        self.model = compressed.read(path)
-        self.default_samples = self.model.header.get("predictive_samples", 0)
-        self.threshold = self.model.unsure_entropy
-        self.probability_floor = self.model.unsure_probability
-        self.can_sample = self.model.sigmas is not None
-
-    def probabilities(self, pixels, samples):
-        return self.model.predict(self.model.inputs(pixels), samples)
-
-
-class RunPredictor:
-    """A run directory's predictive (MXNet), its unsure threshold calibrated now on the run's
-    validation images (its test images where it holds out none)."""
-
-    def __init__(self, path, samples):
-        load_mxnet()
-        from ..shipping.writer import UNSURE_SHARE
-        from ..data import PIXEL_SCALE
-        from ..learning.rundir import resolve_checkpoint
-        run, checkpoint = resolve_checkpoint(path)
-        self.config = run.read_classifier_config()
-        kind = self.config.model_kind
-        state = run.load_predictive(self.config, None, checkpoint)
-        self.mus, self.sigmas = state["mus"], state["sigmas"]
-        self.network, self.scale = self.config.build_network(), PIXEL_SCALE
-        self.default_samples = kind.default_test_samples
-        self.can_sample = kind.prediction_draws is not None
-        self.samples = self.default_samples if samples is None else samples
-        data = run.load_data(remedy="set $GLUON_BBB_DATA to the directory it was trained on")
-        held_out = self.config.validation
-        images = data.train_images[-held_out:] if held_out else data.test_images
-        import numpy as np
-        from ..shipping.model_file import UNSURE_PROBABILITY, entropy_bits
-        entropy = entropy_bits(self._predict(images, self.samples))
-        self.threshold = float(np.quantile(entropy, 1.0 - UNSURE_SHARE))
-        self.probability_floor = UNSURE_PROBABILITY
-
-    def _predict(self, X, samples):
-        from ..analysis.uncertainty import predict
-        return predict(X, self.mus, self.sigmas, samples, seed=0, network=self.network).asnumpy()
-
-    def probabilities(self, pixels, samples):
-        return self._predict(pixels.reshape(pixels.shape[0], -1) / self.scale, samples)
+def unsure_rule(model, run):
+    """``(entropy threshold, probability floor)``: a compressed file's own, or for a run
+    ``(RunDirectory, Config)`` calibrated now on its validation images (its test images where it
+    holds out none)."""
+    from ..shipping.model_file import UNSURE_PROBABILITY, unsure_entropy
+    if run is None:
+        return model.model.unsure_entropy, model.model.unsure_probability
+    directory, config = run
+    data = directory.load_data(remedy="set $GLUON_BBB_DATA to the directory it was trained on")
+    held_out = config.validation
+    images = data.train_images[-held_out:] if held_out else data.test_images
+    return unsure_entropy(model.probabilities(images)), UNSURE_PROBABILITY
 
 
-# a stack of more images than this is predicted in parts of this many, with a line on stderr
-# at most every PROGRESS_SECONDS (the LeNet's 10 draws take about 1 s per 1,000 images)
+# a stack of more images than this is predicted in parts, with a line on stderr at most
+# every PROGRESS_SECONDS
 PROGRESS_IMAGES = 10000
 PROGRESS_SECONDS = 5.0
 
 
-def probabilities_with_progress(predictor, pixels, samples, part=PROGRESS_IMAGES):
-    """``predictor.probabilities(pixels, samples)``, in parts of ``part`` images where there
+def probabilities_with_progress(model, pixels, part=PROGRESS_IMAGES):
+    """``model``'s probabilities of raw ``pixels``, in parts of ``part`` images where there
     are more, saying on stderr how many are done: each part draws the same weights (the draws
     are seeded per call), so the figures are the whole stack's."""
     import time
     import numpy as np
     count = pixels.shape[0]
     if count <= part:
-        return predictor.probabilities(pixels, samples)
+        return model.probabilities(model.inputs(pixels))
     parts, started = [], time.time()
     last = started
     for start in range(0, count, part):
-        parts.append(predictor.probabilities(pixels[start:start + part], samples))
+        parts.append(model.probabilities(model.inputs(pixels[start:start + part])))
         done = min(start + part, count)
         if time.time() - last >= PROGRESS_SECONDS or done == count:
             last = time.time()
@@ -268,32 +214,30 @@ def main(argv=None, prog=PROG):
     if problem:
         raise InputError("%s: %s, not a model (a file written by gluon_bbb.commands.compress, or a run "
                          "directory)", args.model, problem)
-    if os.path.isdir(args.model):
-        predictor = RunPredictor(args.model, args.samples)
-    elif os.path.isfile(args.model):
-        predictor = FilePredictor(args.model)
-    else:
+    if not os.path.exists(args.model):
         raise InputError("%s: no such model (a file written by gluon_bbb.commands.compress, or a run "
                          "directory)", args.model)
-    samples = predictor.default_samples if args.samples is None else args.samples
-    if samples and not predictor.can_sample:
-        raise ConfigError("samples", samples, "0 for this model (it keeps no weight "
-                          "distribution to sample)")
+    from ..analysis.robustness import load_model
+    from ..learning.rundir import is_compressed_model
+    if not is_compressed_model(args.model):
+        load_mxnet()
+    model, run = load_model(args.model, args.samples, "samples")
+    threshold, probability_floor = unsure_rule(model, run)
     names, pixels = read_inputs(args.inputs, args.invert, args.resize)
-    probs = probabilities_with_progress(predictor, pixels, samples)
+    probs = probabilities_with_progress(model, pixels)
     if not np.isfinite(probs).all():
         raise InputError("%s gives non-finite probabilities for these inputs; nothing is "
                          "reported", args.model)
     entropy = entropy_bits(probs)
     labels = probs.argmax(axis=1)
-    flagged = unsure(probs, predictor.threshold, predictor.probability_floor)
+    flagged = unsure(probs, threshold, probability_floor)
     records = [{"input": name, "label": int(label), "probability": float(p[label]),
                 "entropy_bits": float(h), "unsure": bool(u)}
                for name, label, p, h, u in zip(names, labels, probs, entropy, flagged)]
     if args.json:
-        print(json.dumps({"model": os.path.abspath(args.model), "samples": samples,
-                          "unsure_above_bits": predictor.threshold,
-                          "unsure_below_probability": predictor.probability_floor,
+        print(json.dumps({"model": os.path.abspath(args.model), "samples": model.num_samples,
+                          "unsure_above_bits": threshold,
+                          "unsure_below_probability": probability_floor,
                           "predictions": records}, indent=2))
         return 0
     width = max(len(name) for name in names)

@@ -1,10 +1,6 @@
 """The command ``gluon-bbb prune`` (``prune.py`` in a checkout):
 prune a trained run by signal-to-noise ratio and tabulate its test accuracy (the paper's Table
-2), with ``analysis/snr.py``.
-
-    gluon-bbb prune runs/default
-    gluon-bbb prune runs/default --proportions 0 0.5 0.95 --save-pruned 0.95
-"""
+2), with ``analysis/snr.py``."""
 import os
 import sys
 import time
@@ -83,8 +79,7 @@ def report_files(checkpoint_path, save_pruned=None):
 
 def prune_and_report(args, config, state, data, out, checkpoint_path):
     """Write the pruning table's files into ``out`` (a locked ``RunDirectory``), their names
-    starting with the checkpoint's ``report_prefix``, then print the table. The files come
-    first: a reader that stops early (``| head``) loses none of them."""
+    starting with the checkpoint's ``report_prefix``, then print the table."""
     from .. import outputs
     from ..plots import plot_pruning, plot_snr
     from ..analysis.snr import (dense_size, prior_rule_proportion, prune_weights, pruning_table,

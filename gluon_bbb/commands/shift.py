@@ -1,14 +1,7 @@
 """The command ``gluon-bbb shift MODEL [MODEL ...] --out DIR``: how a model's predictive
 holds up as MNIST's test images are rotated and translated
 (``analysis/robustness.py``), written as ``DIR/shift-rotation.json`` and ``.png`` (and
-``shift-translation.*``).
-
-A MODEL is a run directory (its last epoch), a parameter file of one (``best.params``) or a
-file ``compress`` wrote; several MODELs are one ensemble, their predictives averaged.
-``--temperature-scale`` fits one temperature on the validation images of the first run among
-them and reports the scaled predictive. MNIST is read from ``--data-dir``, else from the
-directory the first run was trained on, else as ``load_mnist`` finds it.
-"""
+``shift-translation.*``)."""
 import os
 import sys
 
@@ -65,30 +58,6 @@ def summary(report):
     return "\n".join(lines)
 
 
-def load_model(path, samples):
-    """``(model, run or None)``: a compressed file's predictor, or a run's (MXNet)."""
-    from ..analysis.robustness import CompressedFileModel, RunModel
-    from ..errors import ConfigError
-    from ..learning.rundir import is_compressed_model, resolve_checkpoint
-    if os.path.isfile(path) and is_compressed_model(path):
-        from ..shipping import model_file as compressed
-        model = compressed.read(path)
-        draws = model.header.get("predictive_samples", 0) if samples is None else samples
-        if draws and model.sigmas is None:
-            raise ConfigError("test_samples", draws, "0 for %s (it keeps no sigmas to sample)"
-                              % path)
-        return CompressedFileModel(model, draws, name=path), None
-    run, checkpoint = resolve_checkpoint(path)
-    config = run.read_classifier_config()
-    kind = config.model_kind
-    draws = kind.default_test_samples if samples is None else samples
-    if draws:  # 0: the mean weights, for every model as for a compressed file
-        kind.check_test_samples(draws, MAX_TEST_SAMPLES)
-    state = run.load_predictive(config, None, checkpoint)
-    return (RunModel(config.build_network(), state["mus"], state["sigmas"], draws, name=path),
-            (run, config))
-
-
 def main(argv=None, prog=PROG):
     args = build_parser(prog).parse_args(argv)
     import_modules(args.import_modules)
@@ -100,7 +69,8 @@ def main(argv=None, prog=PROG):
         raise ConfigError("test_size", args.test_size, "an integer >= 1")
     load_mxnet()
     from ..data import idx_paths, load_mnist
-    from ..analysis.robustness import Ensemble, TemperatureScaled, fit_temperature, shift_report
+    from ..analysis.robustness import (Ensemble, TemperatureScaled, fit_temperature, load_model,
+                                       shift_report)
     from ..errors import CheckpointError
     from .. import outputs
     from ..plots import plot_shift

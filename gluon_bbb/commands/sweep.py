@@ -1,16 +1,6 @@
 """The command ``gluon-bbb sweep SPEC --out DIR``: seeds x
 settings of training runs on Dask, each trial pruned, tabulated as median and range over seeds
-(``learning/trials.py`` holds the spec, the trials and the summary).
-
-    gluon-bbb sweep SPEC --out runs/sweep [--workers N] [--threads-per-trial T]
-    gluon-bbb sweep SPEC --out runs/sweep --scheduler tcp://HOST:8786
-
-Everything is checked before anything runs or is written: the spec, every trial's flags (by the
-training command's own parser), the trials already in ``--out``, and the scheduler's address.
-Ctrl-C (SIGINT to the terminal's process group, which holds the local cluster's workers and
-their trials too) and SIGTERM end the sweep with one line; the trials keep their completed
-epochs, and a rerun goes on from there.
-"""
+(``learning/trials.py`` holds the spec, the trials and the summary)."""
 import contextlib
 import os
 import signal
@@ -105,8 +95,7 @@ def _connect(Client, address, SpecError):
     """A Dask ``Client`` of the scheduler at ``address``, or SpecError on one line: where
     nothing listens, where what answers is not a Dask scheduler, and where a peer takes the
     connection and never answers (Dask's own timeout does not bound its handshake), after
-    ``CONNECT_SECONDS``. The connection is made on a thread of its own, which the process
-    leaves behind where it does not return."""
+    ``CONNECT_SECONDS``."""
     import threading
     from distributed.comm.addressing import parse_address, parse_host_port
     try:
@@ -154,7 +143,7 @@ def _local_cluster(LocalCluster, workers, log_level):
     """A local cluster of ``workers`` processes that ignore SIGINT, as the trials they start
     do: Ctrl-C in a terminal reaches the whole process group, and the sweep's own process,
     which closes the cluster (its workers end their trials with SIGTERM), is the one to say
-    so. Each worker would otherwise print its own KeyboardInterrupt traceback."""
+    so."""
     previous = signal.signal(signal.SIGINT, signal.SIG_IGN)  # inherited by the workers
     # the scheduler serves its health checks on port 8787, or another where that one is taken
     # (another sweep's), and says so: the sweep uses neither

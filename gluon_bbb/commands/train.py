@@ -1,13 +1,6 @@
 """The command ``gluon-bbb train`` (a checkout's top-level ``train_mnist.py`` runs it too):
 train on MNIST-format data into a run directory, then draw its plots and its uncertainty
-report. A thin shell over ``learning.loop.train``.
-
-    gluon-bbb train --ctx cpu --epochs 10 --out runs/default
-    gluon-bbb train --out runs/default --epochs 20 --resume  # 10 more epochs
-
-``build_parser`` and ``config_from_args`` need no MXNet: the sweep checks its trials' flags
-with them in its own process.
-"""
+report. A thin shell over ``learning.loop.train``."""
 import dataclasses
 import os
 import sys
@@ -25,8 +18,8 @@ from ..family.kl import KL_DIRECTIONS, KL_ESTIMATES, KL_WEIGHTINGS
 from ..family.model_kinds import MODEL_KINDS
 from ..learning.schedules import LR_SCHEDULES
 from ..networks.layers import SPEC_HELP
-from ..family.parametrizations import names as parametrization_names
-from ..family.priors import PRIORS
+from ..family.parametrizations import KNOWN as PARAMETRIZATIONS
+from ..family.priors import KNOWN as PRIORS
 
 PROG = "gluon-bbb train"
 
@@ -79,8 +72,10 @@ CHOICE_FLAGS = {
     "lr_schedule": (names(LR_SCHEDULES), "the rate's schedule: step decay (--lr-decay-every, "
                     "--lr-decay-factor), falling linearly to 0 at the last epoch (sparse "
                     "variational dropout's), or a half cosine to 0 (IVON's)"),
-    "prior": (tuple(name.replace("_", "-") for name in PRIORS), "prior over every weight"),
-    "gate_prior": (tuple(name.replace("_", "-") for name in PRIORS), "prior over the factors "
+    "prior": (tuple(c.name.replace("_", "-") for c in PRIORS.built_in()), "prior over every "
+              "weight"),
+    "gate_prior": (tuple(c.name.replace("_", "-") for c in PRIORS.built_in()), "prior over the "
+                   "factors "
                    "of the network's gate layers; log-uniform gates with --prior gaussian "
                    "are Bayesian Compression's group prior"),
     "kl_weighting": (names(KL_WEIGHTINGS), "KL weight of each mini-batch: 1/M, or "
@@ -92,7 +87,7 @@ CHOICE_FLAGS = {
            "prior)"),
     "kl_direction": (KL_DIRECTIONS, "KL(q || P), the ELBO's, or KL(P || q), which covers the "
                      "prior's mass (ndarray backend)"),
-    "parametrization": (tuple(name.replace("_", "-") for name in parametrization_names()),
+    "parametrization": (tuple(name.replace("_", "-") for name in PARAMETRIZATIONS),
                         "how rho gives the posterior's sigma: softplus(rho), or rho = log "
                         "sigma^2 (log-variance; ndarray backend)"),
     "model": (names(MODEL_KINDS) + ("mlp",), "Bayes by Backprop, Monte Carlo dropout (the "
@@ -169,10 +164,7 @@ def build_parser(prog=PROG, raise_errors=False):
 
 def config_from_args(args, run=None):
     """The run's Config: the flags given over the preset, over the defaults, or, resuming,
-    over the run's own config.json (``run``, a ``RunDirectory``). A preset given on resume
-    counts as its flags: the command that started a run continues it with --resume added. A
-    new run takes what its choices imply for the settings neither flags nor preset give
-    (``implied_settings``)."""
+    over the run's own config.json (``run``, a ``RunDirectory``)."""
     return _config_and_defaults(args, run)[0]
 
 

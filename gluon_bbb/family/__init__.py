@@ -2,6 +2,4 @@
 formula written once: the priors (``family/priors.py``), how sigma comes from rho
 (``parametrizations.py``), the weight estimators (``estimators.py``), the KL term's estimate and
 weighting (``kl.py``), the likelihoods (``likelihoods.py``) and the model kinds
-(``model_kinds.py``); ``elementwise.py`` holds the helpers their formulas share. A user's own
-prior, estimator or parametrization is a subclass in their script (docs/EXTENDING.md). No module
-here imports MXNet when imported."""
+(``model_kinds.py``); ``elementwise.py`` holds the helpers their formulas share."""

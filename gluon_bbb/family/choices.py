@@ -1,6 +1,6 @@
-"""What every choice object a run makes shares (``Choice``): its name in config.json, older
-names that still read (``aliases``), and looking one up by name (``named``). A leaf module: it
-imports only the errors."""
+"""Looking a choice up by its name in config.json: the choice objects (``Choice``, ``named``)
+and the classes a user may subclass (``Registry``: a subclass with a ``name`` is one a ``Config``
+accepts, in that Python process). A leaf module: it imports only the errors."""
 from ..errors import ConfigError
 
 
@@ -33,7 +33,35 @@ class Choice:
         return hash(type(self))
 
 
-# The model kind: what is learnt and how it predicts.
+class Registry(dict):
+    """The classes of one kind (priors, estimators, parametrizations) by name, built-in ones
+    first."""
+
+    def __init__(self, what):
+        super().__init__()
+        self.what = what
+
+    def add(self, cls):
+        """Enter ``cls`` under ``cls.name`` (a class without a name is a base, left out); a
+        user's class may not take a built-in one's name."""
+        if cls.name is None:
+            return
+        taken = self.get(cls.name)
+        if (taken is not None and taken.__module__.startswith("gluon_bbb.")
+                and not cls.__module__.startswith("gluon_bbb.")):
+            raise ValueError("%s name %r is gluon_bbb's own %s; give %s another name"
+                             % (self.what, cls.name, taken.__name__, cls.__name__))
+        self[cls.name] = cls
+
+    def kind(self, name):
+        """The class ``name`` names (``-`` read as ``_``); ConfigError otherwise."""
+        found = self.get(str(name).replace("-", "_"))
+        if found is None:
+            raise ConfigError(self.what, name, "one of %s" % ", ".join(self))
+        return found
+
+    def built_in(self):
+        return [cls for cls in self.values() if cls.__module__.startswith("gluon_bbb.")]
 
 
 def names(choices):

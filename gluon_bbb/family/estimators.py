@@ -1,9 +1,6 @@
 """The weight estimator: how one draw of the noise gives the network's output. Weight sampling
 (the tutorial's), the local reparametrization (pre-activations, Kingma et al. 2015) or Flipout
-(one perturbation with random signs per example, Wen et al. 2018). Each owns its code in the C
-kernels' table (``native/table.py``), the noise it takes and its data term on the ndarray
-backend (``draw``) and in a Gluon block (``block_output``); a user's own is a subclass with a
-``name`` (docs/EXTENDING.md). Imports no MXNet when imported."""
+(one perturbation with random signs per example, Wen et al. 2018)."""
 import math
 
 from ..errors import ConfigError
@@ -11,24 +8,18 @@ from ..native import table
 from .choices import Choice, named
 from .elementwise import LRT_VARIANCE_FLOOR
 from .formulas import Keyed
-from .registry import register
+from .choices import Registry
 
-
-_ESTIMATOR_KINDS = {}
+KNOWN = Registry("estimator")
 
 
 class Estimator(Choice):
-    """How a step draws the network's noise. A subclass with a ``name`` is one that ``Config``
-    and ``estimator()`` accept once it is defined (a user's own, from their script): it
-    writes ``noise_size`` and ``draw`` (the ndarray backend, ``ndarray_backend.py``) and
-    ``block_output`` (the Gluon blocks). ``check(network)``: ConfigError where it cannot draw
-    that network. ``kernel_data_kind``: its code in the C kernels' table (``native/table.py``), for
-    an estimator they serve (``native/library.py`` holds its data term there); None for the others."""
+    """How a step draws the network's noise."""
     kernel_data_kind = None
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
-        register(_ESTIMATOR_KINDS, cls, "estimator")
+        KNOWN.add(cls)
 
     def check(self, network):
         pass
@@ -89,8 +80,7 @@ class _NoisyNetwork(Estimator):
 
 class LocalReparametrization(_NoisyNetwork):
     """Each dense or convolution layer's pre-activations drawn from their Gaussian (Kingma et
-    al. 2015): per example and unit, so examples share no noise. A weight sample beside them
-    where the KL is estimated at sampled weights."""
+    al. 2015): per example and unit, so examples share no noise."""
     name = "lrt"
     # dNLL/dmu and dNLL/dsigma
     kernel_data_kind = Keyed(table.DATA_TERMS["lrt"], "draw", "noise_size", "noise_shapes",
@@ -160,15 +150,10 @@ class Flipout(_NoisyNetwork):
 ESTIMATORS = (WeightSampling(), LocalReparametrization(), Flipout())
 
 
-def names_known():
-    """The names of the estimators known in this process, built-in ones first."""
-    return tuple(_ESTIMATOR_KINDS)
-
-
 def estimator(name):
     """The estimator ``name`` names (a built-in one, or a user's subclass defined in this
     process), or the object itself."""
-    return named(Estimator, [kind() for kind in _ESTIMATOR_KINDS.values()], name, "estimator")
+    return named(Estimator, [kind() for kind in KNOWN.values()], name, "estimator")
 
 
 # The KL estimate: its direction and how it is estimated.

@@ -1,19 +1,7 @@
 """A fast path applies to the formula it was written for. A hand-written gradient, a closed form
 or a code of the C kernels is written against one class's formulas (a prior's ``log_density``,
 a parametrization's ``sigma``, an estimator's ``draw``); a subclass that overrides one of those
-formulas and not the fast path would otherwise train with the old formula's fast path. Here:
-
-- ``accelerates(*formulas)`` marks a method as a fast path of ``formulas``: on an object whose
-  class overrides one of them below the class that wrote the method, the call goes to the next
-  definition up (the generic one: autograd of the formula, or nothing);
-- ``Keyed(value, *formulas)`` is a class attribute that holds only for those formulas (a kernel
-  code): on such an object it reads None;
-- ``holds(obj, name)`` says whether a member is there and still applies;
-- ``lost_fast_paths(obj)`` says which fast paths an object has lost, and why, for the run's
-  first lines.
-
-A leaf module: it imports nothing of the package.
-"""
+formulas and not the fast path would otherwise train with the old formula's fast path."""
 import functools
 
 

@@ -12,10 +12,7 @@ from .priors import prior_words
 
 class KLEstimate(Choice):
     """How the step estimates the KL term: ``name`` (``mc``, ``analytic``), ``direction``
-    (``reverse``: KL(q || P), the ELBO's; ``forward``: KL(P || q)). ``kernel_code``: its code in
-    the C kernels' table (``native/table.py``), None where they do not serve it. ``per_draw``:
-    estimated at each draw's sampled weights; ``prior_draws``: at samples of the prior, per
-    draw; ``closed_term`` gives the rest, once a step."""
+    (``reverse``: KL(q || P), the ELBO's; ``forward``: KL(P || q))."""
     direction = "reverse"
     kernel_code = None
     per_draw = False
@@ -72,8 +69,7 @@ class ClosedFormKL(KLEstimate):
 
 class ForwardMonteCarloKL(KLEstimate):
     """KL(P || q) by Monte Carlo: log P(w) - log q(w) at a sample w of the prior, drawn per
-    draw (the gradient flows through log q alone). Mass covering: q is pulled to cover every
-    region the prior gives mass, where the reverse direction seeks one mode."""
+    draw (the gradient flows through log q alone)."""
     name = "mc"
     direction = "forward"
     prior_draws = True

@@ -1,18 +1,6 @@
 """Likelihoods: how a network's outputs score the targets, log P(y | x, w), and how many outputs
 the network gives for them. A model is a network (``networks/layers.py``) and a likelihood; a new
-likelihood is one class here.
-
-- ``categorical``: a softmax over the network's class scores, one-hot targets (MNIST).
-- ``gaussian``: log N(y | mean, s^2) per target, with the noise s fixed (``gaussian:NOISE_TOL``,
-  s = NOISE_TOL), one learned log variance per target (``gaussian:learned``: a ``LogVariance``
-  layer appended to the network, a weight like the others), or heteroscedastic
-  (``gaussian:heteroscedastic``: the network gives a mean and a log variance per target and
-  input, Kendall and Gal 2017).
-
-The strings are what a config's ``likelihood`` field holds (``parse_likelihood``). Like
-``networks/layers.py`` this module imports no MXNet: ``F`` brings the operators (``mx.nd`` or
-``mx.sym``).
-"""
+likelihood is one class here."""
 import math
 
 from .elementwise import LOG_SQRT_2PI, operators

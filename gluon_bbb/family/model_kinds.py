@@ -1,16 +1,14 @@
 """The model kind, what a run learns and how it predicts: Bayes by Backprop (a posterior over
 every weight), Monte Carlo dropout (the mean weights trained with dropout, the prior as weight
 decay) or a deterministic network. ``config.json`` keeps the name (``model: "bbb"``);
-``model_kind("mlp")``, the name a deterministic run had before ``deterministic``, still reads.
-Imports no MXNet."""
+``model_kind("mlp")``, the name a deterministic run had before ``deterministic``, still reads."""
 from ..errors import ConfigError
 from .choices import Choice, named
 
 
 class ModelKind(Choice):
     """What a run learns. ``learns_sigma``: a posterior N(mu, sigma^2) over every weight (the
-    rest train mu alone). ``prediction_draws``: what a Monte Carlo prediction draws, in words
-    (None: it predicts with the mean weights only)."""
+    rest train mu alone)."""
     learns_sigma = False
     prior_as_weight_decay = False
     natural_gradient = False

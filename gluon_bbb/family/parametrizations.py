@@ -1,40 +1,25 @@
 """How the posterior's standard deviation sigma > 0 comes from an unconstrained parameter rho,
 one object per parametrization: ``Softplus``, sigma = softplus(rho) (the tutorial's and the
 paper's), and ``LogVariance``, rho = log sigma^2 (sparse variational dropout's, Molchanov et al.
-2017, where sigma spans many orders of magnitude).
-
-A parametrization owns its config.json name, ``sigma`` (rho -> sigma, for any operator set
-``F``), ``sigma_gradient`` (d sigma / d rho, the chain rule the ndarray backend applies to
-dL/dsigma), ``rho_for`` (the rho of a given sigma) and its code in the C kernels' table
-(``native/table.py``; None where they do not serve it). The checkpoint keeps its code beside the
-``rho:i`` arrays, so that a file says how to read its rhos.
-
-A user's own is a subclass with a ``name``: defining it makes the name one that ``Config``
-(``parametrization=``) and ``parametrization()`` accept, in that Python process.
-
-Imports no MXNet when imported (a config is checked where MXNet is not loaded).
-"""
+2017, where sigma spans many orders of magnitude)."""
 import math
 
-from ..errors import ConfigError
 from ..native import table
 from .elementwise import SOFTPLUS_FLOOR, operators, sigmoid, softplus
 from .formulas import Keyed, accelerates
-from .registry import register
+from .choices import Registry
 
-_KNOWN = {}
+KNOWN = Registry("parametrization")
 
 
 class Parametrization:
-    """sigma = f(rho) with f > 0, smooth and increasing. Subclasses set ``name`` and write
-    ``sigma`` and ``sigma_gradient`` with the operators of ``F`` (None: MXNet's ``nd``), and
-    ``rho_for`` with Python floats."""
+    """sigma = f(rho) with f > 0, smooth and increasing."""
     name = None
     kernel_code = None  # the C kernels' code for it (table.PARAMETRIZATIONS), where served
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
-        register(_KNOWN, cls, "parametrization")
+        KNOWN.add(cls)
 
     def sigma(self, rho, F=None):
         raise NotImplementedError
@@ -115,12 +100,4 @@ def parametrization(name):
     itself); ConfigError otherwise."""
     if isinstance(name, Parametrization):
         return name
-    kind = _KNOWN.get(str(name).replace("-", "_"))
-    if kind is None:
-        raise ConfigError("parametrization", name, "one of %s" % ", ".join(_KNOWN))
-    return kind()
-
-
-def names():
-    """The names known in this process, built-in ones first."""
-    return tuple(_KNOWN)
+    return KNOWN.kind(name)()

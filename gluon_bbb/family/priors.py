@@ -1,36 +1,16 @@
 """The priors P(w) over every weight: the documented base ``Prior``, a user's own prior's
 parent, the built-in Gaussian, the paper's scale mixture of two, sparse variational dropout's
 log-uniform prior and ``NoPrior`` (a KL term of 0, for weights under gates), and
-``GatedPrior``, which puts a network's gates under a prior of their own (group sparsity).
-
-A prior is an object. Its one required member is ``log_density(x, F)``, the elementwise log
-density written with the operators of ``F`` (MXNet's ``nd`` or ``sym``); called on an array it
-gives the summed log density, shape (1,), so it is the ``log_prior`` of the tutorial's
-``combined_loss`` and of the blocks' ``kl_term``. Its gradient, where the ndarray backend needs
-one, comes from autograd unless the class writes it (``log_density_and_gradient``). It may add
-a closed-form KL against the Gaussian posterior (``kl``, elementwise; its gradients again by
-autograd) and a sampler (``sample``: the forward Monte Carlo KL draws from the prior). A
-subclass with a ``name`` is one that ``Config`` accepts (``prior=`` the object, or its name
-with ``prior_settings``) once it is defined, in that Python process; its ``settings()``, the
-arguments that rebuild it, go into the run's config.json.
-
-The built-in priors read their scales from a ``Config``'s flat fields (``from_config``) and
-hand the C kernels their arguments (``kernel_args``, codes from ``native/table.py``); they also
-write their gradients and closed forms out, for speed.
-
-Like the rest of ``family/`` this module imports no MXNet when imported (a config is checked where MXNet is
-not loaded); the density's operators come with the first call.
-"""
+``GatedPrior``, which puts a network's gates under a prior of their own (group sparsity)."""
 import inspect
 import math
 
-from ..errors import ConfigError
 from ..native import table
 from .elementwise import LOG_SQRT_2PI, operators, sigmoid, softplus, total
 from .formulas import Keyed, accelerates, holds
-from .registry import register
+from .choices import Registry
 
-_KNOWN = {}
+KNOWN = Registry("prior")
 
 
 def describe_prior(name, settings):
@@ -45,23 +25,14 @@ def _nd():
 
 class Prior:
     """P(w), the same density for every weight. Subclasses set ``name`` (config.json's word
-    for it) and write ``log_density``; the rest has defaults:
-
-    - ``log_density_and_gradient(x)``: the summed log density and d log P / dx by autograd;
-    - ``kl(mu, sigma, F)``: KL(N(mu, sigma^2) || P) elementwise, where it has a closed form
-      (``has_closed_form_kl`` is then True, and ``--kl analytic`` takes it);
-    - ``sample(normals, size)`` with ``sample_normals`` standard normals a weight: a sampler
-      (the forward Monte Carlo KL needs one);
-    - ``settings()``: the keyword arguments that rebuild it (default: its constructor's
-      parameters, read from the attributes of the same names).
-    """
+    for it) and write ``log_density``; the rest has defaults (docs/EXTENDING.md)."""
     name = None
     sample_normals = None
     has_forward_closed_form_kl = False
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
-        register(_KNOWN, cls, "prior")
+        KNOWN.add(cls)
 
     @classmethod
     def from_config(cls, config):
@@ -237,13 +208,7 @@ class GaussianPrior(Prior):
 
 
 class ScaleMixturePrior(Prior):
-    """P(w) = pi N(w | 0, sigma_p1^2) + (1 - pi) N(w | 0, sigma_p2^2), 0 < pi < 1.
-
-    With a, b the log densities of the two weighted components and m = max(a, b),
-    log P = m + softplus(min(a, b) - m): finite for any finite x (``softplus`` is stable in
-    both tails), where the tutorial's log(pi N1 + (1-pi) N2) gives log(0) once both densities
-    underflow (|x| ~ 15). The first component's share of the density is sigmoid(a - b).
-    """
+    """P(w) = pi N(w | 0, sigma_p1^2) + (1 - pi) N(w | 0, sigma_p2^2), 0 < pi < 1."""
     name = "scale_mixture"
 
     def __init__(self, pi=0.25, sigma_p1=0.75, sigma_p2=0.1):
@@ -311,19 +276,10 @@ class LogUniformPrior(Prior):
     """The log-uniform prior of sparse variational dropout (Molchanov et al. 2017), p(|w|)
     proportional to 1 / |w|: improper, so it has no density to estimate log P with, only the
     KL(N(mu, sigma^2) || P) up to a constant, by the paper's approximation in log alpha =
-    log sigma^2 - log mu^2:
-
-        KL ~ k1 - k1 sigmoid(k2 + k3 log alpha) + softplus(-log alpha) / 2,
-
-    k1 = 0.63576, k2 = 1.87320, k3 = 1.48695 (its eq. 14, with the constant that makes it 0 as
-    alpha -> infinity). log alpha is clipped to [-10, 10] and mu^2 given a floor of 1e-8 as in
-    the paper's code, so the gradient stays finite at mu = 0. A weight whose log alpha exceeds
-    ``PRUNE_LOG_ALPHA`` (3, the paper's) is one the posterior has switched off: its |mu| / sigma
-    is below exp(-3 / 2) = 0.22."""
+    log sigma^2 - log mu^2 (``kl``)."""
     name = "log_uniform"
-    K1, K2, K3 = 0.63576, 1.87320, 1.48695
-    LOG_ALPHA_LIMIT = 10.0
-    PRUNE_LOG_ALPHA = 3.0
+    # the constants _fused.c is compiled with, in the table's order
+    K1, K2, K3, LOG_ALPHA_LIMIT, PRUNE_LOG_ALPHA = table.LOG_UNIFORM_CONSTANTS.values()
 
     def log_alpha(self, mu, sigma, F=None):
         """log sigma^2 - log mu^2 elementwise, clipped."""
@@ -354,8 +310,7 @@ class NoPrior(Prior):
     rest of the network's (a gated network's gates, under ``Config.gate_prior``) and each
     weight's mean and noise are trained by the data term alone, which shrinks the noise: the
     weights are all but deterministic, as structured Bayesian pruning (Neklyudov et al. 2017)
-    trains its weights under noisy gates. Not a density (no ``log_density``, so no Monte Carlo
-    KL), and no rule that switches weights off."""
+    trains its weights under noisy gates."""
     name = "none"
 
     def kl(self, mu, sigma, F=None):
@@ -381,17 +336,10 @@ def removed(prior, mu, sigma):
 
 # the priors whose scales are a Config's flat fields (sigma_p, pi, sigma_p1, sigma_p2), or who
 # have none
-PRIORS = {prior.name: prior for prior in (GaussianPrior, ScaleMixturePrior, LogUniformPrior,
-                                          NoPrior)}
-
-
 def prior_kind(name):
     """The prior class config.json's ``prior`` names (``scale-mixture`` spelt either way): a
     built-in one or a user's subclass defined in this process."""
-    prior = _KNOWN.get(str(name).replace("-", "_"))
-    if prior is None:
-        raise ConfigError("prior", name, "one of %s" % ", ".join(_KNOWN))
-    return prior
+    return KNOWN.kind(name)
 
 
 def prior_for(config):
@@ -427,21 +375,7 @@ def scale_mixture_prior(x, pi=0.25, sigma_p1=0.75, sigma_p2=0.1):
 class GatedPrior(Prior):
     """A network's weights under ``weights`` and its gates' factors (``networks.layers.Gate``) under a
     prior of their own, ``gates``: Bayesian Compression's group normal-Jeffreys prior (Louizos
-    et al. 2017) with log-uniform gates and N(0, 1) weights. There a unit's weights are
-    w = z w~, p(z) proportional to 1 / |z| and p(w | z) = N(0, z^2): the KL of q(w | z) =
-    N(z mu, z^2 sigma^2) against it is that of N(mu, sigma^2) against N(0, 1), whatever z.
-    The weights' Gaussian then holds their scale near 1, so a unit's scale lives in its gate,
-    and the log-uniform prior, which costs nothing for a factor switched off, removes whole
-    units (under the log-uniform prior alone a unit's scale can sit in its weights as well as in
-    its gate, and the gate is not pressed to 0).
-
-    ``Config.build_prior`` makes one for a network with gates whose ``gate_prior`` is not its
-    ``prior``: ``sizes``, the parameter arrays' sizes in order, and ``gate_arrays``, the
-    positions of the gates' arrays among them, say which entries of the flat vectors it is given
-    are gates. It serves the closed-form KL where both parts have one and the Monte Carlo KL
-    where both have densities, on NDArrays; it has no pruning rule of its own (``prune`` and
-    ``compress`` rank by |mu| / sigma). The C kernels take it a part at a time (``regions``)
-    where they serve both parts."""
+    et al. 2017) with log-uniform gates and N(0, 1) weights."""
     name = None  # Config names its parts: prior and gate_prior
 
     def __init__(self, weights, gates, sizes, gate_arrays):
@@ -504,7 +438,3 @@ class GatedPrior(Prior):
             start += array_size
         return found
 
-
-def prior_names():
-    """The names of the priors known in this process, built-in ones first."""
-    return tuple(_KNOWN)

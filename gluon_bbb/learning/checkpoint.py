@@ -1,18 +1,4 @@
-"""The parameter files of a run in ``nd.save`` format: what they hold and how they are read.
-
-One file holds everything, keyed ``mu:i``, ``rho:i`` (parameter i, weights (outputs, inputs);
-``parametrization`` names how rho gives sigma, its name in ASCII bytes, ``softplus`` where a file
-has no such key),
-``opt:i:j`` (the j-th flat state array of the optimizer's parameter i: 0 for mu, 1 for rho, in
-the order of ``FlatLayout``), ``num_update`` (optimizer steps taken), ``epoch`` (epochs
-completed) and ``layout``, so that ``nd.load`` reads it without this package, and ``checksum``, the CRC-32 of the
-rest, so that a damaged file is told from a run's parameters. Checkpoints without
-``layout`` hold weights as (inputs, outputs); ``read_checkpoint`` turns them around.
-
-A run directory (``rundir.py``) holds ``checkpoint.params`` (the last epoch) and, when the run
-holds out a validation set, ``best.params``: the same keys without ``opt:``, at the best
-validation epoch so far (``rundir.best_validation_epoch``).
-"""
+"""The parameter files of a run in ``nd.save`` format: what they hold and how they are read."""
 import os
 import zlib
 
@@ -31,11 +17,7 @@ CHECKSUM = "checksum"
 
 def save_checkpoint(path, mus, rhos, optimizer_states, num_update, epoch,
                     sigma_parametrization=SOFTPLUS, trained_as=None):
-    """Write a checkpoint atomically. ``optimizer_states[i]``: the list of flat state arrays of
-    parameter i (``TrainingStep.state_arrays()``); ``sigma_parametrization``: how the rhos give
-    sigma (``parametrizations.py``); ``trained_as``: the model kind and optimizer that made the
-    parameters, ``"bbb adam"`` (kept under ``trained_as``, so that a run's config.json changed
-    afterwards is told from its parameters)."""
+    """Write a checkpoint atomically."""
     arrays = {"epoch": nd.array([epoch], dtype="int64"),
               "num_update": nd.array([num_update], dtype="int64"),
               "layout": nd.array([LAYOUT_OUTPUTS_INPUTS], dtype="int64"),
@@ -65,9 +47,7 @@ def _checksum(arrays):
 def read_checkpoint(path, ctx=None):
     """Read a checkpoint file; returns dict with ``mus``, ``rhos``, ``optimizer_states``
     (list of lists of NDArrays), ``num_update``, ``epoch`` and ``parametrization`` (the object
-    that turns its rhos into sigmas). Arrays land on ``ctx``
-    (default cpu). Raises CheckpointError if the file is missing or unreadable.
-    """
+    that turns its rhos into sigmas)."""
     ctx = ctx or mx.cpu()
     problem = path_problem(path)
     if problem:

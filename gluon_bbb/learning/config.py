@@ -10,11 +10,12 @@ from typing import Optional, Union
 
 from ..errors import ConfigError
 from ..family import parametrizations
+from ..family.elementwise import FLOAT32_MAX, FLOAT32_TINY
 from ..family.estimators import estimator
 from ..family.kl import kl_estimate, kl_weighting
 from ..family.likelihoods import parse_likelihood
 from ..family.model_kinds import model_kind
-from ..family.priors import PRIORS, Prior, describe_prior, prior_for, prior_kind, prior_words
+from ..family.priors import KNOWN as PRIORS, Prior, describe_prior, prior_for, prior_kind, prior_words
 from ..networks.layers import MAX_LAYERS, Dropout, Network, mlp, parse_network
 from .schedules import lr_schedule
 
@@ -43,75 +44,11 @@ MAX_SAMPLES = 1000
 MAX_EPOCHS = 10 ** 6
 # as many draws as a Monte Carlo predictive may average: each is a pass over the test set
 MAX_TEST_SAMPLES = 1000
-# Parameters and their updates are float32: a positive setting below float32's smallest normal
-# number or above its largest is 0 or infinity there (numpy.finfo(numpy.float32))
-FLOAT32_TINY = 1.1754943508222875e-38
-FLOAT32_MAX = 3.4028234663852886e38
 
 
 @dataclass
 class Config:
-    """Hyper-parameters of a run; defaults are the tutorial's Bayes-by-Backprop MLP.
-
-    Sizes are counts; ``learning_rate`` is per summed mini-batch loss (the tutorial's
-    plain SGD); under ``lr_schedule`` ``step`` it is multiplied by ``lr_decay_factor`` every
-    ``lr_decay_every`` epochs (0: constant), under ``linear`` it falls linearly to 0 at the
-    run's end (``learning.schedules.LR_SCHEDULES``); ``sigma_*`` are standard deviations of the prior in
-    weight units; ``pi`` is the weight of the first (wide, ``sigma_p1``) component of the
-    scale mixture.
-    ``validation``: how many of the last training images are held out and scored every epoch
-    (the paper holds out 10,000); ``train_size`` then counts from the images left.
-    ``model``: ``bbb`` (Bayes by Backprop); ``mcdropout``, Monte Carlo dropout (Gal and
-    Ghahramani 2016): the mean weights trained with dropout at ``dropout`` after every hidden
-    ReLU and the prior as weight decay, the same sentence as Bayes by Backprop's loss without
-    log q, (1/M)(-log P(w)) - log P(D_i | w); predictions average dropout masks; or
-    ``deterministic`` (formerly ``mlp``), a baseline trained on the mean weights with the same
-    data and optimizer (likelihood only, no prior; rho unused by both).
-    ``estimator``: ``sample`` draws weights (the tutorial), ``lrt`` draws pre-activations
-    (local reparametrization), ``flipout`` draws one weight perturbation with random signs per
-    example (Flipout); ``kl``: ``mc`` estimates log q - log P at the sampled weights
-    (the tutorial), ``analytic`` uses the closed form (Gaussian prior only);
-    ``kl_direction``: ``reverse``, KL(q || P) (the ELBO), or ``forward``, KL(P || q) (mass
-    covering; the ndarray backend). These choices
-    and ``prior`` and ``kl_weighting`` are names of the objects of ``family/`` and
-    ``family/priors.py`` (``model_kind``, ``estimator_kind``, ``kl_kind``, ``kl_weighting_kind``,
-    ``build_prior()``).
-    ``prior`` may also be a ``priors.Prior`` object, a user's own among them: the config then
-    keeps its name and, in ``prior_settings``, the arguments that rebuild it (config.json
-    records both; another process reads such a run, and builds its prior once the class is
-    defined there). ``parametrization``: how rho gives sigma, ``softplus`` (sigma =
-    softplus(rho)) or ``log_variance`` (rho = log sigma^2), or a user's own
-    (``parametrizations.py``); ``rho_offset`` is the initial rho in it.
-    ``kl_scale`` multiplies the KL term of every mini-batch (1: the paper's objective; below 1
-    a tempered one, which trades the posterior's fit to the prior for fit to the data).
-    ``kl_warmup_epochs``: the KL term's weight grows linearly from 0 in the first epoch to
-    ``kl_scale`` at epoch ``kl_warmup_epochs`` (0-based) and stays there (``kl_factor_at``), as
-    sparse variational dropout trains (0: no warm-up).
-    ``init_from``: a run directory or parameter file whose means start mu (a deterministic
-    network's weights, say: the sparsifying priors' papers start from pretrained networks); rho
-    starts at ``rho_offset`` as ever. Its network must have this config's shapes; training
-    records the path as an absolute one. ``init_best_units``: ``init_from`` is a run of the same
-    gated network with more units in its gated layers (its config.json beside its parameters);
-    this run starts from the units whose gates have the highest signal-to-noise ratio
-    |mu| / sigma there (the lowest log alpha), as many as this config's network has in each
-    (``writer.best_gated_units``): a gated run's ranking, kept and retrained.
-    ``gate_prior``: the prior of the gates' factors (``gate`` layers), by name with its
-    defaults or the config's scales; None: ``prior``'s. Gates under the log-uniform prior with
-    the weights under a Gaussian one are Bayesian Compression's group prior
-    (``priors.GatedPrior``). ``gate_rho_offset``: the gates' initial rho; None: ``rho_offset``
-    (a gate starts as noisy as a weight; a larger one starts it where the data term must hold
-    it on, rather than where Adam's steps take tens of epochs to switch it off).
-    ``remove_switched_off``: for a prior with a rule that switches weights off (the log-uniform
-    prior's log alpha > 3), every step takes the weights it has switched off out of the
-    network: their means are set to 0 (so they stay off), they draw no noise, and their
-    gradients are 0 (their closed-form KL stays in the loss at its value). The network trains as the
-    pruned network it will be, as sparse variational dropout's code trains (its
-    ``train_clip``); the ndarray backend.
-    ``network``: ``mlp`` (``num_hidden_layers`` ReLU layers of ``num_hidden_units``), ``lenet``,
-    or a description of layers (``layers.parse_network``), whose last dense layer gives what
-    the likelihood needs for ``num_outputs`` classes or targets. ``likelihood``: ``categorical``
-    or a Gaussian one for regression (``likelihoods.parse_likelihood``).
-    """
+    """Hyper-parameters of a run; defaults are the tutorial's Bayes-by-Backprop MLP."""
     num_inputs: int = 784
     num_outputs: int = 10
     num_hidden_layers: int = 2
@@ -328,12 +265,11 @@ class Config:
 
     def _take_prior(self):
         """``prior`` as its name: a prior object's name and settings; a name spelt as
-        config.json keeps it (scale-mixture either way). A name with ``prior_settings`` is a
-        user's prior, which another process reads without its class."""
+        config.json keeps it (scale-mixture either way)."""
         if isinstance(self.prior, Prior):
             if self.prior.name is None:
                 raise ConfigError("prior", self.prior, "a Prior subclass with a name")
-            if type(self.prior) in PRIORS.values():
+            if type(self.prior) in PRIORS.built_in():
                 # a built-in prior's settings are the config's fields of the same names
                 for name, value in self.prior.settings().items():
                     setattr(self, name, value)
@@ -343,7 +279,7 @@ class Config:
         if self.prior_settings is None:
             kind = prior_kind(self.prior)
             self.prior = kind.name
-            if kind in PRIORS.values():
+            if kind in PRIORS.built_in():
                 return
             self.prior_settings = {}  # a user's prior by its name alone: its defaults
         try:
@@ -516,13 +452,12 @@ class Config:
 def import_recorded_classes(values, where):
     """Import the modules that ``values`` (a run's config.json) records for the classes of the
     user's own among its choices (``Config.classes``), where this process does not define them
-    yet. CheckpointError on one line, naming the module, where one cannot be imported: a
-    script's (``__main__``) or a module not on the path."""
+    yet."""
     import importlib
     from ..errors import CheckpointError
     from ..family import estimators, parametrizations, priors
-    known = {"prior": priors.prior_names, "estimator": estimators.names_known,
-             "parametrization": parametrizations.names}
+    known = {"prior": priors.KNOWN, "estimator": estimators.KNOWN,
+             "parametrization": parametrizations.KNOWN}
     classes = values.get("classes") or {}
     if not isinstance(classes, dict):
         return
@@ -530,7 +465,7 @@ def import_recorded_classes(values, where):
         name = values.get(field)
         if field not in known or not isinstance(place, str) or not isinstance(name, str):
             continue
-        if name.replace("-", "_") in known[field]():
+        if name.replace("-", "_") in known[field]:
             continue
         module, _, qualname = place.partition(":")
         try:
@@ -574,65 +509,23 @@ def _require_choice(name, value, choices):
         raise ConfigError(name, value, "one of %s" % ", ".join(choices))
 
 
-# The paper's MNIST setups (Blundell et al. 2015, section 5.1): 2 ReLU layers, pixels / 126,
-# a scale-mixture prior with pi = 1/4, -log sigma1 = 0, -log sigma2 = 6, and the last 10,000
-# training images held out for validation. The optimizer is the one the measurements in
-# docs/RESULTS.md support: Adam at 3e-4 from sigma = softplus(-5) = 0.0067 for 200 epochs,
-# then 91 at 3e-5. The long stretch at each rate is what keeps the error flat when 95-98% of
-# the weights are pruned; shorter schedules (100 or 200 epochs) lose twice as much or more at
-# 98%. The paper's own update, plain SGD, overfits from a small sigma and prunes badly.
+# The presets: data; docs/DESIGN.md says why each holds what it holds and docs/RESULTS.md
+# measures them.
 _PAPER = dict(prior="scale_mixture", pi=0.25, sigma_p1=1.0, sigma_p2=math.exp(-6),
               validation=10000, optimizer="adam", learning_rate=3e-4, rho_offset=-5.0,
               lr_decay_every=200, lr_decay_factor=0.1, epochs=291)
-# The Bayesian LeNet: the paper's scale-mixture prior, Adam at 1e-3 from sigma = softplus(-5),
-# 20 epochs, the rate divided by 10 after epoch 15, 10,000 validation images. With the same
-# schedule the Gaussian prior ends at the same error but prunes twice as steeply from 90%
-# removed (docs/RESULTS.md).
 _LENET = dict(_PAPER, network="lenet", learning_rate=1e-3, lr_decay_every=15, epochs=20)
-# Sparse variational dropout (Molchanov et al. 2017): the log-uniform prior, its closed-form KL
-# approximation, sigma as log sigma^2 from -10, the local reparametrization, Adam at 1e-3 and the
-# KL weight warmed up over 10 epochs; meant to start from a trained deterministic network of the
-# same shape (--init-from), as the paper does. The weights the prior switches off leave the
-# network as it trains (the paper's code does the same), so the network that trains is the
-# pruned one. 100 epochs, the rate divided by 10 after 75 (docs/RESULTS.md).
 _SPARSE_VD = dict(prior="log_uniform", kl="analytic", parametrization="log_variance",
                   estimator="lrt", optimizer="adam", learning_rate=1e-3, rho_offset=-10.0,
                   mu_scale=0.05, validation=10000, kl_warmup_epochs=10, epochs=100,
                   lr_decay_every=75, lr_decay_factor=0.1, remove_switched_off=True)
 LENET_300_100 = "dense:300,relu,dense:100,relu,dense:10"
-# LeNet-300-100: 5,000 validation images, so that 55,000 train, and the KL term weighed by
-# 55,000 / 60,000, so that it pulls each image's likelihood as hard as the paper's objective
-# over all 60,000 training images does (the KL stands against the sum over the training images);
-# the rate divided by 10 after epoch 45, which stops the prior switching weights off near the
-# paper's 98.5% (Adam at 1e-4 moves log sigma^2 too little to switch more off), then 25 epochs
-# at 1e-4. From starts trained with dropout 0.2, seeds 0-2: 71x fewer weights at 1.61% test
-# error (docs/RESULTS.md), where 10,000 validation images and the full KL term pruned past 98.5%
-# (99.1% after 200 epochs) at 2.04%.
 _SPARSE_VD_300_100 = dict(_SPARSE_VD, network=LENET_300_100, validation=5000, kl_scale=0.917,
                           epochs=70, lr_decay_every=45)
-# LeNet-5-Caffe: the same pull (5,000 validation images, the KL term weighed by 55,000 /
-# 60,000), the KL term warmed up over 5 epochs, the rate divided by 10 after epoch 64, where the
-# share switched off reached 99.61% (the median of seeds 0-2: epochs 61, 64 and 72), then 20
-# epochs at 1e-4, in which it stays; from starts trained with dropout 0.5 before the last layer
-# (docs/RESULTS.md).
 _SPARSE_VD_LENET = dict(_SPARSE_VD, network="lenet", validation=5000, kl_scale=0.917,
                         kl_warmup_epochs=5, epochs=84, lr_decay_every=64)
-# Group sparsity: LeNet-5-Caffe with a gate (one factor per channel or unit) after each hidden
-# layer, under sparse variational dropout's log-uniform prior with the weights: a gate whose
-# log alpha passes 3 switches its whole channel or unit off, and compress stores the narrower
-# network. docs/RESULTS.md measures it shortened to 40 epochs from a deterministic LeNet: 516x
-# smaller, 35-43% of the multiply-adds left (its first convolution keeps its channels).
 LENET_GATED = ("conv:20:5,gate,relu,pool:2,conv:50:5,gate,relu,pool:2,dense:500,gate,relu,"
                "dense:10")
-# Group sparsity in two runs, as structured Bayesian pruning trains its weights under noisy
-# gates. First the gates alone under the log-uniform prior, the weights under none (their KL
-# term 0), from the dropout-trained LeNet, the gates from log alpha -2, 30 epochs at 1e-3: the
-# prior does not switch the convolutions' channels off within 50 epochs (the data term holds
-# them on; docs/RESULTS.md), but its gates rank them. Then a narrow gated LeNet of 3, 18 and
-# 150 units (7.6% of the multiply-adds) from the best-ranked units (--init-best-units), under
-# sparse VD's prior, 30 epochs, the rate divided by 10 after 20. Seeds 0-2: 3-18-137..144 left
-# (7.5% of the multiply-adds) at 0.95% (0.92-0.97%) test error; ranked for 15 epochs, 1.07%
-# (docs/RESULTS.md).
 _GATE_PULL = dict(validation=5000, kl_scale=0.917, kl_warmup_epochs=5, gate_rho_offset=-2.0)
 _GATES_RANKED = dict(_SPARSE_VD, **_GATE_PULL, network=LENET_GATED, prior="none",
                      gate_prior="log_uniform", remove_switched_off=False, epochs=30,
@@ -641,11 +534,6 @@ LENET_GATED_NARROW = ("conv:3:5,gate,relu,pool:2,conv:18:5,gate,relu,pool:2,dens
                       "relu,dense:10")
 _GATED_NARROW = dict(_SPARSE_VD, **_GATE_PULL, network=LENET_GATED_NARROW, init_best_units=True,
                      epochs=30, lr_decay_every=20)
-# IVON (Shen et al. 2024) on the paper's 2x1200 protocol, its reference settings: the learning
-# rate 0.5 annealed by a cosine over 40 epochs, the effective sample size the training images,
-# the Hessian from 0.1, beta2 0.99999, weight decay 1e-4 and no other prior, the means from
-# N(0, 0.02^2), about the spread of PyTorch's default for these layers (from the presets'
-# N(0, 0.1^2) the first epoch diverges at this rate) (docs/RESULTS.md).
 _IVON = dict(_PAPER, model="ivon", parametrization="log_variance", prior="none",
              learning_rate=0.5, lr_schedule="cosine", lr_decay_every=0, epochs=40,
              mu_scale=0.02, ivon_hess_init=0.1, ivon_beta2=0.99999, ivon_weight_decay=1e-4)
@@ -662,19 +550,14 @@ PRESETS = {
 }
 
 
-# What a choice implies for the settings that neither a flag nor the preset gives: the settings
-# it cannot run without (a contrary flag is refused by Config's checks) and, for IVON, its own
-# defaults in place of Bayes by Backprop's (the paper-2x1200-ivon preset's: a rate of 0.5 on a
-# half cosine, the means from N(0, 0.02^2), weight decay alone for a prior). Applied until none
-# adds anything: --remove-switched-off implies the log-uniform prior, which implies its KL.
+# what a choice implies for the settings neither a flag nor the preset gives, applied until
+# none adds anything (--remove-switched-off implies the log-uniform prior, which implies its KL)
 IMPLIED = (
     (("model", "ivon"), dict(estimator="sample", parametrization="log_variance", prior="none",
                              learning_rate=0.5, lr_schedule="cosine", mu_scale=0.02)),
     (("prior", "log_uniform"), dict(kl="analytic")),
     (("remove_switched_off", True), dict(prior="log_uniform")),
 )
-# The tutorial's defaults (plain SGD at 1e-3 from sigma = softplus(-3)) leave a Bayesian LeNet at
-# 10% accuracy after an epoch; Adam at 2e-3 from sigma = softplus(-5) trains it
-# (docs/NETWORKS.md). Taken by a network with convolutions and no preset
-# (commands/train.py's implied_settings).
+# the settings a network with convolutions and no preset takes (the tutorial's leave a
+# Bayesian LeNet at 10% accuracy after an epoch: docs/NETWORKS.md)
 CONVOLUTION_DEFAULTS = dict(optimizer="adam", learning_rate=2e-3, rho_offset=-5.0)

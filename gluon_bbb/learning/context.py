@@ -10,10 +10,7 @@ _CTX_PATTERN = re.compile(r"^(cpu|gpu)(?::(\d+))?$")
 
 
 def parse_context(spec):
-    """``"cpu"``, ``"cpu:N"``, ``"gpu"`` or ``"gpu:N"`` -> ``mx.cpu(N)`` / ``mx.gpu(N)``.
-
-    Raises ContextError before any work if the GPU asked for is not visible to MXNet.
-    """
+    """``"cpu"``, ``"cpu:N"``, ``"gpu"`` or ``"gpu:N"`` -> ``mx.cpu(N)`` / ``mx.gpu(N)``."""
     match = _CTX_PATTERN.match(str(spec).strip().lower())
     if not match:
         raise ContextError("{ctx} %r not understood: use cpu, gpu or gpu:N", spec)
@@ -32,9 +29,8 @@ def parse_context(spec):
     return ctx
 
 
-# What the CUDA runtime says when a GPU cannot run the code in the library, and what it means:
-# mxnet-cu117==1.9.1, the newest CUDA build, holds kernels for compute capability 5.0-8.6
-# only and no PTX that the driver could compile for a newer GPU.
+# what the CUDA runtime says when a GPU cannot run the library's code (MXNet's newest CUDA
+# build holds kernels for compute capability 5.0-8.6 and no PTX)
 _CAUSES = (
     ("no kernel image is available",
      "this MXNet build has no kernels for this GPU (mxnet-cu117 1.9.1 covers compute "

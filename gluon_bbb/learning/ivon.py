@@ -1,38 +1,6 @@
 """IVON, the improved variational online Newton method (Shen et al. 2024, "Variational Learning
 is Effective for Large Deep Networks"): a second way to fit the project's posterior
-N(mu, sigma^2) over every weight, beside Bayes by Backprop's reparametrized gradients. Its
-update, written once here as an MXNet optimizer (``IVON``, registered as ``"ivon"``, so that
-``gluon.Trainer(params, "ivon", {...})`` takes it), serves both the training step
-(``--model ivon``, on flat vectors) and a user's own Gluon model (``sampled_params``,
-``predict_probabilities``).
-
-Per parameter the state holds a momentum m (from 0) and a diagonal Hessian estimate h (from
-``hess_init``); the posterior is sigma = 1 / sqrt(ess (h + weight_decay)), with ``ess`` the
-effective sample size (the number of training examples). A step draws w = mu + sigma z (z
-standard normal), takes the gradient g of the mean loss at w, and updates
-
-    m  <- beta1 m + (1 - beta1) g
-    f   = ess (h + wd) (w - mu) g            (Price's theorem: an estimate of the Hessian)
-    h  <- beta2 h + (1 - beta2) f + (1 - beta2)^2 (h - f)^2 / (2 (h + wd))
-    mu <- mu - lr' clip((m / (1 - beta1^t) + wd mu) / (h + wd), clip_radius)
-
-with lr' = lr (hess_init + wd) (the first step is then an SGD step of lr), averaged over the
-draws of a step. These are the facts of the reference implementation (``ivon-opt``); the code
-is this project's.
-
-Weight decay is a Gaussian prior: its gradient wd mu and its precision wd enter the update
-beside the data's, fresh at every step. A prior of the project's (``priors.py``) enters the
-same way, through its own density (``prior_terms``): its gradient -(s / ess) d log P(mu) / dmu
-is added to wd mu, and its precision, that gradient over mu (for the scale mixture, each
-component's precision weighed by its share of the density at mu; for a Gaussian, exactly its
-own), to wd, so that the posterior's precision is ess (h + wd + p): where the data's curvature
-h is small, a weight gets the prior's width. ``prior_scale`` (s) weighs it: the KL term's
-scale and warm-up. With ``prior_at_draws`` the prior's terms are taken at the weights a step
-draws, w = mu + sigma z, instead of at the means: one draw's estimate of their expectation
-under the posterior, as Bayes by Backprop's Monte Carlo KL takes the prior's density at its
-draw. A narrow component of the scale mixture then holds a weight only where the posterior
-itself is that narrow; at the means it holds every mean within a few of its sigma of 0.
-"""
+N(mu, sigma^2) over every weight, beside Bayes by Backprop's reparametrized gradients."""
 import contextlib
 import math
 
@@ -40,18 +8,15 @@ import mxnet as mx
 from mxnet import nd
 
 from ..errors import ConfigError
+from ..family.elementwise import FLOAT32_TINY
 from ..family.formulas import accelerates
 from ..native import library as native
-from .config import FLOAT32_TINY
 from .noise import PhiloxNoise
 
 
 def flushed(x):
     """``x``, 0 where its magnitude is below float32's smallest normal number, as flush-to-zero
-    hardware makes it. The scale mixture pulls the means it holds to 0 geometrically, and the
-    momentum of a weight without gradient decays so, through the subnormal numbers, on which
-    each operation costs up to 100 times more: a 2x1200 epoch took three times as long with 3%
-    of its means there, and twice as long with 1% of its momentum."""
+    hardware makes it."""
     return x * (nd.abs(x) >= FLOAT32_TINY)
 
 
@@ -96,11 +61,7 @@ mx.optimizer.Optimizer.opt_registry.pop("ivon", None)
 @mx.optimizer.register
 class IVON(Compositions):
     """The IVON update of one parameter array (``update``) from the draws its step took
-    (``accumulate``); ``sigma`` and ``draw`` give the posterior. ``prior``: a ``priors.Prior``
-    with a density whose gradient enters each draw's (None: weight decay alone), taken at the
-    means or, with ``prior_at_draws``, at the weights of each step's draw. ``native``:
-    whether a training step's draw and one-draw update (``draw_weights``,
-    ``step_one_draw``) run on the C kernels where they can (CPU, float32, the library built)."""
+    (``accumulate``); ``sigma`` and ``draw`` give the posterior."""
 
     def __init__(self, learning_rate=0.1, ess=50000, hess_init=0.1, beta1=0.9, beta2=0.99999,
                  weight_decay=1e-4, clip_radius=float("inf"), prior=None, prior_scale=1.0,
@@ -127,11 +88,8 @@ class IVON(Compositions):
         _check_learning_rate(lr)
         super().set_learning_rate(lr)
 
-    # A state keeps the prior's terms at its means, computed once a step (at the update), since
-    # a draw, the update and the stored sigma all read them; a new prior or weight recomputes
-    # them (set here) and so does ``refresh``, for means changed outside ``update``. With
-    # ``prior_at_draws`` the step's draw sets them instead (``prior_at_draw``), and the update
-    # keeps them for the next draw's sigma.
+    # the prior's terms at the means, computed once a step (at the update) or, with
+    # ``prior_at_draws``, at the step's draw; a new prior or weight and ``refresh`` recompute them
 
     @property
     def prior(self):
@@ -153,8 +111,7 @@ class IVON(Compositions):
 
     def refresh(self, state, mean):
         """Recompute the prior's terms of ``state`` at ``mean``: after the means were set
-        other than by ``update`` (loaded, say). With ``prior_at_draws``, terms the last draw
-        left under the present prior and weight are kept."""
+        other than by ``update`` (loaded, say)."""
         if self.prior_at_draws and state[5].get("version") == self._prior_version:
             return
         state[5]["terms"], state[5]["version"] = self.prior_terms(mean), self._prior_version
@@ -324,14 +281,7 @@ def sampled_params(trainer, train=True):
     """Inside the block the parameters of ``trainer`` (a ``gluon.Trainer`` of ``IVON``) hold
     weights drawn from the posterior, w = mu + sigma z; afterwards their means again, and, with
     ``train``, each parameter's gradient at w counted as one draw of the next
-    ``trainer.step``::
-
-        with sampled_params(trainer):
-            with autograd.record():
-                loss = loss_fn(net(X), y)
-            loss.backward()
-        trainer.step(batch_size)
-    """
+    ``trainer.step`` (examples/ivon_gluon.py)."""
     optimizer = trainer._optimizer
     if not isinstance(optimizer, IVON):
         raise ValueError("sampled_params takes a gluon.Trainer whose optimizer is ivon")

@@ -1,9 +1,4 @@
-"""The training loop: Bayes by Backprop with SGD or Adam, checkpoints every epoch, resume.
-
-Callable from a notebook (``train(config, load_mnist(), mx.cpu())``); the command
-``gluon_bbb.commands.train`` is the command-line shell around it. A run directory's files are
-written and read through ``rundir.RunDirectory``.
-"""
+"""The training loop: Bayes by Backprop with SGD or Adam, checkpoints every epoch, resume."""
 import contextlib
 import dataclasses
 import math
@@ -48,34 +43,14 @@ class TrainResult:
 def kl_weights(num_batches, scheme):
     """Weight of the KL term for each mini-batch i = 1..M of an epoch (list of M floats), by
     the weighting ``scheme`` names (``family.kl.KLWeighting``): ``uniform``, 1/M each, or
-    ``blundell`` (paper section 3.4), 2^(M-i) / (2^M - 1). Both sum to 1 over the epoch."""
+    ``blundell`` (paper section 3.4), 2^(M-i) / (2^M - 1)."""
     return kl_weighting(scheme).weights(num_batches)
 
 
 def train(config, data, ctx, out_dir=None, resume=False, eval_train=False,
           log=print, progress=None, check_every=50, backend=None):
     """Train the network ``config`` describes as its model kind says (Bayes by Backprop, Monte
-    Carlo dropout or a deterministic baseline); returns a ``TrainResult``.
-
-    config: a ``Config``; data: an ``MNIST`` tuple of NumPy arrays (``load_mnist()``);
-    ctx: the MXNet context everything runs on. ``out_dir``: a path or a ``RunDirectory``
-    (locked here unless its caller holds it); config.json, history.json and an atomic
-    checkpoint are written there after every epoch; ``resume`` continues from that checkpoint
-    (the rules: ``rundir``; a run that holds all ``config.epochs`` trains nothing and returns
-    its parameters and history). The same seed gives the same parameters whether or not the run
-    was interrupted and resumed. ``log`` receives the context and ``out_dir``, if any, once the
-    directory is known to be this run's, then the backend line, then one line per epoch;
-    ``progress`` (default: when stderr is a terminal) draws a progress bar within the epoch,
-    else a line goes to ``log`` every minute of a long epoch.
-    Raises TrainingDiverged on a non-finite loss or parameter, before writing anything for
-    that epoch, and
-    ``Interrupted`` on SIGINT (or the commands' SIGTERM), saying which epochs are kept.
-    ``backend``: ``native``, ``ndarray`` or None (native wherever it serves; see
-    ``step.choose_backend``); both give the same run up to float rounding. With
-    ``config.validation`` it also keeps best.params, the parameters of the best validation epoch
-    (``rundir.best_validation_epoch``: the highest validation accuracy, or the lowest
-    ``validation_objective`` for a prior that prunes as it trains).
-    """
+    Carlo dropout or a deterministic baseline); returns a ``TrainResult``."""
     if config.seed is None and not resume:
         config = dataclasses.replace(config, seed=int(np.random.SeedSequence().entropy % 2 ** 31))
     if config.init_from is not None:
@@ -129,8 +104,7 @@ def check_start_held_out(config, data):
     """CheckpointError where ``config.init_from`` is a run (its config.json beside the parameter
     file) that trained on images this run holds out for validation: this run's validation
     figures, the best epoch they choose and compress's proportions would be measured on images
-    its means have fitted already. A parameter file without its run's config.json is taken as
-    it is."""
+    its means have fitted already."""
     from .rundir import CONFIG_FILE, resolve_checkpoint
     if not config.validation:
         return
@@ -382,8 +356,7 @@ class EpochTable:
 def _structure_left(step, kept):
     """``(units, share of the multiply-adds)`` of the network the prior's rule keeps (``kept``,
     ``step.kept()``) as ``compress`` would store it: the units of each layer with weights, the
-    output layer's last, once those that read nothing or are read by nothing are removed. None
-    for a network compression cannot take, or one with no hidden layer."""
+    output layer's last, once those that read nothing or are read by nothing are removed."""
     network = step.network
     pruned = [(mu * keep).asnumpy() for mu, keep in zip(step.mus, step.layout.views(kept))]
     try:
@@ -409,11 +382,7 @@ def validation_objective(step, images, labels, num_train, kept):
     ``num_train`` times their mean negative log-likelihood under the means with the switched-off
     parameters zeroed (the network the prior's rule keeps: ``kept``, ``step.kept()``), plus
     KL(q || P) of all the parameters, weighed by ``kl_scale`` as training weighs it after its
-    warm-up. None for any other prior (``kept`` None).
-
-    It chooses such a run's best epoch: the validation accuracy of its means is highest before
-    the KL term has switched anything off, while the objective weighs what is kept against
-    what it costs, as training does."""
+    warm-up."""
     if kept is None or not step.prior.has_closed_form_kl:
         return None
     sigma = step.parametrization.sigma(step.rho)
@@ -480,8 +449,7 @@ def check_parameters_finite(step, positions):
     """Raises TrainingDiverged naming the parameter array and the updates ``positions`` (0-based
     (epoch, batch) pairs, the last made) where one of ``step``'s mu and rho turned non-finite
     with a finite loss (an update that overflows a parameter): nothing is computed, or saved,
-    on NaN. One sum of each flat vector; the arrays are looked at only where a sum is not
-    finite."""
+    on NaN."""
     sums = nd.concat(total(step.mu), total(step.rho), dim=0)
     if np.isfinite(sums.asnumpy()).all():
         return

@@ -1,14 +1,5 @@
 """The ndarray backend of the training step: the tutorial's loss on flat parameter vectors with
-its gradient written out, on MXNet operators (any context, every estimator).
-
-``combined_loss_gradients`` computes ``tutorial.combined_loss`` of one mini-batch, averaged over
-noise draws, and its gradients with respect to the flat vectors mu and rho; autograd runs
-through the network alone, as one ``CachedOp`` graph built from ``net`` itself
-(``NetworkGraph``). ``FlatLayout`` says where each parameter array lives in the flat vectors.
-The weight estimator and the KL estimate are ``family/estimators.py`` objects: how a draw reaches the
-network is the estimator's, whether the KL is estimated per draw or in closed form the
-estimate's. The tests check it against autograd of ``combined_loss``.
-"""
+its gradient written out, on MXNet operators (any context, every estimator)."""
 import collections
 
 import numpy as np
@@ -26,26 +17,7 @@ def combined_loss_gradients(X, targets, mu, rho, epsilons, prior, kl_weight, gra
                             estimator="sample", kl="mc", parametrization=SOFTPLUS, keep=None):
     """``combined_loss`` of one mini-batch on flat (N,) vectors ``mu`` and ``rho`` (in
     ``graph.layout``'s order), averaged over the noise draws in ``epsilons``, with its gradients.
-    Returns ``(loss (1,), dL/dmu (N,), dL/drho (N,))``. Written out, with autograd only through
-    the network:
-
-        w = mu + sigma * eps,   sigma = parametrization.sigma(rho)   (softplus(rho))
-        log q(w | mu, sigma) = -log sigma - eps^2 / 2 - log sqrt(2 pi)           (per entry)
-        g = dNLL/dw - kl_weight * d log P(w)/dw
-        dL/dmu = g,   dL/drho = (g * eps - kl_weight / sigma) * dsigma/drho   (sigmoid(rho))
-
-    ``kl`` (a ``family.kl.KLEstimate`` or its name): ``mc`` estimates log q - log P at each draw's
-    weights, ``analytic`` adds the closed-form KL of ``prior`` once; the forward direction's
-    Monte Carlo estimate takes log P - log q at a sample of the prior per draw. ``estimator``
-    (a ``family.estimators.Estimator`` or its name) turns a draw into the network's data term: ``sample``
-    draws weights, ``lrt`` pre-activations, ``flipout`` one perturbation with random signs.
-    Each draw holds ``draw_size(graph, estimator, kl, prior, batch)`` standard normals: the
-    estimator's, then the prior sample's.
-
-    ``keep`` (a 0/1 array of mu's shape, or None): the entries at 0 are out of the network
-    (``Config.remove_switched_off``): the draws take their mean and sigma as 0, and both their
-    gradients are 0; their KL terms stay in the loss at (mu, sigma).
-    """
+    Returns ``(loss (1,), dL/dmu (N,), dL/drho (N,))``."""
     estimator, kl = estimator_named(estimator), kl_estimate(kl)
     sigma = parametrization.sigma(rho)
     drawn_mu, drawn_sigma = (mu, sigma) if keep is None else (mu * keep, sigma * keep)
@@ -116,13 +88,7 @@ class FlatLayout:
 class NetworkGraph:
     """-sum log P(y | X, w) of ``net`` (and of the estimators' ``lrt_net`` and
     ``flipout_net``) as ``CachedOp`` graphs built from those functions, run with autograd on the
-    per-layer views of flat vectors.
-
-    ``network``: a ``networks.layers.Network``, or the parameter shapes of an MLP; ``likelihood``: a
-    ``family/likelihoods.py`` object (default: categorical, one-hot labels). One graph with static
-    memory and MXNet's ``FullyConnected`` (oneDNN on the CPU) runs the network's forward and
-    backward pass 1.5 times faster than the same layers imperatively.
-    """
+    per-layer views of flat vectors."""
     DATA_INPUT = "X"  # the graphs' input that takes the images, whose gradient no one takes
 
     def __init__(self, network, likelihood=None):
@@ -143,8 +109,7 @@ class NetworkGraph:
 
     def nll_and_grad(self, X, targets, w, grad_w=None, operators=sym):
         """-sum log P(y | X, w) (1,) for flat weights ``w`` and its gradient with respect to
-        ``w``, written into ``grad_w`` (a new array if not given). ``operators``: as
-        ``noisy_nll_and_grads`` takes them."""
+        ``w``, written into ``grad_w`` (a new array if not given)."""
         key = operators is not sym
         if key not in self._nll_ops:
             self._nll_ops[key] = self._graph(lambda X, y, params: -sym.sum(
@@ -160,8 +125,7 @@ class NetworkGraph:
         """-sum log P(y | X) of ``estimator.net`` (``tutorial.lrt_net`` or ``tutorial.flipout_net``)
         and its gradients with respect to the flat ``mu`` and ``second`` (sigma for the first,
         the weight perturbation sigma * eps for the second); ``noise``: the flat standard
-        normals of ``estimator.noise_shapes``. ``operators``: what builds the graph, MXNet's
-        symbols or the native backend's ``native.operators.Accelerated`` of them."""
+        normals of ``estimator.noise_shapes``."""
         shapes = estimator.noise_shapes(self.network, X.shape[0])
         key = (estimator.name, operators is not sym)
         if key not in self._noisy_ops:
@@ -184,9 +148,7 @@ class NetworkGraph:
         return nll, grad_mu, grad_second
 
     def _named(self, flat, prefix):
-        """The graph's inputs named ``prefix0``, ... : per-parameter views of ``flat``. Views of
-        the arrays a run reuses every step are kept (slicing costs 0.2 ms a step); the entry
-        holds ``flat`` itself, so its id is not reused while it is kept."""
+        """The graph's inputs named ``prefix0``, ... : per-parameter views of ``flat``."""
         key = (id(flat), prefix)
         if key not in self._views:
             views = {"%s%d" % (prefix, i): view for i, view in enumerate(self.layout.views(flat))}

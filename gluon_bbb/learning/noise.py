@@ -1,17 +1,4 @@
-"""Standard-normal noise, seeded per run: where the training step and the predictive draw eps.
-
-On a CPU context the draws are Philox4x64-10 (the counter-based generator NumPy offers as
-``np.random.Philox``) turned into normals by Box-Muller, one numbered stream per draw: a seed
-and a stream number fix them, whatever the number of threads, and the native kernels draw the
-same streams in place (``_fused.c``). They are made on the host, which is cheap there (1 ms
-for 478k draws on 2 cores, against 19 ms for ``nd.random.normal``). The uniforms have 24 bits,
-so no draw exceeds 5.9 in absolute value (a standard normal does with probability 4e-9).
-
-On any other context (a GPU) the draws come from MXNet's sampler on that context, seeded from
-the run's seed, so that no step waits for a host draw and a copy: the same seed then gives
-other draws on a GPU than on the CPU. Dropout masks (Monte Carlo dropout) come from MXNet's
-generator on every context, seeded by ``seed_generator``.
-"""
+"""Standard-normal noise, seeded per run: where the training step and the predictive draw eps."""
 import mxnet as mx
 import numpy as np
 from mxnet import nd
@@ -30,10 +17,7 @@ def philox_key(seed):
 
 def philox_normals_reference(size, key, stream):
     """(size,) float32 standard normals of ``stream``, written in NumPy: the definition the
-    C kernels follow (and the draws where they are not built). Chunk c of CHUNK entries takes
-    its uniforms, two per 64-bit word, from the Philox blocks with counters
-    (c * BLOCKS_PER_CHUNK + j + 1, stream, 0, 0); radii from the first half of them, angles from
-    the second; cosines fill the chunk's first half, sines the rest."""
+    C kernels follow (and the draws where they are not built)."""
     out = np.empty(size, dtype=np.float32)
     scale = np.float32(2.0 ** -24)
     for lo in range(0, size, CHUNK):

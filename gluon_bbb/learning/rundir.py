@@ -1,29 +1,6 @@
 """The run directory: what it holds, how each file is read, checked and written, the lock on it,
 and what a resumed run may change. Training, ``prune.py`` and ``evaluate`` reach a run's files
-only through ``RunDirectory``.
-
-A run directory holds ``config.json`` (the ``Config`` and how the run was made: its context, its
-data directory and the fingerprint of the MNIST files it read there), ``history.json`` (one
-record per epoch), ``checkpoint.params`` (the last epoch) and, with a validation set,
-``best.params`` (the best validation epoch: ``best_validation_epoch``), beside the reports
-written about them. Every file is written as ``outputs.py`` rules: atomically and durably, never
-through a link or over a file of another kind, never inside another run's directory.
-
-While a process works in a directory it holds an exclusive ``flock`` on the directory's
-``.lock`` file, taken once by the ``RunDirectory`` object that process works through; a second
-process stops at once with ``RunDirectoryBusy``, naming the holder's process id. The operating
-system releases the lock when its process ends, however it ends, so a killed run leaves no stale
-lock.
-
-The module imports no MXNet (the parameter files' format, ``checkpoint.py``, is imported where a
-file is read or written): the sweep's own process reads a run's names and JSON files with it.
-
-Resuming (``resume_config``) continues the run as its config.json says. What may differ from it:
-``epochs`` (at least those trained: as many trains nothing), the learning-rate decay (where the epochs already trained
-keep their rates) and an unset seed (the run's); any other hyper-parameter that differs is
-refused, naming the field. The run must hold config.json, history.json with a record for every
-trained epoch, and checkpoint.params.
-"""
+only through ``RunDirectory``."""
 import contextlib
 import dataclasses
 import errno
@@ -88,7 +65,7 @@ class RunDirectory:
         run's own) as ``outputs.claim_directory`` rules: never inside another run's directory
         than ``own_runs`` (default this run's own), never over a link, a special file or a file
         of another kind, reports only over reports on ``sources`` (default ``own_runs``); then
-        make it if needed and check that it can be written. Returns self."""
+        make it if needed and check that it can be written."""
         own_runs = (self.path,) if own_runs is None else tuple(own_runs)
         if sources is None:
             sources = frozenset(os.path.realpath(run) for run in own_runs)
@@ -100,8 +77,7 @@ class RunDirectory:
     @contextlib.contextmanager
     def locked(self):
         """Hold the directory's lock for the ``with`` block; inside a block of the same object
-        it is held already and is not taken again. Where the lock cannot be written (a full
-        disk), the directories ``create`` made are removed again."""
+        it is held already and is not taken again."""
         if self._lock_file is not None:
             yield self
             return
@@ -223,8 +199,7 @@ class RunDirectory:
     def check_data(self, data, remedy=None):
         """DataError on one line where ``data`` (an ``MNIST``) holds other files than the run
         recorded it trained on: a run's figures, its validation images and its resumed epochs
-        are those of its own data. A run that recorded none, or arrays made without files, pass.
-        ``remedy`` ends the message (default: name the run's directory with ``data_dir``)."""
+        are those of its own data."""
         recorded = self.read_record().get("data_fingerprint")
         found = data.fingerprint
         if recorded and found and recorded != found:
@@ -317,7 +292,7 @@ class RunDirectory:
 
     def resume(self, requested, ctx):
         """``(config, state, history)`` to continue this run with ``requested`` (a Config whose
-        fields must match the run's, but for the resume rules in the module docstring)."""
+        fields must match the run's, but for the resume rules of docs/DESIGN.md)."""
         saved = self.read_config()
         config = resume_config(saved, requested, self.path)
         path = self.file(CHECKPOINT_FILE)

@@ -29,8 +29,7 @@ class StepDecay(LearningRateSchedule):
 class LinearToZero(LearningRateSchedule):
     """``learning_rate`` falling linearly to 0 at the end of the run: learning_rate *
     (epochs - epoch) / epochs, as sparse variational dropout's code trains (Molchanov et al.
-    2017). The run's length sets every epoch's rate, so a resumed run trains on only with the
-    same ``epochs``."""
+    2017)."""
     name = "linear"
 
     def rate(self, config, epoch):
@@ -39,8 +38,7 @@ class LinearToZero(LearningRateSchedule):
 
 class CosineToZero(LearningRateSchedule):
     """``learning_rate`` annealed by a half cosine to 0 at the end of the run: learning_rate *
-    (1 + cos(pi epoch / epochs)) / 2, as IVON's reference recipes train. The run's length
-    sets every epoch's rate."""
+    (1 + cos(pi epoch / epochs)) / 2, as IVON's reference recipes train."""
     name = "cosine"
 
     def rate(self, config, epoch):

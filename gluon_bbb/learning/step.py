@@ -1,33 +1,4 @@
-"""The training step: one object per run that takes a mini-batch and updates the posterior.
-
-What one step does, top to bottom (``TrainingStep.__call__``):
-
-1. draw the noise of ``num_samples`` draws (the run's Philox streams: the same on every
-   backend);
-2. per draw, the data term: the estimator (``family/estimators.py``) turns the draw into the network's
-   -log P(D_i | w) and its gradients (``NetworkGraph``: one CachedOp, autograd through the
-   network alone);
-3. per draw or once, the KL term kl_weight * (log q(w) - log P(w)), or its closed form, with
-   the prior's gradient (``family/priors.py``) and the KL estimate's rule (``family/estimators.py``);
-4. the chain rule from sigma to rho, by the parametrization (``parametrizations.py``);
-5. the optimizer's update of the flat vectors mu and rho (MXNet's SGD or Adam).
-
-The backend chosen for the whole run draws the noise and computes steps 2-4
-(``loss_gradients``), and runs the update of step 5 (``update``):
-
-- ``ndarray``: MXNet operators (``ndarray_backend.combined_loss_gradients``), on any context
-  and for every prior, estimator, KL estimate and parametrization, a user's own included: the
-  plain reference, and the GPU path;
-- ``native``: the C kernels of ``_fused.c`` (``native.loss_gradients``), an
-  accelerator of the same formulas for the combinations ``native.table.SERVED`` declares, on CPU
-  contexts; the tests check it against the ndarray backend and autograd.
-
-``--model ivon`` replaces steps 1-5 by IVON's draw and update (``learning/ivon.py``): its fast
-paths on the C kernels with the native backend, its operators with the ndarray one.
-
-On a CPU both draw the same noise, so they give the same run up to float rounding. The state
-(mu, rho, the optimizer's) is laid out by ``ndarray_backend.FlatLayout``.
-"""
+"""The training step: one object per run that takes a mini-batch and updates the posterior."""
 import math
 import os
 
@@ -101,8 +72,7 @@ class NativeBackend(NdarrayBackend):
         native.optimizer_update(optimizer, index, param, grad, state)
 
     def prior_penalty(self, prior, weights, kl_weight):
-        # one pass of the kernel (bbb_prior_terms) for the priors it serves: 7.6 ms for the
-        # scale mixture over 2x1200's 2.4M weights, against 85 ms on MXNet's operators
+        # one pass of the kernel (bbb_prior_terms) for the priors it serves
         terms = native.prior_terms(prior, weights, kl_weight)
         if terms is None:
             return super().prior_penalty(prior, weights, kl_weight)
@@ -177,7 +147,7 @@ def training_memory_bytes(config):
     the five workspace vectors, the estimator's extra ones and a removal's means (or the
     ndarray backend's temporaries), two Adam moments for each of mu and rho, and the copies
     made while they are initialised (float64 for the largest array); per example of a batch,
-    the activations of every layer. MXNet's own runtime (about 300 MiB) comes on top."""
+    the activations of every layer."""
     network = config.build_network()
     shapes = network.param_shapes()
     size = sum(math.prod(shape) for shape in shapes)
@@ -224,14 +194,7 @@ class TrainingStep:
     """One run's training step on ``ctx``: ``step(X, targets, kl_weight)`` computes the
     mini-batch's loss and its gradient and updates mu and rho (mu alone for a model kind that
     learns no sigma: Monte Carlo dropout, the deterministic network); it returns the loss, an
-    NDArray (1,) that is not waited for. ``targets`` is whatever the config's likelihood
-    scores: one-hot labels, or real targets (batch, targets).
-
-    ``mus``, ``rhos``: the start (per-parameter arrays; default: the means of
-    ``init_variational_params`` with the config's seed, the rhos of ``config.initial_rhos``).
-    ``backend``: a name, as ``choose_backend`` takes it. ``noise``: ``philox`` or ``device``
-    (default: ``noise.noise_for``'s choice for ``ctx``).
-    """
+    NDArray (1,) that is not waited for."""
 
     def __init__(self, config, ctx, mus=None, rhos=None, backend=None, noise=None,
                  num_update=0, num_train=None):
@@ -340,8 +303,7 @@ class TrainingStep:
     def _ivon_step(self, X, targets):
         """IVON's step: ``num_samples`` draws of the weights from the posterior, the data
         term's gradient at each (the prior's part added by the optimizer), one update of mu
-        and the Hessian estimate, and rho = log sigma^2 from it. The loss is the data term
-        -sum log P(y | X, w), the mean over the draws."""
+        and the Hessian estimate, and rho = log sigma^2 from it."""
         state, optimizer = self.optimizer_states[0], self.optimizer
         optimizer.rescale_grad = 1.0 / X.shape[0]  # the mean loss's gradient
         loss = None

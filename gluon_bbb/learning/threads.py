@@ -1,14 +1,6 @@
 """The OpenMP team a training run uses: every core the process is granted
 (``gluon_bbb.cpus_granted``), fewer while other processes keep cores busy; ``OMP_NUM_THREADS``
-where the user set it.
-
-A team waits at the end of each parallel region for its slowest member, and beside a busy
-process the scheduler keeps setting one aside (docs/PERFORMANCE.md, "On a shared machine").
-``Threads`` measures, once a second of steps, the CPU time other processes used (``/proc/stat``,
-steal included, less this process's) and sets the team of the steps that follow; a pause
-between steps starts the window afresh. The count changes float rounding (oneDNN splits its
-work by it), so each epoch's record says which batches ran on how many threads (``segments``).
-"""
+where the user set it."""
 import ctypes
 import os
 import time

@@ -1,36 +1,7 @@
 """Sweeps: seeds x settings, each trial an ordinary run directory trained and pruned by the
 package's own commands in a process of its own, on Dask. This module holds the spec, each
 trial's identity, what a worker runs for one trial and the summary over seeds; the command is
-``gluon_bbb.commands.sweep``.
-
-A spec is a JSON object: ``base``, the training flags every trial takes (a preset among them),
-``grid``, a list of values for each flag that varies (the seed among them), and optionally
-``proportions``, the pruning table's (default 0 0.5 0.75 0.95 0.98)::
-
-    {"base": {"preset": "paper-2x400", "epochs": 20, "lr-decay-every": 15},
-     "grid": {"prior": ["scale-mixture", "gaussian"], "seed": [0, 1, 2]}}
-
-Each combination of the grid is a trial: a run directory ``OUT/NAME`` trained by
-``python -m gluon_bbb.commands.train`` (OpenMP and BLAS threads = its threads), then pruned by
-``python -m gluon_bbb.commands.prune``; ``trial.json`` there holds its flags and figures.
-
-A trial is identified by the ``Config`` its flags train (every training flag, a preset's
-included), read with the training command's own parser before anything runs: grid values that
-train the same network (``0`` and ``"0"``, ``0.001`` and ``1e-3``) are refused as one trial
-given twice, and a spec that gives a trial already in ``OUT`` other training flags is refused,
-naming them, instead of reporting the old trial's figures as the new one's. A rerun skips a
-trial whose ``trial.json`` holds the spec's proportions, prunes again one with others, and
-otherwise runs the training command with ``--resume`` where the directory holds a checkpoint:
-it trains the epochs left, or, where the checkpoint holds them all, only draws the run's
-reports again, so a trial is recognised as trained by its own files. A worker that dies has its
-trial rerun elsewhere by Dask, resuming from the last completed epoch (the trial's processes
-end with the worker that started them). A trial that fails for a reason of its own is reported
-with the cause its command gave and does not stop the others. ``.trial.lock`` in a trial's
-directory is held by the process running it; ``trial.log`` has a line per command it ran.
-
-This module, and everything a worker runs, imports no MXNet: MXNet is imported only in the
-trials' processes (fork+exec), where OpenMP keeps all its threads.
-"""
+``gluon_bbb.commands.sweep``."""
 import contextlib
 import dataclasses
 import errno
@@ -146,15 +117,12 @@ def trial_count(spec):
 def trials(spec, where="the spec"):
     """One dict per combination of the grid: ``name`` (its directory), ``setting`` (the grid's
     values but the seed: trials that differ only in their seed share it), ``seed`` and
-    ``train_args``. SpecError where a trial's flags are not the training command's or two
-    trials would train the same network."""
+    ``train_args``."""
     return plan(spec, where)[0]
 
 
 def plan(spec, where="the spec"):
-    """``(trials, configs)``: ``trials(spec)`` and the ``Config`` each trains, by name. Linear
-    in the trials: one parser reads every trial's flags, and trials are told apart by their
-    configs' JSON."""
+    """``(trials, configs)``: ``trials(spec)`` and the ``Config`` each trains, by name."""
     from ..commands.train import build_parser
     parser = build_parser(raise_errors=True)
     names = list(spec["grid"])
@@ -200,7 +168,7 @@ def trial_config(train_args, where="the spec", name="a trial", parser=None):
 def check_against_out(planned, out_dir):
     """SpecError where a trial's directory in ``out_dir`` holds a run trained with other
     training flags than the spec gives that trial (a changed spec rerun into the same --out),
-    naming the flags and both values. ``planned``: ``plan(spec)``."""
+    naming the flags and both values."""
     found, configs = planned
     for trial in found:
         run = RunDirectory(os.path.join(out_dir, trial["name"]))
@@ -239,10 +207,8 @@ def failed(record):
     return record["status"] == FAILED
 
 
-# the variables that set a process's threads: OpenMP's (MXNet's operators) and the BLAS
-# libraries' (its matrix products). A Dask worker's nanny sets each to 1 in the environment a
-# trial inherits, which made a 2x1200 trial's matrix products single-threaded (86 s an epoch
-# against 40 s)
+# the variables that set a process's threads (OpenMP's, the BLAS libraries'), which a Dask
+# worker's nanny sets to 1 in the environment a trial inherits
 THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
 
 

@@ -9,8 +9,7 @@ def open_built(stem, source_names, version_function, abi_version, what):
     """``(ctypes library, None, False)`` for the shared object ``stem*.so`` beside this module,
     built from ``source_names`` (the files it is compiled from; not older than any) and
     answering ``abi_version`` to ``version_function``; else ``(None, why not, stale)``,
-    ``stale`` True for a library that is there but does not match its sources. ``what``: how
-    a message names it."""
+    ``stale`` True for a library that is there but does not match its sources."""
     here = os.path.dirname(os.path.abspath(__file__))
     paths = sorted(glob.glob(os.path.join(here, stem + "*.so")))
     if not paths:

@@ -1,26 +1,6 @@
 """The native backend of the training step: the C kernels of ``_fused.c``, loaded with ctypes,
 an accelerator of the ndarray backend's formulas for the combinations ``table.SERVED``
-declares.
-
-On a CPU context ``loss_gradients`` computes what ``ndarray_backend.combined_loss_gradients``
-computes, for those combinations, with the parameter-side work in two passes over the flat
-vectors: draw eps and form w = mu + sigma * eps (or sigma and the perturbation for the other
-estimators), then, after the network's forward and backward pass (the local reparametrization's
-and Flipout's graphs with ``operators.py``'s operators where MXNet has them), the KL term and
-both gradients. ``kept`` gives what stays in the network where a run removes what the
-log-uniform prior switches off; ``optimizer_update`` runs MXNet's SGD and Adam updates in place;
-``prior_terms`` gives a prior's log density, gradient and precision at given weights (a MAP
-model's prior, IVON's); ``ivon_draw`` and ``ivon_update`` compute IVON's
-(``learning/ivon.py``) for its fast paths. ``conv_maxpool`` computes a convolution, the max
-pooling and the ReLU after it in one pass, forward only: ``with_convolution_max_pool`` hands it
-to the networks' forward passes outside autograd (``networks.layers.Network``).
-
-The library is built at install time (``setup.py``; it needs a C compiler). It is used only if
-it loads, was built from the ``_fused.c`` and ``_conv_tiles.h`` beside it (not older than
-either) and reports the ``ABI_VERSION`` below, and its own answers to what it serves
-(``bbb_serves``) are those of ``table.SERVED`` for every code; otherwise ``available()`` is
-False, ``unavailable_reason()`` says why and training uses the NDArray backend.
-"""
+declares."""
 import ctypes
 import functools
 import math
@@ -32,11 +12,11 @@ import numpy as np
 
 from . import operators, table
 from .built import open_built
+from ..family.elementwise import FLOAT32_MAX
 from ..family.parametrizations import SOFTPLUS
 
 
 ABI_VERSION = 11          # must match ABI_VERSION in _fused.c
-FLOAT32_MAX = float(np.finfo(np.float32).max)
 
 _P, _I64, _U64, _F32 = ctypes.c_void_p, ctypes.c_int64, ctypes.c_uint64, ctypes.c_float
 _SIGNATURES = {
@@ -144,8 +124,7 @@ def perturb(mu, rho, eps, parametrization=SOFTPLUS, keep=None, drawn_mu=None, si
             delta=None, w=None):
     """Fill, where given, ``sigma`` with sigma(rho) under ``parametrization`` (its kernel
     code), ``delta`` with sigma * eps, ``w`` with mu + delta and ``drawn_mu`` with mu; with
-    ``keep`` (0/1), the entries at 0 take mu and sigma as 0. All (N,) float32 NDArrays on a CPU
-    context."""
+    ``keep`` (0/1), the entries at 0 take mu and sigma as 0."""
     library().bbb_perturb(rho.size, _host_pointer(mu), _host_pointer(rho), _host_pointer(eps),
                           parametrization.kernel_code, _optional(keep), _optional(drawn_mu, True),
                           _optional(sigma, True), _optional(delta, True), _optional(w, True))
@@ -218,15 +197,7 @@ def kl_gradients(mu, rho, eps, w, grad_data_mu, grad_data_sigma, estimator, kl_w
     softplus(rho) * eps, given the data term's gradients of ``kind`` (an estimator's
     ``kernel_data_kind``): 0, dNLL/dw as both (weight sampling); 1, dNLL/dmu and the
     coefficient of eps in dNLL/dsigma (Flipout); 2, dNLL/dmu and dNLL/dsigma (the local
-    reparametrization).
-
-    ``prior``: a ``family/priors.py`` object (its ``kernel_args``, those of each part of its
-    ``regions``, one call of the kernel a region); ``kl``: a ``family.kl.KLEstimate``
-    (its ``kernel_code``): the Monte Carlo KL, log q(w) - log P(w), or the closed form;
-    ``parametrization``: a ``family/parametrizations.py`` object (its ``kernel_code``); ``keep``
-    (0/1, or None): the entries at 0 get no gradient (their KL term is in the sum). All arrays
-    (N,) float32 on a CPU context.
-    """
+    reparametrization)."""
     calls = _kernel_calls(estimator, kl, prior, parametrization, rho.size)
     if not _all_served(calls):
         raise ValueError("the native kernels do not serve estimator %s, the %s %s KL, prior %s "
@@ -266,11 +237,8 @@ class Workspace:
     drawn_mu = functools.cached_property(_zeros)
 
 
-# The data term of one draw for each estimator the kernels serve: the next stream of ``noise``
-# drawn, the network run by ``graph`` at the means ``drawn_mu`` (mu, or with ``keep`` the
-# entries at 0 set to 0) and sigma of ``rho`` under ``parametrization`` (0 where ``keep`` is);
-# ``(nll, dNLL/dmu, dNLL/dsigma or its coefficient of eps, eps, w)``, the two gradients of the
-# kind the estimator's ``kernel_data_kind`` says.
+# the data term of one draw for each estimator the kernels serve: ``(nll, dNLL/dmu,
+# dNLL/dsigma or its coefficient of eps, eps, w)``, as ``kernel_data_kind`` says
 
 def _drawn_mu(mu, keep, ws):
     return mu if keep is None else ws.drawn_mu
@@ -360,9 +328,7 @@ def loss_gradients(X, targets, mu, rho, noise, num_samples, prior, kl_weight, gr
     ``table.SERVED``, the noise of ``num_samples`` Philox streams of ``noise`` (a
     ``noise.PhiloxNoise``), the same draws as the ndarray backend takes; ``kl`` and
     ``estimator``: ``family/estimators.py`` objects (the estimator's data term is its function of
-    ``DATA_TERMS``); ``keep`` (0/1, or None) as there (``Config.remove_switched_off``). Returns
-    ``(loss (1,), dL/dmu (N,), dL/drho (N,))``; with one sample the gradients live in
-    ``workspace`` and are overwritten by its next step."""
+    ``DATA_TERMS``); ``keep`` (0/1, or None) as there (``Config.remove_switched_off``)."""
     ws = workspace
     loss = grad_mu = grad_rho = None
     data_term = DATA_TERMS[estimator.kernel_data_kind][0]
@@ -383,9 +349,7 @@ def loss_gradients(X, targets, mu, rho, noise, num_samples, prior, kl_weight, gr
 
 
 def _plus(array, value):
-    """``array + value`` for a float ``value``. MXNet's scalar operators refuse an infinite or
-    NaN scalar, which a diverging run's KL sum can be before its data term is: such a value is
-    added as an array, so that the loss carries it to the loop that stops the run on it."""
+    """``array + value`` for a float ``value``."""
     if math.isfinite(value):
         return array + value
     return array + mx.nd.array([value], ctx=array.context, dtype=array.dtype)
@@ -394,9 +358,7 @@ def _plus(array, value):
 def optimizer_update(optimizer, index, weight, grad, state):
     """``optimizer.update(index, weight, grad, state)`` by a native kernel: ``mx.optimizer`` SGD
     without momentum or Adam, no gradient clipping, float32 arrays on a CPU context (else by
-    ``optimizer.update`` itself). Same formulas, state arrays and update counts as MXNet's, so
-    checkpoints and resumed runs do not see the difference; MXNet's own operators take 0.6 ms
-    (SGD) and 1.1 ms (Adam) per 478k entries here."""
+    ``optimizer.update`` itself)."""
     is_sgd = type(optimizer) is mx.optimizer.SGD and optimizer.momentum == 0.0
     is_adam = type(optimizer) is mx.optimizer.Adam
     if (not available() or not (is_sgd or is_adam) or optimizer.clip_gradient is not None
@@ -423,9 +385,7 @@ def prior_terms(prior, x, scale, with_precision=False):
     """The prior's terms at ``x`` by the kernel (``bbb_prior_terms``): (the sum of log P(x) as
     a float, scale x p(x) = the gradient of -scale log P, and scale p(x) with
     ``with_precision``, else None), p(x) = -(d log P / dx) / x the prior's precision at x
-    (``Prior.gradient_precision``). None where the kernels do not serve the prior (its
-    ``kernel_args``: None for a prior they do not know, or a subclass that overrides its
-    formulas) or ``x`` (not a float32 array on a CPU context), or ``scale`` is negative."""
+    (``Prior.gradient_precision``)."""
     args = prior.kernel_args() if prior is not None else None
     if args is None or args[0] not in table.DENSITIES or scale < 0 \
             or not serves_arrays(x):
@@ -454,8 +414,7 @@ def ivon_draw(mean, hessian, prior_precision, ess, weight_decay, floor, key, str
               weights):
     """IVON's draw: fills ``noise`` with z / sqrt(ess max(h + wd + p, floor)), z the normals
     of Philox ``stream`` under ``key`` (those of ``normals``), and ``weights`` with mean +
-    noise (``prior_precision`` p: None for none). All (N,) float32 NDArrays on a CPU
-    context."""
+    noise (``prior_precision`` p: None for none)."""
     library().bbb_ivon_draw(mean.size, _host_pointer(mean), _host_pointer(hessian),
                             _optional(prior_precision), ess, weight_decay, floor, int(key[0]),
                             int(key[1]), stream, _host_pointer(noise, write=True),
@@ -468,8 +427,7 @@ def ivon_update(mean, momentum, hessian, grad, noise, prior_gradient, prior_prec
     """IVON's update of ``mean``, ``momentum`` and ``hessian`` in place from one draw: ``grad``
     at mean + ``noise``, times ``rescale``; the prior's terms at the means (both None: none);
     ``log_variance`` filled with log sigma^2 of the new state without the prior's precision
-    (the log-variance itself where there is no prior). All (N,) float32 NDArrays on a CPU
-    context (``learning/ivon.py``: the formulas)."""
+    (the log-variance itself where there is no prior)."""
     if (prior_gradient is None) != (prior_precision is None):
         raise ValueError("ivon_update takes both of the prior's terms or neither")
     library().bbb_ivon_update(
@@ -492,9 +450,7 @@ def conv_maxpool(h, W, b, pool, relu=False, widest=16):
     """``networks.layers.Conv2D``'s convolution (stride 1, no padding) of ``h`` (N, C, H, W)
     with ``W`` (OC, C, K, K) and ``b`` (OC,), then ``MaxPool2D``'s pooling of ``pool`` x
     ``pool`` windows at stride ``pool`` (and, with ``relu``, ``ReLU``), in one pass
-    (``bbb_conv_maxpool``); forward only. Float32 NDArrays on a CPU context; returns (N, OC,
-    (H - K + 1) // pool, (W - K + 1) // pool) on it. ``widest``: the most floats a vector of
-    the kernel holds (16: AVX-512 where the CPU has it; 8: AVX2; 4)."""
+    (``bbb_conv_maxpool``); forward only."""
     N, C, height, width = h.shape
     channels, _, kernel, _ = W.shape
     out = mx.nd.empty((N, channels, (height - kernel + 1) // pool, (width - kernel + 1) // pool),

@@ -1,33 +1,6 @@
 """The MXNet operators of the C accelerator (``_operators.cc``), loaded into MXNet with
 ``mx.library.load``, and ``Accelerated``, the operator set through which a network graph of the
-native backend takes them.
-
-``bbb_lrt_output(mean, variance, noise, floor)`` is ``mean + sqrt(variance + floor) * noise``,
-the local reparametrization's last step (``networks.layers.local_reparametrization`` calls it
-where its ``F`` has ``lrt_output``, and writes the formula with MXNet's operators otherwise), in
-one pass each way: MXNet 1.9.1's ``sqrt`` runs a scalar loop, 6.5 ms over a Bayesian LeNet's
-first-layer pre-activations. ``bbb_signed(x, noise)`` is Flipout's ``x * sign(noise)``, the
-signs broadcast over x's trailing axes (``networks.layers.flipout``), where MXNet's
-``broadcast_mul`` and its backward pass take 28 ms over the same outputs.
-``bbb_lrt_convolution`` and ``bbb_flipout_convolution`` are a convolution layer's whole local
-reparametrization and Flipout, forward and backward, on the register tiles of
-``_conv_tiles.h`` (``networks.layers.Conv2D.lrt_output`` and ``flipout_output``), where MXNet
-1.9.1's oneDNN runs the LeNet's convolutions (20 and 50 channels) as im2col and a matrix
-product: a Bayesian LeNet's step with them took 36.5 ms against 48.2 with the local
-reparametrization, 26.2 against 48.1 with Flipout (2-core AMD EPYC with AVX-512, batch 128;
-``docs/PERFORMANCE.md``). ``bbb_max_pool(x, size, relu)`` is a max pooling and the ReLU after it
-(``networks.layers.MaxPool2D`` and ``ReLU``; ``Network.run`` calls it where its ``F`` has
-``max_pool``), where MXNet 1.9.1's oneDNN pooling of the LeNet's first convolution's outputs
-takes 12 ms forward on an AVX2 machine. ``bbb_scaled(x, factors)`` is a gate drawn per example
-(``networks.layers.Gate.perturbed``), whose factors' gradient MXNet's ``broadcast_mul`` takes by
-a reduction that took about 41 ms of a 90 ms gated LeNet step there.
-
-The library is built at install time beside ``_fused.c`` (``setup.py``, against the
-``lib_api.h`` of MXNet's wheel). It is used only if it is there, was built from the
-``_operators.cc`` and ``_conv_tiles.h`` beside it (not older than either), reports the
-``ABI_VERSION`` below and MXNet loads it; otherwise ``available()`` is False and
-``unavailable_reason()`` says why.
-"""
+native backend takes them."""
 import functools
 
 from ..family.elementwise import LRT_VARIANCE_FLOOR
@@ -64,7 +37,7 @@ def unavailable_reason():
 class Accelerated:
     """MXNet's operator set ``F`` (``mx.sym`` or ``mx.nd``) with the operators of this library
     beside them, for float32 graphs on CPU contexts: what the layers' formulas take as ``F``
-    where the native backend builds its graphs. Every other name is ``F``'s own."""
+    where the native backend builds its graphs."""
 
     def __init__(self, F, data_inputs=()):
         """``data_inputs``: the names of a symbolic graph's inputs whose gradient no one takes
@@ -87,8 +60,7 @@ class Accelerated:
         1, no padding) in one operator, ``bbb_lrt_convolution``: conv(h, W_mu) + b_mu +
         sqrt(conv(h^2, W_sigma^2) + b_sigma^2 + ``LRT_VARIANCE_FLOOR``) * noise, for
         ``mus`` [W_mu, b_mu] and ``sigmas`` [W_sigma, b_sigma]; h's gradient is written as
-        zeros where h is computed from ``data_inputs`` alone. ``widest``: the most floats a
-        vector may hold (16, 8 or 4; the tests run each width the CPU has)."""
+        zeros where h is computed from ``data_inputs`` alone."""
         outputs = self._F.bbb_lrt_convolution(
             h, mus[0], mus[1], sigmas[0], sigmas[1], noise, floor=repr(LRT_VARIANCE_FLOOR),
             input_gradient=str(int(not self._from_data(h))), widest=str(int(widest)))

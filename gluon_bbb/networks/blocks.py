@@ -1,23 +1,6 @@
 """Gluon blocks for Bayes by Backprop: ``BayesianDense`` and ``BayesianConv2D``, the KL term of
 a block tree, ``to_bayesian`` (a user's ``nn.Dense``/``nn.Conv2D`` network made Bayesian in one
-call), and the predictive and SNR pruning of such a network.
-
-Each layer holds mu and rho of its weight and bias as Gluon ``Parameter``s (trained by a
-``gluon.Trainer``, saved by ``save_parameters``) and draws its weights with the tutorial's
-functions, w = mu + softplus(rho) * eps (or sigma from rho by another ``parametrization``), on
-the context of its parameters. eps is a parameter
-too, one that is not trained (``grad_req="null"``): drawn before every forward pass, it is the
-same in a hybridized graph and in ``kl_term``, which gives log q(w) - log P(w) of the weights
-the last forward drew. A training step is then ``output = net(X)``, then
-``loss = kl_term(net, prior) / M + nll(output)``, both inside one ``autograd.record()``: the KL
-term belongs to the forward pass before it. ``kl_term`` before any forward pass, or a second
-time for the same recorded forward pass (the order ``kl_term(net) / M + nll(net(X))``, which
-would pair each step's likelihood with the previous step's weights), is an error.
-
-A layer draws new eps whenever it is called; a network made by ``to_bayesian`` (or passed to
-``sample_on_call``) draws them for all its layers whenever the network is called, which is what
-a hybridized network needs, as its layers are then not called one by one.
-"""
+call), and the predictive and SNR pruning of such a network."""
 import mxnet as mx
 from mxnet import autograd, nd
 from mxnet.gluon import HybridBlock, nn
@@ -29,24 +12,15 @@ from ..family.parametrizations import SOFTPLUS, parametrization as parametrizati
 from ..analysis.snr import prune_weights
 
 
-# The blocks' default initial rho: sigma = softplus(-5) = 0.0067, small beside the weights a
-# Gluon initializer gives. A block CNN trained 2 epochs on 6,000 images with Adam at 1e-3 reached
-# 74.6% test accuracy from rho -3 (sigma 0.049) and mu ~ N(0, 0.1^2), and learns with this
-# default and mu from the network's initializer (docs/NETWORKS.md has the measurements).
+# the blocks' default initial rho: sigma = softplus(-5) = 0.0067, small beside the weights a
+# Gluon initializer gives (docs/NETWORKS.md)
 DEFAULT_RHO = -5.0
 
 
 class BayesianLayer(HybridBlock):
     """What the Bayesian layers share: mu, rho and eps of a weight and a bias, drawn as the
     tutorial draws them; subclasses say which operator applies them (``_apply``), the estimator
-    (``family/estimators.py``: ``sample``, ``lrt``, ``flipout``) how the draw reaches the output.
-
-    mu follows the initializer given to ``initialize()``, as a Gluon layer's weight does (its
-    bias starts at 0), unless ``mu_scale`` asks for N(0, mu_scale^2); rho starts at
-    ``rho_offset``. A layer whose input size is not given (0) infers it from its first input
-    (Gluon's deferred initialization). ``prior``: the layer's prior (``priors.Prior``, a user's
-    own too), which ``kl_term`` takes where it is given none (default: N(0, 1)).
-    ``parametrization``: how rho gives sigma (``parametrizations.py``, default softplus)."""
+    (``family/estimators.py``: ``sample``, ``lrt``, ``flipout``) how the draw reaches the output."""
 
     def __init__(self, weight_shape, bias_shape, activation=None, mu_scale=None,
                  rho_offset=DEFAULT_RHO, estimator="sample", prior=None,
@@ -214,16 +188,7 @@ def sample_on_call(net):
 
 def kl_term(net, log_prior=None):
     """sum log q(w | mu, sigma) - sum log P(w) over the weights the last forward pass of
-    ``net`` drew, shape (1,); recorded by autograd like the network's output. ``log_prior``
-    maps one weight array to its summed log density (a ``priors.Prior``, a user's own too);
-    default: each layer's ``prior``, else ``GaussianPrior(1.0)``. A prior without a density
-    (``LogUniformPrior``) gives its closed-form KL instead.
-
-    Call it after the forward pass whose loss it completes: while autograd records, the
-    weights must have been drawn by a forward pass recorded too and not yet taken by another
-    ``kl_term``; else RuntimeError (the KL term would belong to an earlier forward pass).
-    Outside ``autograd.record()`` (to log the term, say) it gives that of the last forward
-    pass."""
+    ``net`` drew, shape (1,); recorded by autograd like the network's output."""
     layers = bayesian_layers(net)
     if not layers:
         raise ValueError("kl_term: %s has no Bayesian layer (BayesianDense, BayesianConv2D); "
@@ -308,14 +273,7 @@ def to_bayesian(net, mu_scale=None, rho_offset=DEFAULT_RHO, estimator="sample", 
     """Replace every ``nn.Dense`` and ``nn.Conv2D`` of the block tree ``net`` by a
     ``BayesianDense`` or ``BayesianConv2D`` of the same shape drawing with ``estimator``, with
     ``prior`` and ``parametrization`` (as ``BayesianLayer`` takes them), in place, and make
-    ``net`` draw its weights whenever it is called (``sample_on_call``); returns ``net``.
-
-    Where the deterministic layer's weights are initialized, its Bayesian twin comes initialized
-    on the same contexts, mu at those weights and rho at ``rho_offset``; where they wait for
-    the network's first call to know their input size, the twin waits too, mu to come from the
-    same initializer; the others are initialized by ``net.initialize()`` as usual (mu from its
-    initializer, or N(0, mu_scale^2) where ``mu_scale`` is given). A layer whose input size is
-    not known yet infers it on the network's first call."""
+    ``net`` draw its weights whenever it is called (``sample_on_call``); returns ``net``."""
     settings = dict(mu_scale=mu_scale, rho_offset=rho_offset,
                     estimator=estimator_named(estimator), prior=prior,
                     parametrization=parametrization_named(parametrization))

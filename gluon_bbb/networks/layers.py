@@ -1,42 +1,22 @@
 """Network descriptions: an ordered list of layers, from which the parameter shapes and the
 forward pass (``net``) follow. A new layer type is one class here: ``param_shapes(input_shape)``
 gives its parameters' shapes and its output shape per example, ``layer(F, h, params,
-input_shape)`` its output for a batch ``h``.
-
-Parameters are a flat list in layer order, each layer with weights adding ``[W, b]`` in the
-layouts of MXNet's operators: ``Dense`` W (units, inputs) as ``FullyConnected``, ``Conv2D``
-W (channels, input channels, kernel, kernel) as ``Convolution``; b (units,) or (channels,).
-``LogVariance`` adds one vector, the learned log variance of a Gaussian likelihood.
-
-This module imports no MXNet when it is imported (``F`` brings the operators), so that a config
-can be checked where MXNet is not loaded (the sweep's own process).
-
-A description is also a string, as a run's config.json records it and ``--network`` takes it:
-``mlp`` (the tutorial's MLP, shaped by the config's hidden layers and units), ``lenet``, or
-layers separated by commas, e.g. ``conv:20:5,relu,pool:2,dense:500,relu,dense:10``
-(``conv:CHANNELS:KERNEL``, ``pool:SIZE``, ``dense:UNITS``, ``relu``, ``flatten``,
-``dropout:RATE``, ``gate``: one learned factor per unit or channel of the layer before it,
-group sparsity's switch). ``logvar`` (a Gaussian likelihood's learned noise) is appended by the
-likelihood that asks for it, not written.
-"""
+input_shape)`` its output for a batch ``h``."""
 import math
 
 from ..errors import ConfigError
-from ..family.elementwise import LRT_VARIANCE_FLOOR
+from ..family.elementwise import FLOAT32_TINY, LRT_VARIANCE_FLOOR
 from ..family.formulas import Keyed
 
 
-# How the estimators that draw per example give a dense or convolution layer's output, written
-# once: the layers of a ``Network`` (``lrt_net``, ``flipout_net``, the training graph) and the
-# Gluon blocks (``blocks.py``) all call these, with the layer's operator as
-# ``apply(F, h, W, b)``.
+# the estimators that draw per example, for a dense or convolution layer's operator
+# ``apply(F, h, W, b)``: the ``Network``'s layers and the Gluon blocks call these
 
 def local_reparametrization(F, apply, h, mus, sigmas, noise=None, drawing=None):
     """The pre-activations drawn from their Gaussian (Kingma et al. 2015): mean
     ``apply(h, mu_W, mu_b)``, variance ``apply(h^2, sigma_W^2, sigma_b^2)`` (plus
     ``LRT_VARIANCE_FLOOR``), times standard normals ``noise`` of the output's shape (None: from
-    MXNet's generator); ``drawing``, where given, scales the noise (0: the mean). An ``F`` with
-    ``lrt_output`` (``native.operators.Accelerated``) computes the last step in one operator."""
+    MXNet's generator); ``drawing``, where given, scales the noise (0: the mean)."""
     mean = apply(F, h, *mus)
     variance = apply(F, F.square(h), F.square(sigmas[0]), F.square(sigmas[1]))
     if noise is not None and drawing is None and hasattr(F, "lrt_output"):
@@ -201,21 +181,12 @@ class Conv2D(_Linear):
 def convolution(F, h, W, b, num_filter, kernel, in_channels, stride=(1, 1), pad=(0, 0),
                 dilate=(1, 1)):
     """MXNet's ``Convolution`` of NCHW inputs ``h`` with W (num_filter, in_channels, kh, kw)
-    and b (num_filter,). Where the gradient is taken (a symbolic graph: the training step's, a
-    hybridized block's; NDArrays while autograd records), a one-channel input is convolved as
-    a 1x1 convolution of its patches: ``im2col`` lays the kh * kw values under each output
-    position out as kh * kw channels of an image of the output's sides, and W is read as
-    (channels, kh * kw, 1, 1): the same sums in another order. MXNet 1.9.1's oneDNN backward
-    pass for a single input channel takes 25 ms of a 44 ms LeNet graph on this project's CPU;
-    with the patches the graph takes 17-18 ms. Its forward pass alone is as fast as the
-    patches' (docs/PERFORMANCE.md)."""
+    and b (num_filter,)."""
     options = dict(kernel=kernel, stride=stride, pad=pad, dilate=dilate)
     if in_channels != 1 or not _differentiated(F):
         if _imperative(F):
-            # MXNet 1.9.1's oneDNN convolution, outside training, reorders its weight array in
-            # place into the blocked layout it picks (for output channels a multiple of 8 on
-            # AVX2 and AVX-512 machines). On a view of a flat vector (a TrainingStep's mu) that
-            # rewrites the whole vector with garbage; on a copy it rewrites the copy.
+            # MXNet's oneDNN convolution, outside training, reorders its weight array in place
+            # into a blocked layout: on a view of a flat vector that rewrites the whole vector
             W = W.copy()
         return F.Convolution(h, W, b, num_filter=num_filter, **options)
     # the output's height and width: those of a pooling window of the kernel's extent over
@@ -223,11 +194,8 @@ def convolution(F, h, W, b, num_filter, kernel, in_channels, stride=(1, 1), pad=
     extent = tuple(d * (k - 1) + 1 for k, d in zip(kernel, dilate))
     sides = F.BlockGrad(F.Pooling(F.slice_axis(h, axis=0, begin=0, end=1), kernel=extent,
                                   stride=stride, pad=pad, pool_type="max"))
-    # The product stays a convolution, NCHW in and out: the layer after it may hand back its
-    # gradient in a oneDNN blocked layout (channels a multiple of 8), which a convolution's
-    # backward pass takes and which no reshape to (N, channels, positions) can (the dense
-    # product over patches this replaced failed there: "could not create a primitive
-    # descriptor for a reorder primitive").
+    # a convolution, NCHW in and out: its backward pass takes a gradient in a oneDNN blocked
+    # layout, which no reshape to (N, channels, positions) can
     patches = F.reshape_like(F.im2col(h, **options), sides, lhs_begin=2, rhs_begin=2)
     return F.Convolution(patches, F.reshape(W, shape=(num_filter, -1, 1, 1)), b,
                          num_filter=num_filter, kernel=(1, 1))
@@ -334,11 +302,9 @@ class Flatten:
 class Dropout:
     """Inverted dropout at ``rate``, on in training and in Monte Carlo prediction alike (each
     call draws a new mask from MXNet's generator); ``Network.without_dropout`` drops it for
-    the deterministic prediction with all units. MXNet takes the rate as a float32 and scales
-    the units kept by 1 / (1 - rate): ``RATES`` are the rates for which both are finite and
-    not 0 (float32's smallest normal number to 1 - 2^-24)."""
+    the deterministic prediction with all units."""
     has_weights = False
-    RATES = (1.1754943508222875e-38, 1.0 - 2.0 ** -24)
+    RATES = (FLOAT32_TINY, 1.0 - 2.0 ** -24)
 
     def __init__(self, rate):
         if isinstance(rate, bool) or not isinstance(rate, (int, float)) or not (
@@ -363,15 +329,7 @@ class Dropout:
 class Gate:
     """One learned factor per unit of a dense layer or channel of a convolution, multiplying the
     layer's outputs (batch, units) or (batch, channels, height, width): placed right after the
-    layer, before its activation, it is the unit's switch. Under the log-uniform prior its
-    posterior N(theta, sigma^2) drives whole units to zero (group sparsity: the gate's log alpha
-    above the pruning threshold removes the unit with every weight into and out of it), and
-    ``compression`` folds the gates into the layer before them. Its mean starts at 1 (the
-    network as it was), its parameter is a weight like any other.
-
-    The estimators that draw noise per example draw the gate per example: ``perturbed`` gives
-    ``h * (theta + scale * noise)``, noise one value per example and unit (per channel, the
-    same at every position), so the draws of a channel's positions are one gate's."""
+    layer, before its activation, it is the unit's switch."""
     has_weights = True
     num_params = 1  # the factors
 
@@ -425,8 +383,7 @@ class Gate:
 
 class LogVariance:
     """Appends one learned log variance per output, the same for every input, to the outputs
-    (batch, D) -> (batch, 2D): a Gaussian likelihood's noise learned as a scalar. Its parameter
-    is a weight like any other (with the prior and, under Bayes by Backprop, a posterior)."""
+    (batch, D) -> (batch, 2D): a Gaussian likelihood's noise learned as a scalar."""
     has_weights = True
 
     def param_shapes(self, input_shape):
@@ -454,8 +411,7 @@ NOISY_LAYERS = (Dense, Conv2D, Gate)
 
 class Network:
     """``layers`` applied in order to inputs of ``input_shape`` (per example); called as
-    ``network(X, params, F=mx.nd)`` it gives the logits. X may be (batch, prod(input_shape)), as
-    MNIST's rows are: it is reshaped to (batch,) + input_shape first."""
+    ``network(X, params, F=mx.nd)`` it gives the logits."""
 
     def __init__(self, layers, input_shape=(784,)):
         self.layers, self.input_shape = list(layers), tuple(input_shape)
@@ -469,10 +425,8 @@ class Network:
         # each layer's first parameter's position in the parameter list
         self._param_offsets = [sum(self._param_counts[:i]) for i in range(len(self.layers))]
         self._order = self._computing_order()
-        # The convolutions that ``run`` computes with the max pooling after them where it is
-        # handed ``pooled``, by position, each with the positions of the layers computed with
-        # it: the pooling's, and a ReLU's right after it. Only where no layer's class changes
-        # the formula (``__call__``) that ``pooled`` computes.
+        # the convolutions ``run`` computes with the max pooling (and ReLU) after them where it is
+        # handed ``pooled``, by position; only where no layer's class changes those formulas
         self._pooled_convolutions = {}
         following = lambda step, kind: (  # noqa: E731
             step < len(self._order) and _pooled_with(self.layers[self._order[step]], kind))
@@ -480,10 +434,8 @@ class Network:
             if following(step, Conv2D) and following(step + 1, MaxPool2D):
                 fused = 3 if following(step + 2, ReLU) else 2
                 self._pooled_convolutions[position] = self._order[step + 1:step + fused]
-        # The max poolings ``run`` computes by an operator set's ``max_pool`` where it has one
-        # (``native.operators.Accelerated``), by position, each with the position of a ReLU
-        # computed with it (right after it in the computing order), if any; only where no
-        # layer's class changes the formulas that operator computes.
+        # the max poolings (and ReLUs after them) ``run`` computes by an operator set's
+        # ``max_pool``, by position; only where no layer's class changes those formulas
         self._accelerated_poolings = {
             position: (self._order[step + 1],) if following(step + 1, ReLU) else ()
             for step, position in enumerate(self._order) if following(step, MaxPool2D)}
@@ -535,12 +487,7 @@ class Network:
                    for layer in self.layers)
 
     def __call__(self, X, params, F=None):
-        """The logits for X with ``params``. Where F has ``ConvolutionMaxPool`` (NumPy's
-        operators, ``model_file.NumPyOperators``), a convolution right before a max pooling is
-        computed with it, in one step. F None: MXNet's NDArray operators, with the C kernels'
-        ``ConvolutionMaxPool`` outside autograd where they take the arrays (built; float32 on
-        a CPU context: ``native.library.with_convolution_max_pool``); ``F=mx.nd``: MXNet's
-        operators alone."""
+        """The logits for X with ``params``."""
         if F is None:
             from mxnet import nd as F
             if not _differentiated(F) and self.convolutions_pooled:
@@ -566,9 +513,7 @@ class Network:
         where given; a convolution that the computing order puts right before a max pooling,
         with the pooling and a ReLU right after it (``relu`` True), by ``pooled(conv, pool,
         h, index, relu)`` where given (and where no layer's class changes the formula,
-        ``__call__``, that ``pooled`` computes: ``_pooled_convolutions``). Where ``F`` has
-        ``max_pool`` (``native.operators.Accelerated``), a max pooling and a ReLU right after it
-        are computed by it, in one operator (where no layer's class changes their formulas)."""
+        ``__call__``, that ``pooled`` computes: ``_pooled_convolutions``)."""
         if F is None:
             from mxnet import nd as F
         max_pool = getattr(F, "max_pool", None)
@@ -599,11 +544,7 @@ class Network:
 
     def _computing_order(self):
         """The order ``run`` computes the layers in: as listed, but for a ReLU right before a
-        max pooling, which comes after it. The two commute exactly (relu is monotonic, so the
-        largest of the rectified values is the rectified largest, gradients included), and the
-        ReLU then takes a quarter of the values (pool:2): 12% of a LeNet's Monte Carlo pass
-        was its ReLUs. Not where a class changes either formula (``__call__``): a user's
-        activation need not be monotonic."""
+        max pooling, which comes after it."""
         order = list(range(len(self.layers)))
         for i in range(len(order) - 1):
             if (_pooled_with(self.layers[order[i]], ReLU)
@@ -754,8 +695,7 @@ SPEC_HELP = ("mlp, lenet, or layers such as conv:20:5,relu,pool:2,dense:500,relu
              "(conv:CHANNELS:KERNEL, pool:SIZE, dense:UNITS, relu, flatten, dropout:RATE, gate)")
 
 
-# the most layers a description names (500 dense layers with their ReLUs): building and
-# stepping a network is linear in its depth, 3 s and 0.3 s a step at 1,000 layers
+# the most layers a description names (500 dense layers with their ReLUs)
 MAX_LAYERS = 1000
 
 

@@ -1,24 +1,5 @@
 """A compressed model, read and run with NumPy alone: the file ``gluon_bbb.commands.compress`` writes,
-and the predictor that a program without MXNet uses (``load``, ``CompressedModel.predict``).
-
-The file: ``MAGIC``, a format version (uint16), the CRC-32 of the rest (uint32), then LZMA2
-(raw) of a JSON header (its length a uint32 before it) and the arrays it names, back to back.
-The header holds all a predictor needs: the network as a description (``networks/layers.py``) of the
-layers left after pruning, the likelihood, the class count, how inputs are scaled, the
-entropy above which a prediction is flagged unsure, and per parameter array (``tensors``,
-weight then bias of each layer with weights, in the network's order) how it is stored:
-
-- ``indices``: the kept (nonzero) entries' flat positions, as the gaps between them (each
-  position minus the one before, the first minus -1) in LEB128 varints (one byte for a gap
-  below 128);
-- ``values``: the kept means as integers ``q`` of the narrowest signed type, the mean being
-  ``q * step``; float32 means where ``step`` is 0;
-- ``sigmas`` (where the file keeps them): ``sigma_bits``-bit codes of log sigma, evenly spaced
-  over ``log_sigma_range``, for a Monte Carlo predictive.
-
-Pruned entries are exactly 0 and draw no noise. The same file loads into MXNet with
-``writer.load_compressed``.
-"""
+and the predictor that a program without MXNet uses (``load``, ``CompressedModel.predict``)."""
 import json
 import lzma
 import math
@@ -27,10 +8,12 @@ import zlib
 
 import numpy as np
 
+from ..analysis.metrics import predictive_entropy as entropy_bits, softmax
 from ..errors import GluonBBBError
 from ..networks.layers import parse_network
+from ..outputs import COMPRESSED, path_problem
 
-MAGIC = b"GLUONBBB"
+MAGIC = COMPRESSED.magic
 VERSION = 1
 # raw LZMA2 with a dictionary of 1 MiB: the payloads are far smaller, and a raw stream has no
 # container header (an .xz file spends about 60 bytes on one)
@@ -47,6 +30,8 @@ MAX_PREDICTIVE_SAMPLES = 1000
 # A prediction whose class has a probability below this is flagged unsure in absolute terms
 # (see ``unsure``); files may name another in their header's ``unsure_probability``.
 UNSURE_PROBABILITY = 0.5
+# the share of validation digits a calibrated entropy threshold flags unsure
+UNSURE_SHARE = 0.05
 
 
 class ModelFileError(GluonBBBError):
@@ -100,17 +85,14 @@ def gaps_from_positions(positions):
 
 # The operators a network description's layers call, on NumPy arrays.
 
-# The most multiply-adds, as a multiple of the convolution's, that ConvolutionMaxPool's product
-# may take: (kh + pool - 1) * (kw + pool - 1) / (kh * kw), 1.44 for 5x5 kernels under pool:2.
-# Measured on 100 images, one thread: at 1.4-2.8 the one product took 1.0-3.7 times less time
-# than a convolution then a pooling; at 4 and 9 (1x1 and 2x2 kernels under pool:3) 8 input
-# channels took up to 1.4 times more.
+# the most multiply-adds, as a multiple of the convolution's, ConvolutionMaxPool's product
+# may take: (kh + pool - 1) * (kw + pool - 1) / (kh * kw), 1.44 for 5x5 kernels under pool:2
 FUSED_MULTIPLY_ADDS = 3.0
 
 
 class NumPyOperators:
-    """The few MXNet operators that ``networks.layers.Network`` calls, written in NumPy (float32, NCHW),
-    so that the same network description runs without MXNet."""
+    """The few MXNet operators that ``networks.layers.Network`` calls, written in NumPy
+    (float32, NCHW), so that the same network description runs without MXNet."""
 
     @staticmethod
     def reshape(h, shape):
@@ -153,13 +135,7 @@ class NumPyOperators:
         right before a ``pool``): the pool x pool outputs under a window all come from one patch
         of (kh + pool - 1) x (kw + pool - 1) inputs, so the patches are taken at stride pool
         and multiplied by pool * pool copies of W, each shifted to its output's place in the
-        patch; the window's largest is then the largest of the pool * pool products. Against a
-        convolution at every position then a pooling, the patches hold 2.8 times fewer values
-        (5x5 kernels, pool:2) and the product has pool * pool times more rows, for 1.44 times
-        the multiply-adds: a 3-18-144 LeNet's prediction of 1,000 images takes 1.3-1.5 times
-        less time (bench/bench_compress.py). The shifted copies are built at each call: 0.3 ms
-        of a 20-50-500 LeNet's one image. ``num_filter`` is W's first axis (MXNet's
-        signature); ``relu``: the ReLU after the pooling too."""
+        patch; the window's largest is then the largest of the pool * pool products."""
         n, channels, height, width = h.shape
         kh, kw = kernel
         rows, cols = (height - kh + 1) // pool, (width - kw + 1) // pool
@@ -194,10 +170,7 @@ class NumPyOperators:
             raise ValueError("the NumPy operators pool with non-overlapping max windows only")
         k0, k1 = kernel
         height, width = h.shape[2] // k0 * k0, h.shape[3] // k1 * k1
-        # the maximum of strided views, one elementwise pass each: first over a window's rows
-        # (whole rows, so the pass reads runs of adjacent values), then over its columns at half
-        # the size; a max over reshaped window axes took three quarters of a LeNet's prediction,
-        # and the k0 x k1 passes at full size 1.6 times the time of these
+        # the maximum of strided views, first over a window's rows, then over its columns
         rows = h[:, :, 0:height:k0, :width]
         for i in range(1, k0):
             rows = np.maximum(rows, h[:, :, i:height:k0, :width])
@@ -272,10 +245,7 @@ class CompressedModel:
         """The predictive probabilities (N, classes) for scaled inputs ``X``: softmax of the
         mean network (``num_samples=0``), or the mean of ``num_samples`` draws of the kept
         weights from N(mu, sigma^2) (the file must keep sigmas), computed with ``operators``
-        (``SeparateOperators``: each convolution and max pooling apart, to compare). Batches of
-        100: with each convolution apart, a batch's patches then stay in the cache (the
-        20-50-500 LeNet over 1,000 images, two threads: 205 ms, 270 in batches of 1,000); with
-        the convolution and its pooling in one product the batch matters less (162 and 154)."""
+        (``SeparateOperators``: each convolution and max pooling apart, to compare)."""
         if not (_is_whole(num_samples) and 0 <= num_samples <= MAX_PREDICTIVE_SAMPLES):
             raise ValueError("num_samples must be an integer in [0, %d], got %r"
                              % (MAX_PREDICTIVE_SAMPLES, num_samples))
@@ -342,17 +312,10 @@ def unsure(probs, entropy_bits_above, probability_below=UNSURE_PROBABILITY):
     return flagged
 
 
-def softmax(logits):
-    shifted = logits - logits.max(axis=1, keepdims=True)
-    e = np.exp(shifted)
-    return e / e.sum(axis=1, keepdims=True)
-
-
-def entropy_bits(probs):
-    """The entropy of each predictive distribution (N,), in bits."""
-    p = np.asarray(probs, dtype=np.float64)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        return -np.where(p > 0, p * np.log2(p), 0.0).sum(axis=1)
+def unsure_entropy(probs):
+    """The predictive entropy (bits) that ``UNSURE_SHARE`` of the distributions ``probs``
+    exceed: a model's calibrated threshold."""
+    return float(np.quantile(entropy_bits(probs), 1.0 - UNSURE_SHARE))
 
 
 # Reading and writing the file.
@@ -402,7 +365,6 @@ def unpack(data, source="the file", body_limit=None):
 
 def read(path):
     """The ``CompressedModel`` in the file ``path``."""
-    from ..outputs import path_problem
     problem = path_problem(path)
     if problem:
         raise ModelFileError("%s is %s, not a compressed model's file", path, problem)

@@ -2,37 +2,13 @@
 (``shipping/model_file.py`` reads it): pruning by signal-to-noise ratio, the removal of whole units and
 channels the pruning leaves without inputs or outputs, means quantized no finer than the
 posterior's own uncertainty, compact indices and, optionally, the kept weights' sigmas at low
-precision for a Monte Carlo predictive. The command is ``gluon_bbb.commands.compress``.
-
-The steps, on the mean network of a run (``compress_parameters``):
-
-1. **Pruning**: all parameters ranked by |mu| / sigma together, the lowest ``proportion`` set to
-   0, as ``snr.prune_weights`` does (magnitude for a run without sigmas).
-2. **Structure**: a hidden unit (a dense layer's output, a convolution's channel) whose outgoing
-   weights are all pruned is removed with its incoming weights and its bias; one whose incoming
-   weights are all pruned puts out a constant, relu(bias), which is added to the next layer's
-   biases (times the sum of the weights that read it), and is removed too. Repeated until
-   nothing changes, the stored network is narrower: its description names the units left.
-   A gate (``networks.layers.Gate``, group sparsity's one factor per unit) is first folded into the
-   layer before it (``fold_gate``), so a gate pruned to 0 removes its unit whole.
-   The mean network computes what the pruned one does (up to float rounding); the Monte Carlo
-   predictive loses the noise of a removed unit's bias.
-3. **Precision**: each array's kept means are stored as integers times a step of ``precision``
-   times the median sigma of its kept entries (Louizos et al. 2017: no finer than the weights'
-   own uncertainty); ``precision=0`` keeps float32.
-4. **Indices**: the kept entries' positions as LEB128 varints of the gaps between them.
-5. **Sigmas** (``sigma_bits`` > 0): log sigma of each kept entry in ``sigma_bits`` bits.
-
-The same structure serves a narrower run's start (``Config.init_best_units``): a gated
-network's units ranked by their gates' |mu| / sigma (``best_gated_units``) and the network cut
-to the best of them, its gates kept (``keep_gated_units``).
-"""
+precision for a Monte Carlo predictive."""
 import math
 
 import numpy as np
 
 from . import model_file as compressed
-from .model_file import FORMAT_NAME, encode_varints, entropy_bits, gaps_from_positions
+from .model_file import FORMAT_NAME, encode_varints, gaps_from_positions
 from ..data import IMAGE_SHAPE, PIXEL_SCALE
 from ..errors import CheckpointError, ConfigError
 from ..networks.layers import parse_network
@@ -40,8 +16,6 @@ from ..networks.layers import parse_network
 # the proportions --max-error-increase chooses among
 SEARCH_PROPORTIONS = (0.5, 0.6, 0.7, 0.8, 0.85, 0.9, 0.92, 0.94, 0.95, 0.96, 0.97, 0.975, 0.98,
                       0.985, 0.99, 0.993, 0.995, 0.997, 0.998, 0.999)
-# the share of validation digits a calibrated threshold flags unsure
-UNSURE_SHARE = 0.05
 
 
 # The network as a chain of layers with weights and what lies between them.
@@ -152,11 +126,7 @@ def _stages(network, mus, sigmas, fold_gates=True):
 def fold_gate(stage, gate, gate_sigma):
     """Fold a gate (one factor per unit, mean ``gate``) into the layer before it: unit u's
     outputs ``(W_u h + b_u) g_u`` are those of weights ``W_u g_u`` and bias ``b_u g_u``, exactly
-    for the mean network. A gate switched off (0) leaves its unit's weights all 0, and
-    ``remove_units`` removes the unit. For the Monte Carlo predictive each product w g gets the
-    variance of a product of independent Gaussians, ``m_w^2 s_g^2 + m_g^2 s_w^2 + s_w^2 s_g^2``,
-    drawn independently per weight: the file does not keep that a unit's weights share one
-    gate draw (their outputs' variance is kept per weight, not their correlation)."""
+    for the mean network."""
     per_unit = (-1,) + (1,) * (stage.W.ndim - 1)
     g, W, b = gate.reshape(per_unit), stage.W, stage.b
     stage.W, stage.b = W * g, b * gate
@@ -212,8 +182,7 @@ def _described(network, stages):
 def narrowed(network, pruned_mus, sigmas=None):
     """Step 2 on ``network`` whose pruned parameters are 0 in ``pruned_mus`` (NumPy arrays,
     with their ``sigmas`` or None): ``(stages, units before, units removed)``, the stages
-    each gate folded in and the units step 2 removes taken out. ValueError for a network
-    compression cannot take."""
+    each gate folded in and the units step 2 removes taken out."""
     stages = _stages(network, pruned_mus, sigmas)
     before = [stage.units for stage in stages]
     return stages, before, remove_units(stages)
@@ -224,7 +193,7 @@ def units_left(network, pruned_mus):
     (NumPy arrays, left unchanged): ``(units, multiply_adds)``, the units of each layer with
     weights once step 2 has removed those that read nothing or are read by nothing, and the
     multiply-adds of that narrower network for one input, as ``compress_parameters`` stores
-    it. ValueError for a network compression cannot take."""
+    it."""
     stages = narrowed(network, [np.array(mu) for mu in pruned_mus])[0]
     narrower = parse_network(_described(network, stages), math.prod(network.input_shape),
                              network.num_outputs)
@@ -234,8 +203,7 @@ def units_left(network, pruned_mus):
 def best_gated_units(network, mus, sigmas, counts):
     """For each gate of ``network`` in order, the indices (ascending) of the ``counts`` units
     whose gates have the highest signal-to-noise ratio |mu| / sigma (the lowest log alpha),
-    from its parameters' means and sigmas (NumPy arrays). ValueError where a gate has fewer
-    units than its count."""
+    from its parameters' means and sigmas (NumPy arrays)."""
     positions = network.gate_positions()
     if len(positions) != len(counts):
         raise ValueError("%d gates, %d counts of units to keep" % (len(positions), len(counts)))
@@ -253,8 +221,7 @@ def keep_gated_units(network, mus, kept):
     """``network``'s parameters ``mus`` (NumPy arrays) with each gated layer's units cut to
     those ``kept`` names (one index array per gate, in order): the layer's outputs (weights,
     bias), its gate's factors and the next layer's inputs that read them, as a narrower network
-    of the same description holds them; the gates stay gates. ValueError for a gate on the last
-    layer (its units are the network's outputs)."""
+    of the same description holds them; the gates stay gates."""
     stages = _stages(network, mus, None, fold_gates=False)
     out = [np.array(mu) for mu in mus]
     chosen = iter(kept)
@@ -358,9 +325,8 @@ def compress_parameters(network, mus, sigmas, ranking_sigmas, proportion, precis
 
 
 def calibrate_unsure(model, X, num_samples, seed=0):
-    """The predictive entropy (bits) above which ``UNSURE_SHARE`` of ``X`` lies."""
-    return float(np.quantile(entropy_bits(model.predict(X, num_samples, seed)),
-                             1.0 - UNSURE_SHARE))
+    """The predictive entropy (bits) above which ``model_file.UNSURE_SHARE`` of ``X`` lies."""
+    return compressed.unsure_entropy(model.predict(X, num_samples, seed))
 
 
 def error_rate(model, X, labels, num_samples=0, seed=0):
