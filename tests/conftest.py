@@ -92,3 +92,14 @@ def overshooting_run(tmp_path_factory, mnist):
     run_dir = str(tmp_path_factory.mktemp("overshooting"))
     result = train(Config(**OVERSHOOTING), mnist, CTX, out_dir=run_dir, log=lambda line: None)
     return run_dir, result.history
+
+
+@pytest.fixture(scope="module")
+def small_run(tmp_path_factory, mnist):
+    """A short run with a validation set, written as the training command writes it."""
+    from gluon_bbb import Config, train
+    run_dir = str(tmp_path_factory.mktemp("compress") / "run")
+    train(Config(train_size=5000, epochs=2, seed=0, num_hidden_units=100, validation=2000,
+                 optimizer="adam", rho_offset=-5.0), mnist, mx.cpu(), out_dir=run_dir,
+          log=lambda line: None)
+    return run_dir

@@ -1,10 +1,10 @@
 """commands/cli.py: what every command shares, as a user meets it (the flags' one-line
 errors and the signals are tested across the commands in test_refusals.py,
-test_hostile_inputs.py and test_run_directory.py)."""
+test_hostile_inputs.py and test_rundir.py)."""
 import numpy as np
 
 from commands import PREDICT, assert_one_line_error, run
-from test_compression import synthetic_model
+from test_model_file import synthetic_model
 
 
 def test_a_full_standard_output_is_named_not_the_disk(tmp_path):

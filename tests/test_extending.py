@@ -244,14 +244,6 @@ def test_the_tutorials_combined_loss_takes_a_users_prior(doc):
     assert loss.asscalar() == pytest.approx((log_q - log_p) / 10 + nll, rel=1e-12)
 
 
-def test_a_users_class_cannot_take_a_built_in_name():
-    from gluon_bbb import Estimator, Parametrization
-    for base, name in ((Prior, "gaussian"), (Estimator, "lrt"), (Parametrization, "softplus")):
-        with pytest.raises(ValueError, match="name %r is gluon_bbb's own" % name):
-            type("Mine", (base,), {"name": name})
-    assert Config(prior="gaussian").build_prior() == GaussianPrior(1.0)
-
-
 @pytest.mark.slow
 def test_the_pages_examples_run_as_a_script_in_a_fresh_process(tmp_path):
     # in the order written: the page's first block imports MXNet before gluon_bbb, as a user's

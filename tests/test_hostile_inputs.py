@@ -189,7 +189,7 @@ def test_resuming_a_regression_run_with_train_names_what_it_is(tmp_path):
 
 
 def test_special_files_named_as_inputs_say_what_they_are(tmp_path):
-    from test_compression import synthetic_model
+    from test_model_file import synthetic_model
     model = synthetic_model(tmp_path / "model.gbbb")
     os.mkfifo(tmp_path / "digit.png")
     os.mknod(tmp_path / "zero", 0o600 | stat.S_IFCHR, os.makedev(1, 5))

@@ -1,10 +1,9 @@
-"""The native kernels (gluon_bbb/native/_fused.c) against NumPy formulas, NumPy's Philox, MXNet's
-optimizers and the NDArray backend; the checks on the library before it is used."""
+"""native/: the C kernels (_fused.c) and operators (_operators.cc) against NumPy formulas, MXNet's
+optimizers and the NDArray backend; the checks on the library before it is used (the Philox
+streams: test_noise.py)."""
 import glob
 import math
 import os
-import subprocess
-import sys
 
 import mxnet as mx
 import numpy as np
@@ -19,7 +18,6 @@ from gluon_bbb.family.kl import kl_estimate
 from gluon_bbb.family.parametrizations import SOFTPLUS
 from gluon_bbb.learning.noise import CHUNK, philox_key, philox_normals_reference
 from gluon_bbb.family.priors import GaussianPrior, ScaleMixturePrior
-from commands import user_env
 
 LOG_SQRT_2PI = 0.5 * math.log(2 * math.pi)
 # every test here needs the built library: skipped without it, failed in CI (conftest.py)
@@ -36,59 +34,6 @@ def assert_same_run(ours, theirs):
         difference = np.abs(a.asnumpy() - b.asnumpy())
         assert difference.max() <= 1e-3, difference.max()
         assert np.quantile(difference, 0.999) < 1e-5, np.quantile(difference, 0.999)
-
-
-def philox_words(count, key, first, stream):
-    """``count`` raw words of the C Philox4x64-10 for counters (first + 1, stream, 0, 0), ..."""
-    words = np.empty(count, dtype=np.uint64)
-    native.library().bbb_philox_words(count, int(key[0]), int(key[1]), first, stream,
-                                      words.ctypes.data)
-    return words
-
-
-@pytest.mark.parametrize("key,first,stream", [([0, 0], 0, 0), ([2 ** 64 - 1, 12345], 7, 3),
-                                              ([99, 1], 1023, 2 ** 40)])
-def test_philox_words_equal_numpy_philox(key, first, stream):
-    key = np.array(key, dtype=np.uint64)
-    expected = np.random.Philox(key=key, counter=[first, stream, 0, 0]).random_raw(11)
-    np.testing.assert_array_equal(philox_words(11, key, first, stream), expected)
-
-
-@pytest.mark.parametrize("size", [1, 2, 3, CHUNK - 1, 2 * CHUNK + 5])
-def test_normals_equal_the_numpy_reference(size):
-    key = philox_key([4, 2])
-    drawn = native.normals(size, key, 5)
-    reference = philox_normals_reference(size, key, 5)
-    assert drawn.dtype == np.float32 and drawn.shape == (size,)
-    np.testing.assert_allclose(drawn, reference, rtol=0, atol=2e-6)
-
-
-def test_normals_do_not_depend_on_thread_count():
-    code = ("import gluon_bbb.native.library as n, gluon_bbb.learning.noise as z; "
-            "print(n.normals(100003, z.philox_key([1, 2, 3]), 9).round(4).tobytes().hex()[:4000])")
-    outputs = set()
-    for threads in ("1", "2", "3"):
-        env = user_env(OMP_NUM_THREADS=threads)
-        proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                              env=env, timeout=120)
-        assert proc.returncode == 0, proc.stderr
-        outputs.add(proc.stdout)
-    assert len(outputs) == 1
-
-
-def test_normals_are_standard_normal():
-    z = native.normals(2_000_000, philox_key(0), 0).astype(np.float64)
-    assert abs(z.mean()) < 0.004 and abs(z.std() - 1.0) < 0.003
-    assert abs(np.mean(z ** 3)) < 0.01 and abs(np.mean(z ** 4) - 3.0) < 0.03
-    # Kolmogorov-Smirnov distance to the normal CDF (critical value at 1e6+ draws ~0.0012)
-    z.sort()
-    cdf = 0.5 * (1.0 + np.vectorize(math.erf)(z[::50] / math.sqrt(2.0)))
-    empirical = np.arange(0, z.size, 50) / z.size
-    assert np.max(np.abs(cdf - empirical)) < 0.0015
-    assert abs(np.mean(np.abs(z) > 3.0) - 0.0026998) < 0.0003
-    # different streams and keys are different draws
-    other = native.normals(1000, philox_key(0), 1)
-    assert abs(np.corrcoef(other, z[:1000])[0, 1]) < 0.2
 
 
 def test_sample_weights_follow_the_formula(ctx):

@@ -46,7 +46,7 @@ def test_readme_gluon_block_runs(capsys):
 
 def test_readme_shipping_block_runs(tmp_path, monkeypatch, capsys, mnist):
     from gluon_bbb.data import find_idx_file
-    from test_compression import synthetic_model
+    from test_model_file import synthetic_model
     synthetic_model(tmp_path / "lenet.gbbb", sigma_bits=4)  # a random network's, with sigmas
     images = find_idx_file(os.environ["GLUON_BBB_DATA"], "t10k-images-idx3-ubyte")
     if not images.endswith(".gz"):  # the block reads the gzipped file MNIST's site serves

@@ -17,7 +17,7 @@ from mxnet import nd
 
 from commands import (COMPRESS, EVALUATE, PREDICT, PRUNE, PYTHON, TRAIN, assert_one_line_error,
                       run)
-from test_compression import synthetic_model
+from test_model_file import synthetic_model
 from gluon_bbb import Config, TrainingDiverged, train
 from gluon_bbb.shipping import model_file as compressed
 from gluon_bbb.shipping.writer import compress_parameters

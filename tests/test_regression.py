@@ -1,6 +1,5 @@
-"""Regression: the Gaussian likelihoods and the uncertainty split against NumPy formulas written
-here, both backends of the step with a heteroscedastic head against autograd, the figures of the
-two toy problems on seed 0, Monte Carlo dropout, and the command."""
+"""commands/regression.py and the regression's step: both backends with a heteroscedastic head
+or a learned noise against autograd, and the command."""
 import json
 import math
 import re
@@ -10,109 +9,11 @@ import pytest
 from mxnet import nd
 
 from commands import REGRESSION, assert_one_line_error, run
-from gluon_bbb import Config, ConfigError, combined_loss_gradients, prior_for
-from gluon_bbb.family.likelihoods import Gaussian, gaussian_log_likelihood, parse_likelihood
+from gluon_bbb import Config, combined_loss_gradients, prior_for
 from gluon_bbb.learning.ndarray_backend import FlatLayout, NetworkGraph
 from gluon_bbb.learning.noise import PhiloxNoise, philox_normals_reference
-from gluon_bbb.toy_problems import (PROBLEMS, figures, fit_regression, regression_config,
-                                           regression_title, split_uncertainty)
 from test_step import assert_matches
 from tutorial_reference import tutorial_gradients
-
-
-def numpy_gaussian(y, mean, log_variance):
-    log_variance = np.clip(log_variance, -20.0, 20.0)
-    return np.sum(-0.5 * np.log(2 * np.pi) - 0.5 * log_variance
-                  - 0.5 * (y - mean) ** 2 / np.exp(log_variance), axis=1)
-
-
-def test_gaussian_log_likelihood_matches_numpy(ctx):
-    rng = np.random.default_rng(0)
-    y, mean = rng.normal(size=(5, 2)) * 3, rng.normal(size=(5, 2))
-    log_variance = rng.normal(size=(5, 2)) * 2
-    log_variance[0, 0], log_variance[1, 1] = -45.0, 60.0  # clipped: finite either way
-    got = gaussian_log_likelihood(*(nd.array(a, ctx=ctx, dtype="float64")
-                                    for a in (y, mean, log_variance)))
-    assert got.context == ctx and got.shape == (5,)
-    np.testing.assert_allclose(got.asnumpy(), numpy_gaussian(y, mean, log_variance), rtol=1e-12)
-
-
-@pytest.mark.parametrize("spec,columns", [("gaussian:0.3", 1), ("gaussian:heteroscedastic", 2)])
-def test_gaussian_likelihoods_read_the_network_output(ctx, spec, columns):
-    likelihood = parse_likelihood(spec)
-    assert likelihood.network_outputs(1) == columns
-    rng = np.random.default_rng(1)
-    output, y = rng.normal(size=(6, columns)), rng.normal(size=(6, 1))
-    got = likelihood.log_likelihood(nd.array(output, ctx=ctx, dtype="float64"),
-                                    nd.array(y, ctx=ctx, dtype="float64"), nd)
-    log_variance = (np.full((6, 1), 2 * np.log(0.3)) if columns == 1 else output[:, 1:])
-    np.testing.assert_allclose(got.asnumpy(), numpy_gaussian(y, output[:, :1], log_variance),
-                               rtol=1e-12)
-
-
-def test_a_learned_noise_is_one_weight_of_the_network(ctx):
-    config = Config(num_inputs=3, num_outputs=1, num_hidden_units=4, num_hidden_layers=1,
-                    likelihood="gaussian:learned")
-    shapes = config.layer_shapes()
-    assert [tuple(s) for s in shapes] == [(4, 3), (4,), (1, 4), (1,), (1,)]
-    params = [nd.array(np.random.default_rng(i).normal(size=s), ctx=ctx, dtype="float64")
-              for i, s in enumerate(shapes)]
-    output = config.build_network()(nd.ones((5, 3), ctx=ctx, dtype="float64"), params)
-    assert output.shape == (5, 2)
-    np.testing.assert_array_equal(output.asnumpy()[:, 1], params[-1].asnumpy()[0])
-
-
-def test_bad_likelihoods_are_refused():
-    for bad in ("gaussian", "gaussian:-1", "gaussian:nan", "poisson", "categorical:2"):
-        with pytest.raises(ConfigError, match="likelihood must be categorical, gaussian:NOISE"):
-            parse_likelihood(bad)
-
-
-def test_a_regression_with_nothing_to_train_is_refused():
-    from gluon_bbb.toy_problems import regression_config
-    assert regression_config("quartic", epochs=1).epochs == 1
-    for epochs in (0, -5):
-        with pytest.raises(ConfigError, match=r"epochs must be an integer from 1 to 1000000 "
-                                              r"\(the training steps; 0 trains nothing\), "
-                                              r"got %d" % epochs):
-            regression_config("quartic", epochs=epochs)
-
-
-def test_gaussian_gradient_matches_finite_differences(ctx):
-    rng = np.random.default_rng(2)
-    y, output = rng.normal(size=(4, 1)), rng.normal(size=(4, 2))
-    likelihood = Gaussian("heteroscedastic")
-    out = nd.array(output, ctx=ctx, dtype="float64")
-    out.attach_grad()
-    from mxnet import autograd
-    with autograd.record():
-        nll = -nd.sum(likelihood.log_likelihood(out, nd.array(y, ctx=ctx, dtype="float64"), nd))
-    nll.backward()
-    f = lambda o: -np.sum(numpy_gaussian(y, o[:, :1], o[:, 1:]))  # noqa: E731
-    numeric = np.zeros_like(output)
-    for index in np.ndindex(*output.shape):
-        step = np.zeros_like(output)
-        step[index] = 1e-6
-        numeric[index] = (f(output + step) - f(output - step)) / 2e-6
-    np.testing.assert_allclose(out.grad.asnumpy(), numeric, rtol=1e-6)
-
-
-def test_split_uncertainty_matches_numpy():
-    rng = np.random.default_rng(3)
-    means, variances = rng.normal(size=(50, 7)), rng.uniform(0.1, 2.0, size=(50, 7))
-    split = split_uncertainty(means, variances)
-    mean = means.sum(axis=0) / 50
-    epistemic = ((means - mean) ** 2).sum(axis=0) / 50
-    aleatoric = variances.sum(axis=0) / 50
-    np.testing.assert_allclose(split.mean, mean, rtol=1e-12)
-    np.testing.assert_allclose(split.epistemic_variance, epistemic, rtol=1e-12)
-    np.testing.assert_allclose(split.aleatoric_variance, aleatoric, rtol=1e-12)
-    np.testing.assert_allclose(split.total_variance, epistemic + aleatoric, rtol=1e-12)
-    lower, upper = split.interval(0.95)
-    np.testing.assert_allclose(upper, mean + 1.959963985 * np.sqrt(epistemic + aleatoric),
-                               rtol=1e-9)
-    lower, upper = split.interval(0.5, split.epistemic_variance)
-    np.testing.assert_allclose(lower, mean - 0.6744897502 * np.sqrt(epistemic), rtol=1e-9)
 
 
 HETEROSCEDASTIC = dict(num_inputs=2, num_outputs=1, num_hidden_units=5, num_hidden_layers=2,
@@ -161,50 +62,6 @@ def test_native_backend_with_a_learned_noise_equals_autograd(ctx, native_kernels
 
 # The figures the toy problems reach on a seed other than 0 (docs/REGRESSION.md gives the
 # median and range over seeds 0-4), checked against the bounds they are built to meet.
-
-@pytest.mark.slow
-def test_sine_with_bayes_by_backprop_separates_the_two_uncertainties():
-    # seed 2: aleatoric sd 2.08 against the data's 2, epistemic 11.8 times as large at x = +-1
-    # as over the data, 95.6% of fresh points inside the 95% intervals (measured)
-    numbers = figures(fit_regression("sine", "bbb", seed=2))
-    assert abs(numbers["aleatoric_sd_mean"] - 2.0) <= 0.3, numbers
-    assert numbers["epistemic_ratio"] >= 3.0, numbers
-    assert 0.93 <= numbers["coverage_95"] <= 0.98, numbers
-
-
-@pytest.mark.slow
-def test_quartic_band_holds_the_curve_and_widens_away_from_the_data():
-    # seed 3: the band 1.02 wide at the six inputs, 53 times as wide at x = +-4 (measured)
-    numbers = figures(fit_regression("quartic", "bbb", seed=3))
-    assert numbers["band_holds_truth"], numbers
-    assert numbers["width_ratio"] >= 10.0, numbers
-
-
-def test_the_figure_title_names_the_choices_that_differ_from_the_defaults():
-    quartic = PROBLEMS["quartic"]
-    assert regression_title(quartic, regression_config("quartic"), 200) == "quartic, bbb, 200 draws"
-    forward = regression_config("quartic", kl_direction="forward", estimator="flipout")
-    assert (regression_title(quartic, forward, 50)
-            == "quartic, bbb, flipout estimator, forward KL, 50 draws")
-    dropout = regression_config("quartic", "mcdropout")
-    assert regression_title(quartic, dropout, 200) == "quartic, mcdropout, 200 draws"
-
-
-@pytest.mark.slow
-def test_mc_dropout_regression_is_deterministic_and_draws_masks(ctx):
-    runs = [fit_regression("quartic", "mcdropout", seed=1, ctx=ctx, epochs=300) for _ in range(2)]
-    for a, b in zip(runs[0].mus, runs[1].mus):
-        assert a.context == ctx
-        np.testing.assert_array_equal(a.asnumpy(), b.asnumpy())
-    assert "dropout:0.1" in str(runs[0].config.build_network())
-    x = np.linspace(-3, 3, 7)
-    split = runs[0].predict(x, num_samples=20, seed=2)
-    again = runs[1].predict(x, num_samples=20, seed=2)
-    np.testing.assert_array_equal(split.mean, again.mean)
-    assert np.all(split.epistemic_variance > 0)  # masks differ from draw to draw
-    # the fixed noise of 0.1 (in the data's units) is every draw's aleatoric variance
-    np.testing.assert_allclose(split.aleatoric_variance, 0.01, rtol=1e-5)
-    assert np.all(runs[0].predict(x, num_samples=0).epistemic_variance == 0)
 
 
 @pytest.mark.slow

@@ -1,6 +1,6 @@
-"""Priors that prune: sparse variational dropout's log-uniform prior, its KL
-approximation against NumPy written here and its gradient against finite differences, and a
-short training run that switches weights off."""
+"""Priors that prune, in training: sparse variational dropout's runs switch weights off and keep
+their accuracy, prune and compress read the prior's rule, gates switch whole units off, a
+narrower run starts from a gated one's best units (the priors' formulas: test_priors.py)."""
 import json
 import os
 
@@ -20,36 +20,6 @@ K1, K2, K3 = 0.63576, 1.87320, 1.48695
 def numpy_kl(mu, sigma):
     log_alpha = np.clip(np.log(sigma ** 2) - np.log(mu ** 2 + 1e-8), -10, 10)
     return K1 - K1 / (1 + np.exp(-(K2 + K3 * log_alpha))) + 0.5 * np.log1p(np.exp(-log_alpha))
-
-
-def test_the_kl_is_molchanovs_approximation_and_its_gradient_the_derivative():
-    rng = np.random.default_rng(0)
-    mu = rng.normal(scale=0.3, size=400)
-    sigma = np.exp(rng.uniform(-6, 1, size=400))
-    prior = LogUniformPrior()
-    as_nd = lambda a: nd.array(a, dtype="float64")  # noqa: E731
-    value, d_mu, d_sigma = prior.closed_form_kl(as_nd(mu), as_nd(sigma))
-    np.testing.assert_allclose(value.asnumpy(), numpy_kl(mu, sigma), rtol=1e-10, atol=1e-14)
-    # the KL falls towards 0 as alpha grows: a switched-off weight costs nothing
-    assert numpy_kl(np.array([1e-6]), np.array([1.0]))[0] < 1e-4
-    h = 1e-6
-    inside = np.abs(np.log(sigma ** 2) - np.log(mu ** 2 + 1e-8)) < 9.9  # the clip is flat beyond
-    fd_mu = (numpy_kl(mu + h, sigma) - numpy_kl(mu - h, sigma)) / (2 * h)
-    fd_sigma = (numpy_kl(mu, sigma + h) - numpy_kl(mu, sigma - h)) / (2 * h)
-    np.testing.assert_allclose(d_mu.asnumpy()[inside], fd_mu[inside], rtol=1e-5, atol=1e-7)
-    np.testing.assert_allclose(d_sigma.asnumpy()[inside], fd_sigma[inside], rtol=1e-5,
-                               atol=1e-7)
-    # at mu = 0 the gradient stays finite
-    _, d_mu, d_sigma = prior.closed_form_kl(as_nd([0.0]), as_nd([0.1]))
-    assert np.isfinite(d_mu.asnumpy()).all() and np.isfinite(d_sigma.asnumpy()).all()
-
-
-def test_the_improper_prior_takes_the_closed_form_only():
-    with pytest.raises(ConfigError, match="kl must be analytic with the log-uniform prior"):
-        Config(prior="log-uniform")
-    with pytest.raises(ConfigError, match="kl_direction must be reverse with the log-uniform"):
-        Config(prior="log-uniform", kl="mc", kl_direction="forward")
-    assert Config(prior="log-uniform", kl="analytic").build_prior() == LogUniformPrior()
 
 
 SPARSE = dict(prior="log-uniform", kl="analytic", parametrization="log_variance",
@@ -145,23 +115,6 @@ def test_the_best_epoch_is_the_lowest_objective_where_there_is_one():
     plain = [{key: value for key, value in record.items() if key != "validation_objective"}
              for record in history]
     assert best_validation_epoch(plain)["epoch"] == 1
-
-
-def test_the_blocks_take_the_log_uniform_prior_by_its_closed_form():
-    from mxnet import gluon
-    from gluon_bbb.networks.blocks import bayesian_layers, kl_term, to_bayesian
-    net = gluon.nn.HybridSequential()
-    net.add(gluon.nn.Dense(8, activation="relu"), gluon.nn.Dense(3))
-    to_bayesian(net, prior=LogUniformPrior(), parametrization="log_variance", rho_offset=-6.0)
-    net.initialize()
-    net(nd.ones((2, 5)))
-    expected = 0.0
-    for layer in bayesian_layers(net):
-        mus, rhos, _ = layer.variational_arrays()
-        for mu, rho in zip(mus, rhos):
-            expected += numpy_kl(mu.asnumpy().astype(np.float64),
-                                 np.exp(rho.asnumpy().astype(np.float64) / 2)).sum()
-    assert kl_term(net).asscalar() == pytest.approx(expected, rel=1e-4)
 
 
 def test_the_kl_warm_up_grows_linearly_and_weighs_the_epochs_loss(mnist):
@@ -364,69 +317,6 @@ def test_a_narrower_run_starts_from_a_gated_runs_best_ranked_units(tmp_path, mni
     with pytest.raises(CheckpointError, match="reads the network of init_from from its run's "
                                               "config.json"):
         initial_means(Config(**narrow))
-
-
-def numpy_gaussian_kl(mu, sigma, sigma_p):
-    return np.log(sigma_p / sigma) + (sigma ** 2 + mu ** 2) / (2 * sigma_p ** 2) - 0.5
-
-
-GATED = "conv:3:3,gate,relu,flatten,dense:4,gate,relu,dense:3"
-
-
-def gate_entries(config):
-    """A flat boolean mask of the gates' entries, from the network's shapes."""
-    network = config.build_network()
-    return np.concatenate([np.full(int(np.prod(shape)), i in network.gate_positions())
-                           for i, shape in enumerate(network.param_shapes())])
-
-
-def test_the_gated_prior_puts_the_gates_under_their_own_prior():
-    """Bayesian Compression's group prior: the gates' KL is the log-uniform prior's, every
-    other entry's the Gaussian's, with their derivatives (finite differences); the Monte Carlo
-    KL's log density splices the same way where both parts have one."""
-    from gluon_bbb.family.priors import GatedPrior, GaussianPrior, ScaleMixturePrior
-    config = Config(prior="gaussian", sigma_p=0.7, gate_prior="log-uniform", kl="analytic",
-                    parametrization="log_variance", network=GATED, num_inputs=36,
-                    num_outputs=3)
-    prior = config.build_prior()
-    assert isinstance(prior, GatedPrior) and prior.describe() == (
-        "gaussian(sigma_p=0.7) with log_uniform() gates")
-    gates = gate_entries(config)
-    assert gates.sum() == 3 + 4
-    rng = np.random.default_rng(0)
-    mu = rng.normal(scale=0.5, size=gates.size)
-    sigma = np.exp(rng.uniform(-4, 0, size=gates.size))
-    as_nd = lambda a: nd.array(a, dtype="float64")  # noqa: E731
-    value, d_mu, d_sigma = prior.closed_form_kl(as_nd(mu), as_nd(sigma))
-    expected = lambda m, s: np.where(gates, numpy_kl(m, s), numpy_gaussian_kl(m, s, 0.7))  # noqa
-    np.testing.assert_allclose(value.asnumpy(), expected(mu, sigma), rtol=1e-10)
-    h = 1e-6
-    np.testing.assert_allclose(d_mu.asnumpy(), (expected(mu + h, sigma)
-                                                - expected(mu - h, sigma)) / (2 * h), rtol=1e-5)
-    np.testing.assert_allclose(d_sigma.asnumpy(), (expected(mu, sigma + h)
-                                                   - expected(mu, sigma - h)) / (2 * h),
-                               rtol=1e-5)
-    # gates under the scale mixture's own Gaussian: the densities splice too
-    mixed = Config(prior="scale-mixture", pi=0.5, sigma_p1=1.0, sigma_p2=0.1, sigma_p=0.3,
-                   gate_prior="gaussian", network=GATED, num_inputs=36,
-                   num_outputs=3).build_prior()
-    spliced = lambda m: np.where(gates, GaussianPrior(0.3).log_density(  # noqa: E731
-        as_nd(m)).asnumpy(), ScaleMixturePrior(0.5, 1.0, 0.1).log_density(as_nd(m)).asnumpy())
-    log_density, gradient = mixed.log_density_and_gradient(as_nd(mu))
-    assert log_density.asscalar() == pytest.approx(spliced(mu).sum(), rel=1e-12)
-    np.testing.assert_allclose(gradient.asnumpy(), (spliced(mu + h) - spliced(mu - h)) / (2 * h),
-                               rtol=1e-5, atol=1e-8)
-    # the same prior for both is that prior; a network without gates has no gate prior; the
-    # improper gates take the closed form only
-    assert Config(prior="log-uniform", gate_prior="log-uniform", kl="analytic",
-                  network=GATED, num_inputs=36, num_outputs=3).build_prior() == LogUniformPrior()
-    with pytest.raises(ConfigError, match="gate_prior must be left unset for a network without"
-                                          " gates"):
-        Config(prior="gaussian", gate_prior="log-uniform", kl="analytic")
-    with pytest.raises(ConfigError, match=r"kl must be analytic with the gaussian\(sigma_p=1.0\)"
-                                          r" with log_uniform\(\) gates prior"):
-        Config(prior="gaussian", gate_prior="log-uniform", network=GATED, num_inputs=36,
-               num_outputs=3)
 
 
 def test_a_channel_without_its_bias_on_a_blank_border_draws_finite_gradients(ctx):

@@ -1,7 +1,6 @@
 """Training on real MNIST (a few thousand images), resume, the KL weighting and the CLI."""
 import json
 import os
-from fractions import Fraction
 
 import mxnet as mx
 import numpy as np
@@ -9,7 +8,7 @@ import pytest
 from mxnet import nd
 
 from gluon_bbb import (CheckpointError, Config, ConfigError, TrainingDiverged, TrainingStep,
-                       kl_weights, load_checkpoint, train)
+                       load_checkpoint, train)
 from gluon_bbb.tutorial import evaluate_accuracy
 from gluon_bbb.learning.rundir import best_validation_epoch
 from conftest import OVERSHOOTING
@@ -22,16 +21,6 @@ def run_script(*args):
 
 def params_of(path):
     return nd.load(os.path.join(path, "checkpoint.params"))
-
-
-def test_kl_weights_uniform_and_blundell():
-    assert kl_weights(4, "uniform") == [0.25] * 4
-    exact = [Fraction(2 ** (5 - i), 2 ** 5 - 1) for i in range(1, 6)]
-    np.testing.assert_allclose(kl_weights(5, "blundell"), [float(w) for w in exact], rtol=1e-15)
-    for m in (469, 5000):
-        w = kl_weights(m, "blundell")
-        assert all(np.isfinite(w)) and sum(w) == pytest.approx(1.0, rel=1e-12)
-        assert w[0] == pytest.approx(0.5) and all(a >= b for a, b in zip(w, w[1:]))
 
 
 @pytest.mark.parametrize("backend", ["native", "ndarray"])
@@ -361,39 +350,6 @@ def test_paper_preset_with_overrides(tmp_path):
     assert config["epochs"] == 1  # the flag beats the preset's 291
     with open(out / "history.json") as f:
         assert "validation_accuracy" in json.load(f)[0]
-
-
-@pytest.mark.slow
-def test_checkpoints_with_weights_as_inputs_outputs_still_load(tmp_path, mnist, ctx):
-    # checkpoints without a layout key hold weights (inputs, outputs) and flat optimizer
-    # state in that order: they load turned around, and resume to the same run
-    config = Config(train_size=1000, epochs=2, seed=4, optimizer="adam", num_hidden_units=30)
-    quiet = lambda line: None
-    whole = train(config, mnist, ctx, out_dir=str(tmp_path / "whole"), log=quiet)
-    train(Config(**dict(config.to_dict(), epochs=1)), mnist, ctx, out_dir=str(tmp_path / "old"),
-          log=quiet)
-    arrays = params_of(str(tmp_path / "old"))
-    shapes = [arrays["mu:%d" % i].shape for i in range(6)]
-    for key in [k for k in arrays if k.startswith(("mu:", "rho:"))]:
-        if arrays[key].ndim == 2:
-            arrays[key] = arrays[key].T.copy()
-    for key in [k for k in arrays if k.startswith("opt:")]:
-        flat, blocks, offset = arrays[key].asnumpy(), [], 0
-        for shape in shapes:
-            size = int(np.prod(shape))
-            block = flat[offset:offset + size].reshape(shape)
-            blocks.append((block.T if len(shape) == 2 else block).ravel())
-            offset += size
-        arrays[key] = nd.array(np.concatenate(blocks))
-    for key in ("layout", "checksum", "trained_as"):  # keys later than that layout
-        del arrays[key]
-    nd.save(str(tmp_path / "old" / "checkpoint.params"), arrays)
-    assert nd.load(str(tmp_path / "old" / "checkpoint.params"))["mu:0"].shape == (784, 30)
-    state = load_checkpoint(str(tmp_path / "old"))
-    assert [m.shape for m in state["mus"]] == shapes
-    resumed = train(config, mnist, ctx, out_dir=str(tmp_path / "old"), resume=True, log=quiet)
-    for a, b in zip(whole.mus + whole.rhos, resumed.mus + resumed.rhos):
-        np.testing.assert_array_equal(a.asnumpy(), b.asnumpy())
 
 
 @pytest.mark.slow

@@ -1,14 +1,13 @@
-"""The functional core against NumPy formulas written here, on a distinct context."""
-import math
-
+"""tutorial.py: the tutorial's functions against NumPy formulas written here, on a distinct
+context (the formulas they take from the family: test_elementwise, test_priors,
+test_likelihoods)."""
 import numpy as np
 import pytest
 from mxnet import autograd, nd
 
 from gluon_bbb import (combined_loss, evaluate_accuracy, gaussian_prior, init_variational_params,
-                       layer_param_shapes, log_gaussian, log_softmax_likelihood, net,
-                       sample_epsilons, scale_mixture_prior, softplus, transform_gaussian_samples,
-                       transform_rhos)
+                       layer_param_shapes, log_softmax_likelihood, net, sample_epsilons,
+                       scale_mixture_prior, transform_gaussian_samples, transform_rhos)
 
 
 def np_softplus(x):
@@ -67,31 +66,6 @@ def test_sample_epsilons_are_standard_normal(ctx):
     assert abs(values.mean()) < 0.01 and abs(values.std() - 1.0) < 0.01
 
 
-def test_softplus_matches_numpy_and_is_stable(ctx):
-    x = np.linspace(-100, 100, 2001).astype(np.float32)
-    got = softplus(nd.array(x, ctx=ctx)).asnumpy()
-    # exp's argument is floored at -80 as in the C kernels: sigma never falls below
-    # softplus(-80) = 1.8e-35, so log sigma stays finite
-    expected = np_softplus(np.maximum(x.astype(np.float64), -80.0))
-    assert np.all(np.isfinite(got)) and np.all(np.isfinite(np.log(got)))
-    np.testing.assert_allclose(got, expected, rtol=1e-6)
-    assert got[-1] == np.float32(100.0)
-    assert got[0] == pytest.approx(math.exp(-80), rel=1e-5)
-    # the tails MXNet's float32 softrelu gets wrong
-    tail = softplus(nd.array([-20.0, -30.0], ctx=ctx)).asnumpy()
-    np.testing.assert_allclose(tail, [2.0611537e-09, 9.3576230e-14], rtol=1e-6)
-
-
-def test_softplus_gradient_is_sigmoid_including_zero(ctx):
-    x = nd.array([-100.0, -5.0, 0.0, 3.0, 100.0], ctx=ctx)
-    x.attach_grad()
-    with autograd.record():
-        y = softplus(x)
-    y.backward()
-    xs = x.asnumpy().astype(np.float64)
-    np.testing.assert_allclose(x.grad.asnumpy(), 1 / (1 + np.exp(-xs)), rtol=1e-6, atol=1e-30)
-
-
 def test_transforms(ctx):
     rng = np.random.default_rng(0)
     mu, rho, eps = rng.normal(size=(3, 4, 5))
@@ -112,65 +86,9 @@ def test_net_matches_numpy(ctx):
     np.testing.assert_allclose(out.asnumpy(), np_net(X, params), rtol=1e-5, atol=1e-5)
 
 
-def test_log_gaussian(ctx):
-    x = np.array([-2.0, 0.0, 0.5, 3.0])
-    mu = np.array([0.0, 0.1, -0.5, 3.0])
-    sigma = np.array([1.0, 0.3, 2.0, 0.01])
-    got = log_gaussian(nd64(x, ctx), nd64(mu, ctx), nd64(sigma, ctx))
-    np.testing.assert_allclose(got.asnumpy(), np_log_normal(x, mu, sigma), rtol=1e-12)
-
-
-def test_gaussian_prior_sums_log_density(ctx):
-    x = np.random.default_rng(2).normal(size=(7, 3))
-    got = gaussian_prior(nd64(x, ctx), sigma_p=0.5)
-    assert got.shape == (1,) and got.context == ctx
-    np.testing.assert_allclose(got.asscalar(), np_log_normal(x, 0, 0.5).sum(), rtol=1e-12)
-
-
 def np_scale_mixture(x, pi, s1, s2):
     return np.logaddexp(np.log(pi) + np_log_normal(x, 0, s1),
                         np.log1p(-pi) + np_log_normal(x, 0, s2)).sum()
-
-
-@pytest.mark.parametrize("pi,s1,s2", [(0.25, 0.75, 0.1), (0.5, 1.0, math.exp(-6)), (0.9, 2.0, 0.3)])
-def test_scale_mixture_prior_matches_numpy(ctx, pi, s1, s2):
-    x = np.random.default_rng(3).normal(scale=0.5, size=(50,))
-    got = scale_mixture_prior(nd64(x, ctx), pi, s1, s2)
-    assert got.shape == (1,) and got.context == ctx
-    naive = np.log(pi * np.exp(np_log_normal(x, 0, s1))
-                   + (1 - pi) * np.exp(np_log_normal(x, 0, s2))).sum()
-    np.testing.assert_allclose(got.asscalar(), np_scale_mixture(x, pi, s1, s2), rtol=1e-10)
-    np.testing.assert_allclose(got.asscalar(), naive, rtol=1e-8)
-
-
-def test_scale_mixture_prior_is_finite_far_out(ctx):
-    x = np.array([1000.0, -1000.0, 0.0, 40.0], dtype=np.float32)
-    got = scale_mixture_prior(nd.array(x, ctx=ctx), 0.25, 0.75, 0.1).asscalar()
-    expected = np_scale_mixture(x.astype(np.float64), 0.25, 0.75, 0.1)
-    assert np.isfinite(got)
-    np.testing.assert_allclose(got, expected, rtol=1e-6)
-    # the tutorial's formula underflows to log(0) there
-    with np.errstate(divide="ignore"):
-        assert np.log(0.25 * np.exp(np_log_normal(1000.0, 0, 0.75))) == -np.inf
-
-
-def test_scale_mixture_prior_degenerate_weights(ctx):
-    x = nd64([0.3, -1.2], ctx)
-    np.testing.assert_allclose(scale_mixture_prior(x, 0.0, 0.75, 0.1).asscalar(),
-                               np_log_normal(np.array([0.3, -1.2]), 0, 0.1).sum(), rtol=1e-12)
-    np.testing.assert_allclose(scale_mixture_prior(x, 1.0, 0.75, 0.1).asscalar(),
-                               np_log_normal(np.array([0.3, -1.2]), 0, 0.75).sum(), rtol=1e-12)
-
-
-def test_log_softmax_likelihood(ctx):
-    rng = np.random.default_rng(4)
-    logits = rng.normal(size=(5, 10)) * 3
-    labels = rng.integers(0, 10, size=5)
-    one_hot = np.eye(10)[labels]
-    got = log_softmax_likelihood(nd64(logits, ctx), nd64(one_hot, ctx))
-    assert got.shape == (5,)
-    np.testing.assert_allclose(got.asnumpy(), np_log_softmax(logits)[np.arange(5), labels],
-                               rtol=1e-12)
 
 
 def tiny_problem(seed=5):

@@ -1,7 +1,7 @@
-"""Uncertainty metrics against hand-computed cases; predict; the MLP baseline; the report."""
+"""analysis/uncertainty.py: the Monte Carlo predictive, the MLP baseline, the report and
+evaluate."""
 import gzip
 import json
-import os
 import struct
 
 import mxnet as mx
@@ -11,50 +11,9 @@ from mxnet import nd
 
 from gluon_bbb import Config, net, train
 from gluon_bbb.tutorial import init_variational_params
-from gluon_bbb.analysis.uncertainty import (auroc, expected_calibration_error, negative_log_likelihood,
-                                   predict, predictive_entropy, reliability)
+from gluon_bbb.analysis.uncertainty import predict, predictive_entropy
 
 from commands import EVALUATE, TRAIN, run
-
-
-def test_entropy_of_uniform_and_certain():
-    probs = np.array([[0.25] * 4, [1.0, 0, 0, 0], [0.5, 0.5, 0, 0]])
-    np.testing.assert_allclose(predictive_entropy(probs), [2.0, 0.0, 1.0])
-    np.testing.assert_allclose(predictive_entropy(probs, base=np.e), [np.log(4), 0, np.log(2)])
-
-
-def test_nll():
-    probs = np.array([[0.5, 0.5], [0.9, 0.1], [0.0, 1.0]])
-    assert negative_log_likelihood(probs, [0, 0, 1]) == pytest.approx(
-        -(np.log(0.5) + np.log(0.9) + np.log(1.0)) / 3)
-    # a certain mistake is floored, not infinite
-    assert negative_log_likelihood(np.array([[1.0, 0.0]]), [1]) == pytest.approx(-np.log(1e-12))
-
-
-def test_ece_perfectly_calibrated_and_overconfident():
-    # confidence 0.8 for 10 examples, 8 right: perfectly calibrated
-    probs = np.tile([0.8, 0.2], (10, 1))
-    labels = np.array([0] * 8 + [1] * 2)
-    assert expected_calibration_error(probs, labels) == pytest.approx(0.0, abs=1e-12)
-    # fully confident and right half the time: ECE 0.5
-    probs = np.tile([1.0, 0.0], (10, 1))
-    assert expected_calibration_error(probs, np.array([0, 1] * 5)) == pytest.approx(0.5)
-    # two bins: 4 at 0.6 all right (gap 0.4), 6 at 0.95 with 3 right (gap 0.45)
-    probs = np.array([[0.6, 0.4]] * 4 + [[0.95, 0.05]] * 6)
-    labels = np.array([0] * 4 + [0, 0, 0, 1, 1, 1])
-    assert expected_calibration_error(probs, labels, bins=10) == pytest.approx(
-        0.4 * 0.4 + 0.6 * 0.45)
-    counts, confidence, accuracy = reliability(probs, labels, bins=10)
-    assert counts[5] == 4 and counts[9] == 6 and accuracy[9] == pytest.approx(0.5)
-
-
-def test_auroc_known_rankings():
-    assert auroc([0.1, 0.2, 0.3], [0.4, 0.5]) == 1.0
-    assert auroc([0.4, 0.5], [0.1, 0.2, 0.3]) == 0.0
-    assert auroc([0.5, 0.5], [0.5, 0.5]) == 0.5
-    # pairs (neg, pos): (1,2) right, (1,0) wrong, (3,2) wrong, (3,0) wrong, ties none -> 1/4
-    assert auroc([1, 3], [2, 0]) == pytest.approx(0.25)
-    assert auroc([1, 2], [2, 3]) == pytest.approx((1 + 1 + 0.5 + 1) / 4)
 
 
 def test_predict_with_tiny_sigma_is_the_deterministic_net(ctx):
@@ -125,26 +84,6 @@ def test_mlp_baseline_and_uncertainty_report(tmp_path, mnist):
         assert report["ood"]["auroc"] > 0.55 and report["noise"]["mean_entropy"] > 0
         assert 0.4 < report["in_distribution"]["accuracy"] <= 1  # 0.58 and 0.73 measured
         assert (run_dir / "uncertainty.png").read_bytes()[:4] == b"\x89PNG"
-
-
-@pytest.mark.slow
-def test_evaluate_on_the_best_validation_epoch(overshooting_run, tmp_path):
-    run_dir, history = overshooting_run
-    proc = run(EVALUATE, "--checkpoint", os.path.join(run_dir, "best.params"),
-               "--test-samples", "2", "--out", tmp_path)
-    assert proc.returncode == 0, proc.stderr
-    with open(tmp_path / "best-uncertainty.json") as f:
-        report = json.load(f)
-    best = max(history, key=lambda record: record["validation_accuracy"])
-    assert report["in_distribution"]["mean_weights_accuracy"] == pytest.approx(
-        best["test_accuracy"], abs=1e-6)
-    assert (tmp_path / "best-uncertainty.png").read_bytes()[:4] == b"\x89PNG"
-
-
-def test_evaluate_errors(tmp_path):
-    proc = run(EVALUATE, "--checkpoint", tmp_path / "none")
-    assert proc.returncode == 2 and "does not exist" in proc.stderr
-    assert "Traceback" not in proc.stderr
 
 
 @pytest.mark.slow

@@ -1,8 +1,6 @@
-"""Uncertainty under dataset shift: the rotations and translations against NumPy's
-exact ones and against a plain per-pixel bilinear interpolation, the Brier score and the
-temperature fit against formulas written here, the ensemble's average, and the command on a
-small run and its compressed file."""
-import json
+"""analysis/robustness.py: the rotations and translations against NumPy's exact ones and
+against a plain per-pixel bilinear interpolation, the temperature fit against a formula written
+here, the ensemble's average and the shift report."""
 import math
 import os
 
@@ -68,17 +66,6 @@ def test_translation_moves_right_and_fills_with_zero(images, pixels):
 def test_the_shifts_are_ovadias_severities():
     assert SHIFTS["rotation"].severities == [15 * k for k in range(13)]
     assert SHIFTS["translation"].severities == list(range(15))
-
-
-def test_brier_score_against_its_formula():
-    rng = np.random.default_rng(0)
-    probs = rng.dirichlet(np.ones(10), size=50)
-    labels = rng.integers(0, 10, size=50)
-    expected = np.mean([sum((probs[n, k] - (k == labels[n])) ** 2 for k in range(10))
-                        for n in range(50)])
-    assert brier_score(probs, labels) == pytest.approx(expected, rel=1e-12)
-    assert brier_score(np.eye(10)[labels], labels) == 0.0
-    assert brier_score(np.eye(10)[(labels + 1) % 10], labels) == 2.0
 
 
 def test_temperature_scaling_fits_the_temperature_that_made_the_data():
@@ -150,80 +137,3 @@ def test_a_non_finite_predictive_stops_the_report():
                      SHIFTS["rotation"])
 
 
-@pytest.mark.slow
-def test_the_command_on_a_run_an_ensemble_and_a_compressed_file(tmp_path):
-    from commands import COMPRESS, SHIFT, TRAIN, run
-    runs = []
-    for seed in (0, 1):
-        out = tmp_path / ("run%d" % seed)
-        proc = run(TRAIN, "--out", out, "--train-size", "10000", "--validation", "1000",
-                   "--epochs", "1", "--seed", str(seed), "--num-hidden-units", "50",
-                   "--optimizer", "adam", "--learning-rate", "2e-3", "--rho-offset", "-5",
-                   "--test-samples", "0")
-        assert proc.returncode == 0, proc.stderr
-        runs.append(out)
-    proc = run(COMPRESS, runs[0], "--out", tmp_path / "m.gbbb", "--proportion", "0.5",
-               "--sigma-bits", "4")
-    assert proc.returncode == 0, proc.stderr
-    ood_dir = tmp_path / "ood"
-    ood_dir.mkdir()
-    # the test digits turned upside down: another dataset of 28x28 images
-    from gluon_bbb.data import load_mnist
-    from test_uncertainty import write_idx_images
-    digits = load_mnist(os.environ["GLUON_BBB_DATA"]).test_images[:300] * 126
-    write_idx_images(str(ood_dir / "t10k-images-idx3-ubyte.gz"),
-                     np.rint(digits.reshape(-1, 28, 28)[:, ::-1, :]))
-    for models, extra in (([runs[0]], ["--temperature-scale", "--ood-data-dir", ood_dir]),
-                          (runs, []), ([tmp_path / "m.gbbb"], [])):
-        report_dir = tmp_path / ("report%d" % len(os.listdir(tmp_path)))
-        proc = run(SHIFT, *models, "--out", report_dir, "--test-size", "500",
-                   "--test-samples", "2", *extra)
-        assert proc.returncode == 0, proc.stderr
-        for name, count in (("rotation", 13), ("translation", 15)):
-            with open(report_dir / ("shift-%s.json" % name)) as f:
-                report = json.load(f)
-            assert len(report["rows"]) == count and report["images"] == 500
-            accuracy = [row["accuracy"] for row in report["rows"]]
-            # one epoch of Adam on 10,000 images: about 0.9 unshifted, far less shifted most
-            assert accuracy[0] > 0.7 and accuracy[-1] < accuracy[0] - 0.3, accuracy
-            assert (report_dir / ("shift-%s.png" % name)).read_bytes()[:4] == b"\x89PNG"
-        if extra:
-            assert 0.05 < report["temperature"] < 20
-            # flipped digits are less certain than digits: their entropy tells them apart
-            assert report["ood"]["auroc"] > 0.6, report["ood"]
-            assert "the 1000 validation images" in report["temperature_fitted_on"]
-    proc = run(SHIFT, tmp_path / "m.gbbb", "--out", tmp_path / "r", "--temperature-scale")
-    assert proc.returncode == 2 and proc.stderr.count("\n") == 1
-    assert "--temperature-scale needs a run that holds out validation images" in proc.stderr
-    proc = run(SHIFT, tmp_path / "nowhere", "--out", tmp_path / "r")
-    assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr
-    # a model file named as a report is never written over
-    (tmp_path / "w").mkdir()
-    os.link(tmp_path / "m.gbbb", tmp_path / "w" / "shift-rotation.json")
-    proc = run(SHIFT, tmp_path / "m.gbbb", "--out", tmp_path / "w", "--shift", "rotation")
-    assert proc.returncode == 2 and "which this command reads; it is never written over" in (
-        proc.stderr), proc.stderr
-    assert (tmp_path / "w" / "shift-rotation.json").read_bytes()[:8] == b"GLUONBBB"
-
-
-def test_the_example_draws_one_figure_of_several_kinds_of_model(tmp_path):
-    from commands import PYTHON, ROOT, run
-    rng = np.random.default_rng(3)
-    for kind, seeds in (("bbb", 3), ("det", 2)):
-        for seed in range(seeds):
-            report_dir = tmp_path / ("report-%s-s%d" % (kind, seed))
-            report_dir.mkdir()
-            model = Fixed(1.0 + seed + 3 * (kind == "det"))
-            images = rng.uniform(0, 2, size=(20, 784)).astype(np.float32)
-            report = shift_report(model, images, rng.integers(0, 10, size=20),
-                                  SHIFTS["rotation"])
-            (report_dir / "shift-rotation.json").write_text(json.dumps(report))
-    out = tmp_path / "figure.png"
-    proc = run([PYTHON, os.path.join(ROOT, "examples", "shift_figure.py"), "rotation", out,
-                "BBB=%s" % (tmp_path / "report-bbb-s*"), "det=%s" % (tmp_path / "report-det-s*")])
-    assert proc.returncode == 0, proc.stderr
-    assert out.read_bytes()[:4] == b"\x89PNG"
-    assert "| BBB (3) | " in proc.stdout and "| det (2) | " in proc.stdout
-    proc = run([PYTHON, os.path.join(ROOT, "examples", "shift_figure.py"), "rotation", out,
-                "none=%s" % (tmp_path / "nothing-*")])
-    assert proc.returncode == 2 and "no shift-rotation.json under" in proc.stderr
