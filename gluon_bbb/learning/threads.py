@@ -7,7 +7,8 @@ import time
 
 import mxnet as mx
 
-WINDOW_SECONDS = 1.0
+WINDOW_SECONDS = 0.25  # the steps over which the load is measured
+PAUSE_SECONDS = 1.0    # a gap between steps that starts the window afresh
 
 
 def busy_seconds():
@@ -75,7 +76,7 @@ class Threads:
     def step(self):
         if self.adapt:
             now = self.clock()
-            if now - self.last_step > WINDOW_SECONDS:  # a pause: the window starts with the steps
+            if now - self.last_step > PAUSE_SECONDS:  # a pause: the window starts with the steps
                 self._mark()
             elif now - self.since >= WINDOW_SECONDS:
                 self._follow()
