@@ -47,6 +47,11 @@ def cpus_granted(root="/"):
 # leave free (learning/threads.py)
 THREADS_SET_BY_USER = "OMP_NUM_THREADS" in _os.environ
 _os.environ.setdefault("OMP_NUM_THREADS", str(cpus_granted()))
+# MXNet's cache of oneDNN primitives keeps a convolution on the team it was made with, whatever
+# the team later is: a team that follows has them made anew at each call (oneDNN's own cache,
+# keyed by the team, makes that cheap), to the same bits
+if not THREADS_SET_BY_USER:
+    _os.environ.setdefault("MXNET_MKLDNN_CACHE_NUM", "0")
 # every operator in the main thread, beside the C kernels' OpenMP team, not on an engine
 # thread with a team of its own (MXNet reads it at its first operator)
 _ENGINE_CHOSEN_HERE = "MXNET_ENGINE_TYPE" not in _os.environ

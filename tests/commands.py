@@ -27,10 +27,11 @@ SHIFT = [PYTHON, "-m", "gluon_bbb.commands.shift"]
 REGRESSION = [PYTHON, "-m", "gluon_bbb.commands.regression"]
 SWEEP = [PYTHON, "-m", "gluon_bbb.commands.sweep"]
 BENCH = [PYTHON, os.path.join(ROOT, "bench", "bench_train.py")]
-_NOT_IN_A_USERS_SHELL = ("OMP_NUM_THREADS", "MXNET_USE_OPERATOR_TUNING", "MXNET_ENGINE_TYPE")
+_NOT_IN_A_USERS_SHELL = ("OMP_NUM_THREADS", "MXNET_USE_OPERATOR_TUNING", "MXNET_ENGINE_TYPE",
+                         "MXNET_MKLDNN_CACHE_NUM")
 if int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")) > 1:
     # the worker's share of the cores (conftest.py), not the package's default of all of them
-    _NOT_IN_A_USERS_SHELL = ("MXNET_USE_OPERATOR_TUNING", "MXNET_ENGINE_TYPE")
+    _NOT_IN_A_USERS_SHELL = _NOT_IN_A_USERS_SHELL[1:]
 
 
 def user_env(**extra):

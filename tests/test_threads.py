@@ -146,3 +146,42 @@ def test_training_beside_a_busy_process_takes_the_free_core_and_records_it(tmp_p
     assert history[-1]["test_accuracy"] > 0.9
     history = json.loads((tmp_path / "fixed" / "history.json").read_text())
     assert [record["threads"] for record in history] == [[[0, granted]]] * 2
+
+
+@pytest.mark.parametrize("env, expected", [
+    ({"OMP_NUM_THREADS": None}, "0"), ({"OMP_NUM_THREADS": "2"}, "unset"),
+    ({"OMP_NUM_THREADS": None, "MXNET_MKLDNN_CACHE_NUM": "5"}, "5")])
+def test_a_team_that_follows_has_mxnet_make_its_onednn_primitives_anew(env, expected):
+    proc = run([sys.executable, "-c", "import os, gluon_bbb; "
+                "print(os.environ.get('MXNET_MKLDNN_CACHE_NUM', 'unset'))"], env=env)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == [expected]
+
+
+LENET_ON_ONE = """
+import os, time
+import mxnet as mx
+from mxnet import nd
+from gluon_bbb import Config
+from gluon_bbb.learning import threads
+from gluon_bbb.learning.step import TrainingStep
+step = TrainingStep(Config(network="lenet", seed=0, batch_size=64), mx.cpu())
+step.threads.adapt = False
+X, y = nd.random.uniform(shape=(64, 784)), nd.one_hot(nd.arange(64) % 10, 10)
+for _ in range(3):  # the convolutions' primitives made on a team of two
+    step(X, y, 0.01).wait_to_read()
+threads._set_team(1)
+start, cpu = time.perf_counter(), sum(os.times()[:2])
+for _ in range(15):
+    step(X, y, 0.01).wait_to_read()
+print((sum(os.times()[:2]) - cpu) / (time.perf_counter() - start))
+"""
+
+
+@pytest.mark.skipif(cpus_granted() < 2, reason="one core: no team of two to leave")
+def test_a_convolutional_step_runs_on_the_team_of_the_moment():
+    # made on two threads, a LeNet's oneDNN convolutions ran on two after the team was one
+    # (1.98 cores busy where one was asked for)
+    proc = run([sys.executable, "-c", LENET_ON_ONE], env={"OMP_NUM_THREADS": None})
+    assert proc.returncode == 0, proc.stderr
+    assert float(proc.stdout.split()[-1]) < 1.3
