@@ -1,5 +1,5 @@
 """native/table.py: the combinations the C kernels serve, by name and by code, and the codes
-the library is asked about when it loads (its answers: test_native.py)."""
+the library is asked about when it loads (its answers: test_library.py)."""
 from gluon_bbb.native import table
 
 
