@@ -50,6 +50,7 @@ def omp_max_threads():
 def test_the_team_follows_the_load_at_most_once_a_window_and_records_each_change():
     machine, before = FakeMachine(), omp_max_threads()
     try:
+        threads._set_team(2)  # the process's team: two (a test worker's share is less)
         team = Threads(2, True, machine.clock, machine.measure)
         assert team.adapt and team.segments == [[0, 2]] and omp_max_threads() == 2
         for batch in range(40):
@@ -73,6 +74,28 @@ def test_the_team_follows_the_load_at_most_once_a_window_and_records_each_change
             machine.advance(0.3, 0.0)
             team.step()
         assert team.segments == [[0, 2]]
+    finally:
+        threads._set_team(before)
+
+
+def test_a_team_made_after_another_starts_where_that_one_left_the_process():
+    # an evaluation's predictive, made after an epoch that followed a busy process down to one
+    # thread, starts on one, and follows the load from there
+    machine, before = FakeMachine(), omp_max_threads()
+    try:
+        threads._set_team(2)
+        training = Threads(2, True, machine.clock, machine.measure)
+        for _ in range(3):
+            machine.advance(0.3, 1.0)
+            training.step()
+        assert training.current == 1 and omp_max_threads() == 1
+        predictive = Threads(2, True, machine.clock, machine.measure)
+        assert predictive.segments == [[0, 1]] and omp_max_threads() == 1
+        for _ in range(3):
+            machine.advance(0.3, 0.0)
+            predictive.step()
+        # the first step comes a window after it was made: it already runs on two
+        assert predictive.segments == [[0, 2]] and omp_max_threads() == 2
     finally:
         threads._set_team(before)
 

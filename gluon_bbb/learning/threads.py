@@ -52,9 +52,10 @@ class Threads:
         self.granted, self.current = granted, granted
         self.clock, self.measure = clock, measure
         self.adapt = adapt and granted > 1 and measure() is not None
-        self.batch, self.segments = 0, [[0, granted]]
-        if self.adapt:  # a team an earlier run of this process left smaller
-            _set_team(granted)
+        if self.adapt:  # from the team the process's last run left (a predictive after an epoch)
+            self.current = max(1, min(granted, _libgomp().omp_get_max_threads()))
+            _set_team(self.current)
+        self.batch, self.segments = 0, [[0, self.current]]
         self._mark()
 
     @classmethod
