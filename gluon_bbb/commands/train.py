@@ -21,6 +21,8 @@ from ..networks.layers import SPEC_HELP
 from ..family.parametrizations import KNOWN as PARAMETRIZATIONS
 from ..family.priors import KNOWN as PRIORS
 
+BUILT_IN_PRIORS = tuple(cls.name.replace("_", "-") for cls in PRIORS.built_in())
+
 PROG = "gluon-bbb train"
 
 # Config fields set from the flag of the same name (--batch-size -> batch_size), with their
@@ -72,12 +74,10 @@ CHOICE_FLAGS = {
     "lr_schedule": (names(LR_SCHEDULES), "the rate's schedule: step decay (--lr-decay-every, "
                     "--lr-decay-factor), falling linearly to 0 at the last epoch (sparse "
                     "variational dropout's), or a half cosine to 0 (IVON's)"),
-    "prior": (tuple(c.name.replace("_", "-") for c in PRIORS.built_in()), "prior over every "
-              "weight"),
-    "gate_prior": (tuple(c.name.replace("_", "-") for c in PRIORS.built_in()), "prior over the "
-                   "factors "
-                   "of the network's gate layers; log-uniform gates with --prior gaussian "
-                   "are Bayesian Compression's group prior"),
+    "prior": (BUILT_IN_PRIORS, "prior over every weight"),
+    "gate_prior": (BUILT_IN_PRIORS, "prior over the factors of the network's gate layers; "
+                   "log-uniform gates with --prior gaussian are Bayesian Compression's group "
+                   "prior"),
     "kl_weighting": (names(KL_WEIGHTINGS), "KL weight of each mini-batch: 1/M, or "
                      "2^(M-i)/(2^M-1) (the paper's section 3.4)"),
     "estimator": (names(ESTIMATORS), "draw weights; pre-activations (local "

@@ -47,8 +47,7 @@ class Registry(dict):
         if cls.name is None:
             return
         taken = self.get(cls.name)
-        if (taken is not None and taken.__module__.startswith("gluon_bbb.")
-                and not cls.__module__.startswith("gluon_bbb.")):
+        if taken is not None and _built_in(taken) and not _built_in(cls):
             raise ValueError("%s name %r is gluon_bbb's own %s; give %s another name"
                              % (self.what, cls.name, taken.__name__, cls.__name__))
         self[cls.name] = cls
@@ -61,7 +60,11 @@ class Registry(dict):
         return found
 
     def built_in(self):
-        return [cls for cls in self.values() if cls.__module__.startswith("gluon_bbb.")]
+        return [cls for cls in self.values() if _built_in(cls)]
+
+
+def _built_in(cls):
+    return cls.__module__.startswith("gluon_bbb.")
 
 
 def names(choices):

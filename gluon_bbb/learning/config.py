@@ -15,7 +15,8 @@ from ..family.estimators import estimator
 from ..family.kl import kl_estimate, kl_weighting
 from ..family.likelihoods import parse_likelihood
 from ..family.model_kinds import model_kind
-from ..family.priors import KNOWN as PRIORS, Prior, describe_prior, prior_for, prior_kind, prior_words
+from ..family.priors import (KNOWN as PRIORS, Prior, describe_prior, prior_for, prior_kind,
+                             prior_words)
 from ..networks.layers import MAX_LAYERS, Dropout, Network, mlp, parse_network
 from .schedules import lr_schedule
 
