@@ -581,7 +581,8 @@ void bbb_adam_update(int64_t n, float *param, const float *grad, float *mean, fl
  * (g = rescale grad) and that draw's noise:
  *   m = beta1 m + (1 - beta1) g, 0 where its magnitude is below FLT_MIN
  *   f = ess precision (rescale noise grad)
- *   h = beta2 h + (1 - beta2) f + half_beta2c (h - f)^2 / precision   (the precision before)
+ *   h = beta2 h + (1 - beta2) f + half_beta2c (h - f)^2 / precision   (the precision before;
+ *       half_beta2c = (1 - beta2)^2 / 2, from which 1 - beta2 is taken)
  *   direction = (m / bias_correction + wd mu + prior_gradient) / max(h + wd + p, floor),
  *               clipped to [-clip_radius, clip_radius]
  *   mu = mu - step_size direction, 0 where its magnitude is below FLT_MIN
@@ -611,7 +612,7 @@ void bbb_adam_update(int64_t n, float *param, const float *grad, float *mean, fl
         float damped = IVON_PRECISION(hessian[i], i);                                       \
         float f = (ess * damped) * noise_grad;                                              \
         float diff = hessian[i] - f;                                                        \
-        float h = beta2 * hessian[i] + (1.0f - beta2) * f                                   \
+        float h = beta2 * hessian[i] + beta2c * f                                           \
                   + half_beta2c * (diff * diff) / damped;                                   \
         float numerator = m / bias_correction + wd * mu[i] + PRIOR_GRADIENT(i);             \
         float direction = fminf(fmaxf(numerator / IVON_PRECISION(h, i), -clip_radius),     \
@@ -673,6 +674,9 @@ void bbb_ivon_update(int64_t n, float *mu, float *momentum, float *hessian, cons
                      float floor, float beta1, float beta2, float half_beta2c,
                      float bias_correction, float step_size, float clip_radius,
                      float *log_variance) {
+    /* 1 - beta2 from half_beta2c, which the caller takes in double: 1.0f - beta2 of a float beta2
+     * near 1 keeps few digits (0.14% off at 0.99999, beside IVON's operators' double) */
+    float beta2c = sqrtf(2.0f * half_beta2c);
     if (prior_gradient) {
 #define PRIOR_PRECISION(i) prior_precision[i]
 #define PRIOR_GRADIENT(i) prior_gradient[i]
