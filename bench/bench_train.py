@@ -70,8 +70,9 @@ def bench_ours(data, config, ctx, steps, backend=None, **options):
     """``run(start, count)`` of ``TrainingStep`` over mini-batches ``start`` to
     ``start + count`` of the training images; ``backend`` as ``TrainingStep`` takes it."""
     import dataclasses
-    step = TrainingStep(dataclasses.replace(config, seed=0, **options), ctx, backend=backend)
-    b = step.config.batch_size
+    plan = dataclasses.replace(config, seed=0, **options).build_plan()
+    step = TrainingStep(plan, ctx, backend=backend)
+    b = plan.batch_size
     X = nd.array(data.train_images[:steps * b], ctx=ctx)
     y = nd.one_hot(nd.array(data.train_labels[:steps * b], ctx=ctx), 10)
     return stepwise(lambda i: step(X[i * b:(i + 1) * b], y[i * b:(i + 1) * b],

@@ -71,10 +71,10 @@ for _module, _names in {
         "learning.context": "context_name parse_context",
         "data": "MNIST load_mnist read_idx resolve_data_dir",
         "tutorial": "combined_loss evaluate_accuracy init_variational_params layer_param_shapes "
-                    "log_gaussian log_softmax_likelihood lrt_net net sample_epsilons softplus "
-                    "transform_gaussian_samples transform_rhos",
+                    "log_gaussian log_softmax_likelihood lrt_net net sample_epsilons sampled_kl "
+                    "softplus transform_gaussian_samples transform_rhos",
         "family.priors": "GatedPrior GaussianPrior LogUniformPrior NoPrior Prior "
-                         "ScaleMixturePrior gaussian_prior prior_for scale_mixture_prior",
+                         "ScaleMixturePrior gaussian_prior scale_mixture_prior",
         "family.estimators": "Estimator",
         "family.parametrizations": "LogVariance Parametrization Softplus",
         "learning.ndarray_backend": "combined_loss_gradients",

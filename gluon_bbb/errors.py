@@ -142,3 +142,10 @@ class Interrupted(KeyboardInterrupt):
     def __init__(self, signal_name="SIGINT", saved=None, resumable=False):
         super().__init__(signal_name, saved, resumable)
         self.signal_name, self.saved, self.resumable = signal_name, saved, resumable
+
+
+def check_proportion(proportion, field="proportions"):
+    """Raise ConfigError naming ``field`` unless ``proportion`` is a number in [0, 1]."""
+    if (isinstance(proportion, bool) or not isinstance(proportion, (int, float))
+            or not 0.0 <= proportion <= 1.0):
+        raise ConfigError(field, proportion, "in [0, 1]")

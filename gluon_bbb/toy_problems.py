@@ -151,13 +151,13 @@ def fit_regression(problem, model="bbb", seed=0, ctx=None, log=None, **fields):
     import mxnet as mx
     from mxnet import nd
     from .learning.step import TrainingStep
-    from .learning.loop import check_finite
+    from .learning.loop import changed_start, check_finite
     ctx = ctx or mx.cpu()
     problem = PROBLEMS[problem] if isinstance(problem, str) else problem
     x, y = problem.data(seed)
     scaling = Scaling.of(x, y)
     config = regression_config(problem, model, seed, scaling, **fields)
-    training = TrainingStep(config, ctx)
+    training = TrainingStep(config.build_plan(), ctx)
     X = nd.array(((x - scaling.x_mean) / scaling.x_sd)[:, None], ctx=ctx, dtype="float32")
     Y = nd.array(((y - scaling.y_mean) / scaling.y_sd)[:, None], ctx=ctx, dtype="float32")
     pending, started = [], time.time()
@@ -166,7 +166,8 @@ def fit_regression(problem, model="bbb", seed=0, ctx=None, log=None, **fields):
         pending.append(training(X, Y, config.kl_scale))
         if len(pending) == CHECK_EVERY or epoch == config.epochs - 1:
             first = epoch - len(pending) + 1
-            loss = check_finite(pending, training, [(e, 0) for e in range(first, epoch + 1)])
+            loss = check_finite(pending, training, [(e, 0) for e in range(first, epoch + 1)],
+                                changed_start(config))
             if log is not None and ((epoch + 1) % LOG_EVERY == 0 or epoch == config.epochs - 1):
                 log("step %d/%d  loss %.1f (mean of the last %d)  %.1f s" % (
                     epoch + 1, config.epochs, loss / len(pending), len(pending),

@@ -6,9 +6,9 @@ from mxnet import nd
 from .family.elementwise import (LOG_SQRT_2PI, LRT_VARIANCE_FLOOR, SOFTPLUS_FLOOR,  # noqa: F401
                           log_gaussian, sigmoid, softplus, total)
 from .family.likelihoods import gaussian_log_likelihood, log_softmax_likelihood  # noqa: F401
-from .networks.layers import mlp, mlp_of
-from .family.priors import (GaussianPrior, ScaleMixturePrior, gaussian_prior, prior_for,  # noqa: F401
-                     scale_mixture_prior)
+from .networks.layers import flipout_parts, lrt_parts, mlp, mlp_of
+from .family.priors import (GaussianPrior, ScaleMixturePrior, gaussian_prior,  # noqa: F401
+                            scale_mixture_prior)
 
 
 # each function checks its arguments and names the wrong one in a one-line ValueError
@@ -121,7 +121,7 @@ def lrt_net(X, mus, sigmas, noise, F=nd, network=None):
     mu_b)`` and variance ``layer(h^2, sigma_W^2, sigma_b^2)`` (plus ``LRT_VARIANCE_FLOOR``),
     instead of drawing weights; each gate (``networks.layers.Gate``) is drawn per example,
     ``h * (mu + sigma * eps)``."""
-    return (network or mlp_of(mus)).noisy_run(X, "lrt", mus, sigmas, noise, F)
+    return (network or mlp_of(mus)).noisy_run(X, lrt_parts, mus, sigmas, noise, F)
 
 
 def flipout_net(X, mus, deltas, noise, F=nd, network=None):
@@ -130,7 +130,7 @@ def flipout_net(X, mus, deltas, noise, F=nd, network=None):
     convolution layer gives ``layer(h, mu) + layer(h * s, delta) * r`` with s and r of +-1
     over its input and output units (channels: the same sign at every position), a gate
     ``h * (mu + delta * r)``."""
-    return (network or mlp_of(mus)).noisy_run(X, "flipout", mus, deltas, noise, F)
+    return (network or mlp_of(mus)).noisy_run(X, flipout_parts, mus, deltas, noise, F)
 
 
 def combined_loss(output, label_one_hot, params, mus, sigmas, log_prior, log_likelihood,
@@ -145,10 +145,16 @@ def combined_loss(output, label_one_hot, params, mus, sigmas, log_prior, log_lik
     _check_sigmas(sigmas)
     weight = 1.0 / num_batches if kl_weight is None else kl_weight
     log_likelihood_sum = nd.sum(log_likelihood(output, label_one_hot))
+    return weight * sampled_kl(params, mus, sigmas, log_prior) - log_likelihood_sum
+
+
+def sampled_kl(params, mus, sigmas, log_prior):
+    """The Monte Carlo KL of one draw ``params`` of the weights: sum log q(w | mu, sigma) -
+    sum log P(w), shape (1,)."""
     log_prior_sum = nd.add_n(*[log_prior(w) for w in params])
     log_posterior_sum = nd.add_n(*[nd.sum(log_gaussian(w, mu, sigma))
                                    for w, mu, sigma in zip(params, mus, sigmas)])
-    return weight * (log_posterior_sum - log_prior_sum) - log_likelihood_sum
+    return log_posterior_sum - log_prior_sum
 
 
 def evaluate_accuracy(data, labels, layer_params, batch_size=1000, network=None):

@@ -36,10 +36,10 @@ def test_invalid_values_name_field_and_value(field, value):
 
 
 def test_edges_are_valid():
-    from gluon_bbb.family.priors import GaussianPrior, prior_for
+    from gluon_bbb.family.priors import GaussianPrior
     # a mixture with pi 0 or 1 is its one remaining Gaussian
     for pi, sigma in ((0.0, 0.1), (1.0, 0.75)):
-        prior = prior_for(Config(prior="scale_mixture", pi=pi))
+        prior = Config(prior="scale_mixture", pi=pi).build_prior()
         assert isinstance(prior, GaussianPrior) and prior.sigma_p == sigma
     assert Config(epochs=0).epochs == 0  # a resume that trains nothing more
     assert Config(num_hidden_layers=0).layer_shapes() == [(10, 784), (10,)]  # softmax regression

@@ -43,7 +43,7 @@ def test_the_gpu_path_of_the_training_step_stays_on_its_context(device):
     # context MXNet tells from the default cpu(0), everything must stay there too
     ctx = gpu_or_skip() if device == "gpu" else mx.cpu(1)
     config = Config(num_hidden_units=50, num_hidden_layers=1, seed=0, optimizer="adam")
-    step = TrainingStep(config, ctx, backend="ndarray", noise="device")
+    step = TrainingStep(config.build_plan(), ctx, backend="ndarray", noise="device")
     before = step.mu.asnumpy()
     X = mx.nd.random.uniform(shape=(8, 784), ctx=ctx)
     y = mx.nd.one_hot(mx.nd.array([1] * 8, ctx=ctx), 10)

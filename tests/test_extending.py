@@ -92,7 +92,7 @@ def test_a_users_prior_trains_as_the_built_in_one_with_the_same_formula(ctx, mni
     mus = {}
     for prior in (GaussianPrior(0.5), PlainGaussian(0.5)):
         config = Config(prior=prior, kl=kl, num_hidden_units=40, seed=1)
-        step = TrainingStep(config, ctx, backend="ndarray")
+        step = TrainingStep(config.build_plan(), ctx, backend="ndarray")
         for X, y in batches:
             step(X, y, 0.01)
         mus[prior.name] = (step.mu.asnumpy(), step.rho.asnumpy())

@@ -103,10 +103,10 @@ def test_a_users_changed_formula_trains_with_it_and_never_with_the_built_ins_fas
     # the run's backend: the C kernels serve none of these objects, and say why
     run_config = Config(network=network[0], num_inputs=network[1], num_outputs=3,
                         prior=prior_object, parametrization=sigma_of, estimator=chosen)
-    backend, why = choose_backend(run_config, ctx)
+    backend, why = choose_backend(run_config.build_plan(), ctx)
     assert backend.name == "ndarray" and "native.table.SERVED" in why
     with pytest.raises(ConfigError, match="backend must be ndarray here"):
-        choose_backend(run_config, ctx, "native")
+        choose_backend(run_config.build_plan(), ctx, "native")
     # its gradients: autograd of the plain loss with the user's formulas
     graph = NetworkGraph(config.build_network())
     size = draw_size(graph, chosen, kl, prior_object, X.shape[0])
@@ -136,7 +136,7 @@ def test_a_subclass_that_changes_no_formula_keeps_every_fast_path(ctx):
     assert Renamed(0.5).kernel_args() == GaussianPrior(0.5).kernel_args()
     assert RenamedSoftplus().kernel_code == Softplus().kernel_code
     config = Config(prior=Renamed(0.5), parametrization=RenamedSoftplus(), num_hidden_units=5)
-    assert choose_backend(config, ctx)[0].name == "native"
+    assert choose_backend(config.build_plan(), ctx)[0].name == "native"
 
 
 def test_a_subclass_of_no_prior_with_a_kl_of_its_own_trains_with_it_not_the_kernels_zero(ctx):
@@ -157,7 +157,7 @@ def test_a_subclass_of_no_prior_with_a_kl_of_its_own_trains_with_it_not_the_kern
             config = Config(network=network, num_inputs=36, num_outputs=3, prior=prior,
                             gate_prior=gate_prior, kl="analytic", parametrization="log_variance")
             assert isinstance(config.build_prior(), GatedPrior) == (gate_prior is not None)
-            backend, why = choose_backend(config, ctx)
+            backend, why = choose_backend(config.build_plan(), ctx)
             assert (backend.name == "native") == (type(prior) is NoPrior), why
     config, layout, mu, rho, X, y = problem(ctx, ("dense:5,relu,dense:3", 36), "float64")
     graph = NetworkGraph(config.build_network())

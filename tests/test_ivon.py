@@ -307,7 +307,7 @@ def test_a_run_steps_the_same_on_both_backends(native_kernels, native_operators,
     y = nd.one_hot(nd.array(rng.integers(0, 10, size=100), ctx=ctx), 10)
     runs = {}
     for backend in ("native", "ndarray"):
-        step = TrainingStep(config, ctx, backend=backend, num_train=3000)
+        step = TrainingStep(config.build_plan(), ctx, backend=backend, num_train=3000)
         assert step.backend.name == backend and step.optimizer.native == (backend == "native")
         losses = [step(X, y, 1.0).asscalar() for _ in range(5)]
         runs[backend] = losses, step.mu.asnumpy(), step.rho.asnumpy()
@@ -409,7 +409,7 @@ def test_a_run_hands_its_prior_and_the_hessians_schedule_to_the_update(ctx):
     config = Config(**dict(IVON_RUN, prior="scale_mixture", pi=0.5, sigma_p1=1.0,
                            sigma_p2=0.01, kl_scale=0.5, kl_warmup_epochs=4, epochs=10,
                            ivon_late_beta2=0.99, ivon_late_epochs=3))
-    step = TrainingStep(config, ctx, num_train=3000)
+    step = TrainingStep(config.build_plan(), ctx, num_train=3000)
     assert step.optimizer.prior == ScaleMixturePrior(0.5, 1.0, 0.01)
     assert step.optimizer.ess == 3000
     betas, scales = [], []
@@ -418,7 +418,7 @@ def test_a_run_hands_its_prior_and_the_hessians_schedule_to_the_update(ctx):
         betas.append(step.optimizer.beta2)
         scales.append(step.optimizer.prior_scale)
     assert betas == [0.99999] * 7 + [0.99] * 3
-    assert scales == [0.5 * config.kl_factor_at(epoch) for epoch in range(10)]
+    assert scales == [0.5 * config.build_schedule().kl_factor_at(epoch) for epoch in range(10)]
     assert scales[0] < scales[3] < scales[4] == 0.5
     # rho holds log sigma^2 of the posterior the optimizer's state and prior give
     np.testing.assert_allclose(step.rho.asnumpy(), step.optimizer.log_variance(

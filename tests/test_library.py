@@ -392,16 +392,16 @@ def test_a_prior_the_c_kernels_do_not_know_trains_on_the_ndarray_backend(ctx, mn
     from gluon_bbb.errors import ConfigError
     from gluon_bbb.learning.step import choose_backend
     config = Config(epochs=1, train_size=256, prior="scale_mixture")
-    backend, why = choose_backend(config, ctx)
+    backend, why = choose_backend(config.build_plan(), ctx)
     assert (backend.name, why) == ("native", None)
     monkeypatch.setattr(ScaleMixturePrior, "kernel_args", lambda self: (7, self.pi, 1.0, 0.1))
     not_served = ("the C kernels serve no estimator sample with the reverse mc KL, prior "
                   "scale_mixture and parametrization softplus (native.table.SERVED)")
-    backend, why = choose_backend(config, ctx)
+    backend, why = choose_backend(config.build_plan(), ctx)
     assert (backend.name, why) == ("ndarray", not_served)
     with pytest.raises(ConfigError, match="backend must be ndarray here: the C kernels serve "
                                           "no estimator sample"):
-        choose_backend(config, ctx, "native")
+        choose_backend(config.build_plan(), ctx, "native")
     with pytest.raises(ValueError, match=r"do not serve estimator sample, the reverse mc KL, "
                                          r"prior scale_mixture\(pi=.*\) and parametrization "
                                          r"softplus"):

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 from mxnet import nd
 
-from gluon_bbb import Config, combined_loss_gradients, prior_for
+from gluon_bbb import Config, combined_loss_gradients
 from gluon_bbb.learning.ndarray_backend import FlatLayout, NetworkGraph
 from tutorial_reference import tutorial_gradients
 
@@ -20,11 +20,11 @@ def test_ndarray_backend_equals_autograd_of_combined_loss(ctx, prior, num_sample
     layout, mu, rho, X, y, rng = small_problem(ctx, config)
     epsilons = [nd.array(rng.normal(size=layout.size), ctx=ctx, dtype="float64")
                 for _ in range(num_samples)]
-    got = combined_loss_gradients(X, y, mu, rho, epsilons, prior_for(config), 0.3,
+    got = combined_loss_gradients(X, y, mu, rho, epsilons, config.build_prior(), 0.3,
                                   NetworkGraph(layout.shapes))
     assert all(a.context == ctx for a in got) and got[1].shape == (layout.size,)
     reference = tutorial_gradients(X, y, layout.views(mu.copy()), layout.views(rho.copy()),
-                                   prior_for(config), 0.3, [layout.views(e) for e in epsilons])
+                                   config.build_prior(), 0.3, [layout.views(e) for e in epsilons])
     assert_matches(got, reference, layout, rtol=1e-9)
 
 
@@ -49,9 +49,9 @@ def test_ndarray_backend_equals_autograd_for_a_convolutional_network(ctx, prior)
     layout, mu, rho, X, y, rng = small_problem(ctx, config)
     epsilons = [nd.array(rng.normal(size=layout.size), ctx=ctx, dtype="float64")]
     network = config.build_network()
-    got = combined_loss_gradients(X, y, mu, rho, epsilons, prior_for(config), 0.3,
+    got = combined_loss_gradients(X, y, mu, rho, epsilons, config.build_prior(), 0.3,
                                   NetworkGraph(network))
     reference = tutorial_gradients(X, y, layout.views(mu.copy()), layout.views(rho.copy()),
-                                   prior_for(config), 0.3, [layout.views(e) for e in epsilons],
+                                   config.build_prior(), 0.3, [layout.views(e) for e in epsilons],
                                    network=network)
     assert_matches(got, reference, layout, rtol=1e-9)

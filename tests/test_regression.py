@@ -9,7 +9,7 @@ import pytest
 from mxnet import nd
 
 from commands import REGRESSION, assert_one_line_error, run
-from gluon_bbb import Config, combined_loss_gradients, prior_for
+from gluon_bbb import Config, combined_loss_gradients
 from gluon_bbb.learning.ndarray_backend import FlatLayout, NetworkGraph
 from gluon_bbb.learning.noise import PhiloxNoise, philox_normals_reference
 from test_step import assert_matches
@@ -34,10 +34,10 @@ def test_ndarray_backend_with_a_heteroscedastic_head_equals_autograd(ctx):
     layout, mu, rho, X, y = regression_batch(ctx, config)
     eps = nd.array(np.random.default_rng(5).normal(size=layout.size), ctx=ctx, dtype="float64")
     network, likelihood = config.build_network(), config.build_likelihood()
-    got = combined_loss_gradients(X, y, mu, rho, [eps], prior_for(config), 0.5,
+    got = combined_loss_gradients(X, y, mu, rho, [eps], config.build_prior(), 0.5,
                                   NetworkGraph(network, likelihood))
     reference = tutorial_gradients(
-        X, y, layout.views(mu.copy()), layout.views(rho.copy()), prior_for(config), 0.5,
+        X, y, layout.views(mu.copy()), layout.views(rho.copy()), config.build_prior(), 0.5,
         [layout.views(eps)], network=network,
         log_likelihood=lambda out, target: likelihood.log_likelihood(out, target, nd))
     assert_matches(got, reference, layout, rtol=1e-9)
@@ -49,12 +49,12 @@ def test_native_backend_with_a_learned_noise_equals_autograd(ctx, native_kernels
     network, likelihood = config.build_network(), config.build_likelihood()
     noise = PhiloxNoise(ctx, seed=6)
     got = native_kernels.loss_gradients(
-        X, y, mu, rho, noise, 1, prior_for(config), 0.5, NetworkGraph(network, likelihood),
+        X, y, mu, rho, noise, 1, config.build_prior(), 0.5, NetworkGraph(network, likelihood),
         native_kernels.Workspace(layout.size, ctx), config.kl_kind, config.estimator_kind)
     f64 = lambda a: a.astype("float64")  # noqa: E731
     eps = nd.array(philox_normals_reference(layout.size, noise.key, 0), ctx=ctx, dtype="float64")
     reference = tutorial_gradients(
-        f64(X), f64(y), layout.views(f64(mu)), layout.views(f64(rho)), prior_for(config), 0.5,
+        f64(X), f64(y), layout.views(f64(mu)), layout.views(f64(rho)), config.build_prior(), 0.5,
         [layout.views(eps)], network=network,
         log_likelihood=lambda out, target: likelihood.log_likelihood(out, target, nd))
     assert_matches(got, reference, layout, rtol=2e-4)

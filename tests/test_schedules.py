@@ -1,27 +1,52 @@
-"""learning/schedules.py: the step decay, the linear fall to zero at the run's end."""
+"""learning/schedules.py: the step decay, the linear and cosine falls to zero at the run's end,
+the KL warm-up and IVON's late beta2, as a ``Schedule`` and as a config builds one."""
+import math
+
 import pytest
 
 from gluon_bbb import Config
+from gluon_bbb.learning.schedules import Schedule, lr_schedule
+
+
+def rates(config, epochs):
+    schedule = config.build_schedule()
+    return [schedule.learning_rate_at(epoch) for epoch in range(epochs)]
 
 
 def test_step_decay_schedule():
-    assert Config(learning_rate=0.01).learning_rate_at(500) == 0.01  # constant by default
+    assert rates(Config(learning_rate=0.01), 501)[500] == 0.01  # constant by default
     c = Config(learning_rate=0.01, lr_decay_every=3, lr_decay_factor=0.5)
-    rates = [c.learning_rate_at(epoch) for epoch in range(7)]
-    assert rates == pytest.approx([0.01] * 3 + [0.005] * 3 + [0.0025])
-    assert Config(lr_decay_every=1, lr_decay_factor=1.0).learning_rate_at(9) == 0.001
+    assert rates(c, 7) == pytest.approx([0.01] * 3 + [0.005] * 3 + [0.0025])
+    assert rates(Config(lr_decay_every=1, lr_decay_factor=1.0), 10)[9] == 0.001
 
 
 def test_linear_schedule_falls_to_zero_at_the_runs_end():
     # sparse variational dropout's: lr * (200 - epoch) / 200 over 200 epochs
     c = Config(learning_rate=1e-3, epochs=200, lr_schedule="linear")
-    rates = [c.learning_rate_at(epoch) for epoch in range(200)]
-    assert rates == pytest.approx([1e-3 * (200 - epoch) / 200 for epoch in range(200)])
-    assert rates[0] == 1e-3 and rates[-1] == pytest.approx(5e-6)
-    assert c.learning_rate_at(200) == 0.0 and c.learning_rate_at(250) == 0.0
+    got = rates(c, 251)
+    assert got[:200] == pytest.approx([1e-3 * (200 - epoch) / 200 for epoch in range(200)])
+    assert got[0] == 1e-3 and got[199] == pytest.approx(5e-6)
+    assert got[200] == 0.0 and got[250] == 0.0
     # the step fields do not enter it; its name is the one config.json keeps
     with_step_fields = Config(**dict(c.to_dict(), lr_decay_every=3))
-    assert with_step_fields.learning_rate_at(7) == c.learning_rate_at(7)
+    assert rates(with_step_fields, 8) == rates(c, 8)
     assert c.to_dict()["lr_schedule"] == "linear" and Config().lr_schedule == "step"
     assert Config.from_dict({k: v for k, v in c.to_dict().items() if k != "lr_schedule"}
                             ).lr_schedule == "step"  # a run from before the field
+
+
+def test_cosine_schedule_and_its_config():
+    schedule = Schedule(lr_schedule("cosine"), learning_rate=0.5, epochs=40)
+    assert [schedule.learning_rate_at(e) for e in (0, 10, 20, 40)] == pytest.approx(
+        [0.5, 0.25 * (1 + math.cos(math.pi / 4)), 0.25, 0.0])
+    built = Config(learning_rate=0.5, epochs=40, lr_schedule="cosine").build_schedule()
+    assert [built.learning_rate_at(e) for e in range(40)] == [
+        schedule.learning_rate_at(e) for e in range(40)]
+
+
+def test_kl_warm_up_and_late_beta2():
+    schedule = Config(epochs=10, kl_warmup_epochs=4, ivon_late_beta2=0.999,
+                      ivon_late_epochs=3).build_schedule()
+    assert [schedule.kl_factor_at(e) for e in range(6)] == [0.0, 0.25, 0.5, 0.75, 1.0, 1.0]
+    assert [schedule.beta2_at(e) for e in range(10)] == [0.99999] * 7 + [0.999] * 3
+    assert Config().build_schedule().kl_factor_at(0) == 1.0

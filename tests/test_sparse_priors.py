@@ -119,8 +119,8 @@ def test_the_best_epoch_is_the_lowest_objective_where_there_is_one():
 
 def test_the_kl_warm_up_grows_linearly_and_weighs_the_epochs_loss(mnist):
     config = Config(kl_warmup_epochs=4, **SPARSE)
-    assert [config.kl_factor_at(e) for e in range(6)] == [0.0, 0.25, 0.5, 0.75, 1.0, 1.0]
-    assert Config(**SPARSE).kl_factor_at(0) == 1.0
+    assert [config.build_schedule().kl_factor_at(e) for e in range(6)] == [0.0, 0.25, 0.5, 0.75, 1.0, 1.0]
+    assert Config(**SPARSE).build_schedule().kl_factor_at(0) == 1.0
     with pytest.raises(ConfigError, match="kl_warmup_epochs must be an integer >= 0"):
         Config(kl_warmup_epochs=-1)
     small = dict(SPARSE, train_size=2000, epochs=2)
@@ -182,8 +182,8 @@ def test_init_from_starts_the_means_from_another_run(tmp_path, mnist, monkeypatc
     from gluon_bbb.learning.step import TrainingStep
     gated_small = dict(small, network="dense:100,gate,relu,dense:10", gate_rho_offset=-2.0)
     assert Config(**gated_small).initial_rhos() == [-10.0, -10.0, -2.0, -10.0, -10.0]
-    assert [float(r.asnumpy().mean()) for r in TrainingStep(Config(**gated_small),
-                                                            mx.cpu()).rhos] == pytest.approx(
+    assert [float(r.asnumpy().mean()) for r in TrainingStep(
+        Config(**gated_small).build_plan(), mx.cpu()).rhos] == pytest.approx(
         [-10.0, -10.0, -2.0, -10.0, -10.0])
     still = train(Config(init_from=pretrained, **dict(gated_small, learning_rate=1e-9)), mnist,
                   mx.cpu(), log=lambda line: None, progress=False)
@@ -419,7 +419,7 @@ def test_removing_what_the_rule_switches_off_trains_the_pruned_network(tmp_path,
     assert kept.history[-1]["switched_off"] == pytest.approx(sum(
         prior.switched_off(mu, sigma).asnumpy().sum()
         for mu, sigma in zip(kept.mus, kept.sigmas)) / total)
-    backend, why = choose_backend(Config(**small), mx.cpu())
+    backend, why = choose_backend(Config(**small).build_plan(), mx.cpu())
     assert backend.name == ("native" if native_library.available() else "ndarray"), why
     with pytest.raises(ConfigError, match="remove_switched_off must be false with the gaussian "
                                           "prior"):

@@ -8,7 +8,7 @@ import pytest
 from mxnet import nd
 
 from gluon_bbb import (Config, ConfigError, TrainingStep, combined_loss_gradients,
-                       init_variational_params, prior_for, softplus)
+                       init_variational_params, softplus)
 from gluon_bbb.learning.ndarray_backend import FlatLayout, NetworkGraph
 from gluon_bbb.learning.noise import DeviceNoise, PhiloxNoise, philox_key, philox_normals_reference
 from gluon_bbb.learning.config import LENET_GATED
@@ -53,7 +53,7 @@ def test_native_backend_equals_autograd_of_combined_loss(ctx, native_kernels, mn
     y = nd.one_hot(nd.array(mnist.train_labels[:64], ctx=ctx), 10)
     noise = PhiloxNoise(ctx, seed=7)
     got = native_kernels.loss_gradients(
-        X, y, mu, rho, noise, num_samples, prior_for(config), 0.003,
+        X, y, mu, rho, noise, num_samples, config.build_prior(), 0.003,
         NetworkGraph(layout.shapes), native_kernels.Workspace(layout.size, ctx),
         config.kl_kind, config.estimator_kind)
     assert noise.stream == num_samples and all(a.context == ctx for a in got)
@@ -63,11 +63,11 @@ def test_native_backend_equals_autograd_of_combined_loss(ctx, native_kernels, mn
                                       ctx=ctx, dtype="float64")) for s in range(num_samples)]
     if kl == "mc":
         reference = tutorial_gradients(f64(X), f64(y), layout.views(f64(mu)),
-                                       layout.views(f64(rho)), prior_for(config), 0.003, epsilons)
+                                       layout.views(f64(rho)), config.build_prior(), 0.003, epsilons)
     else:
         reference = combined_loss_gradients(f64(X), f64(y), f64(mu), f64(rho),
                                             [layout.flatten(e) for e in epsilons],
-                                            prior_for(config), 0.003,
+                                            config.build_prior(), 0.003,
                                             NetworkGraph(layout.shapes), kl=kl)
         reference = (reference[0], layout.views(reference[1]), layout.views(reference[2]))
     assert_matches(got, reference, layout, rtol=2e-4)
@@ -101,7 +101,7 @@ def test_step_with_device_noise_stays_on_its_context(ctx, mnist):
     y = nd.one_hot(nd.array(mnist.train_labels[:128], ctx=ctx), 10)
     runs = []
     for noise in ("device", "device", "philox"):
-        step = TrainingStep(config, ctx, backend="ndarray", noise=noise)
+        step = TrainingStep(config.build_plan(), ctx, backend="ndarray", noise=noise)
         for epoch in range(2):
             step.start_epoch(epoch)
             loss = step(X, y, 0.01)
@@ -123,7 +123,7 @@ def test_very_negative_rho_stays_finite_in_both_backends(ctx, mnist, backend, re
     assert floor == pytest.approx(math.exp(-80), rel=1e-5)
     config = Config(num_hidden_units=20, seed=0, prior="scale_mixture")
     mus, rhos = init_variational_params(config.layer_shapes(), ctx, rho_offset=-1000.0, seed=0)
-    step = TrainingStep(config, ctx, mus, rhos, backend=backend)
+    step = TrainingStep(config.build_plan(), ctx, mus, rhos, backend=backend)
     loss = step(nd.array(mnist.train_images[:64], ctx=ctx),
                 nd.one_hot(nd.array(mnist.train_labels[:64], ctx=ctx), 10), 0.01)
     assert np.isfinite(loss.asscalar())
@@ -140,7 +140,7 @@ def test_backends_take_the_same_step_below_the_floor(ctx, mnist, native_kernels)
     for backend in ("ndarray", "native"):
         mus, rhos = init_variational_params(config.layer_shapes(), ctx, rho_offset=-1000.0,
                                             seed=0)
-        step = TrainingStep(config, ctx, mus, rhos, backend=backend)
+        step = TrainingStep(config.build_plan(), ctx, mus, rhos, backend=backend)
         step.start_epoch(0)
         step(X, y, 1.0)
         rhos_after.append(step.rho.asnumpy())
@@ -152,7 +152,7 @@ def test_choose_backend():
     sample, forward = Config(), Config(kl_direction="forward")
 
     def chosen(config, ctx, backend=None):
-        backend, why = choose_backend(config, ctx, backend)
+        backend, why = choose_backend(config.build_plan(), ctx, backend)
         return backend.name, why
     for estimator in ("sample", "lrt", "flipout"):
         assert chosen(Config(estimator=estimator), mx.cpu())[0] == "native"
@@ -165,9 +165,9 @@ def test_choose_backend():
     assert chosen(sample, mx.cpu(), "ndarray") == ("ndarray", "asked for")
     for config, ctx in ((forward, mx.cpu()), (sample, mx.gpu(0))):
         with pytest.raises(ConfigError, match="backend must be ndarray here"):
-            choose_backend(config, ctx, "native")
+            choose_backend(config.build_plan(), ctx, "native")
     with pytest.raises(ConfigError, match="backend must be one of native, ndarray"):
-        choose_backend(sample, mx.cpu(), "cuda")
+        choose_backend(sample.build_plan(), mx.cpu(), "cuda")
 
 
 # A small convolutional network on 8x8 images: both backends train any described network.
@@ -187,13 +187,13 @@ def test_native_backend_equals_autograd_for_lenet(ctx, native_kernels, mnist):
     y = nd.one_hot(nd.array(mnist.train_labels[:16], ctx=ctx), 10)
     noise = PhiloxNoise(ctx, seed=3)
     got = native_kernels.loss_gradients(
-        X, y, mu, rho, noise, 1, prior_for(config), 0.002, NetworkGraph(network),
+        X, y, mu, rho, noise, 1, config.build_prior(), 0.002, NetworkGraph(network),
         native_kernels.Workspace(layout.size, ctx), config.kl_kind, config.estimator_kind)
     f64 = lambda a: a.astype("float64")
     epsilons = [layout.views(nd.array(philox_normals_reference(layout.size, noise.key, 0),
                                       ctx=ctx, dtype="float64"))]
     reference = tutorial_gradients(f64(X), f64(y), layout.views(f64(mu)), layout.views(f64(rho)),
-                                   prior_for(config), 0.002, epsilons, network=network)
+                                   config.build_prior(), 0.002, epsilons, network=network)
     assert_matches(got, reference, layout, rtol=2e-4)
 
 
@@ -206,7 +206,7 @@ def test_the_kept_gradient_array_is_written_whole(ctx, model, network):
     config = Config(model=model, network=network, num_hidden_units=20, seed=2,
                     **({"parametrization": "log_variance", "prior": "none"}
                        if model == "ivon" else {}))
-    step = TrainingStep(config, ctx, num_train=1000)
+    step = TrainingStep(config.build_plan(), ctx, num_train=1000)
     rng = np.random.default_rng(0)
     X = nd.array(rng.uniform(size=(9, 784)), ctx=ctx)
     y = nd.one_hot(nd.array(rng.integers(0, 10, size=9), ctx=ctx), 10)

@@ -188,7 +188,7 @@ from mxnet import nd
 from gluon_bbb import Config
 from gluon_bbb.learning import threads
 from gluon_bbb.learning.step import TrainingStep
-step = TrainingStep(Config(network="lenet", seed=0, batch_size=64), mx.cpu())
+step = TrainingStep(Config(network="lenet", seed=0, batch_size=64).build_plan(), mx.cpu())
 step.threads.adapt = False
 X, y = nd.random.uniform(shape=(64, 784)), nd.one_hot(nd.arange(64) % 10, 10)
 for _ in range(3):  # the convolutions' primitives made on a team of two

@@ -32,8 +32,9 @@ def test_a_step_of_two_samples_averages_its_two_draws(ctx, backend, request):
 
     def step(num_samples, first_stream):
         """(loss, the update of mu) of one SGD step drawing from stream ``first_stream`` on."""
-        training = TrainingStep(Config(num_hidden_units=20, seed=0, num_samples=num_samples,
-                                       learning_rate=0.01), ctx, backend=backend)
+        config = Config(num_hidden_units=20, seed=0, num_samples=num_samples,
+                        learning_rate=0.01)
+        training = TrainingStep(config.build_plan(), ctx, backend=backend)
         training.noise.stream = first_stream
         before = training.mu.asnumpy()
         loss = training(X, y, 0.1).asscalar()

@@ -5,7 +5,7 @@ import os
 import numpy as np
 from mxnet import nd
 
-from ..learning.config import check_proportion
+from ..errors import check_proportion
 from ..outputs import PARAMETERS, write_atomically
 from ..tutorial import evaluate_accuracy
 

@@ -51,7 +51,7 @@ def main(argv=None, prog=PROG):
     import_modules(args.import_modules)
     from .. import outputs
     from ..shipping.writer import check_precision
-    from ..learning.config import check_proportion
+    from ..errors import check_proportion
     from ..errors import ConfigError
     from ..learning.rundir import resolve_checkpoint
     check_precision(args.precision, args.sigma_bits)

@@ -44,7 +44,7 @@ def markdown_table(rows, criterion):
 def main(argv=None, prog=PROG):
     args = build_parser(prog).parse_args(argv)
     import_modules(args.import_modules)
-    from ..learning.config import check_proportion
+    from ..errors import check_proportion
     for p in args.proportions:
         check_proportion(p)
     if args.save_pruned is not None:

@@ -7,6 +7,7 @@ from ..errors import ConfigError
 from ..native import table
 from .choices import Choice, named
 from .elementwise import LRT_VARIANCE_FLOOR
+from ..networks.layers import flipout_parts, lrt_parts
 from .formulas import Keyed
 from .choices import Registry
 
@@ -71,8 +72,11 @@ class _NoisyNetwork(Estimator):
                               "weights other than dense, conv and gate (%s draws those "
                               "layers' outputs)" % self.name)
 
+    layer_parts = None  # a layer's methods this estimator draws with (``layers.lrt_parts``)
+
     def noise_shapes(self, network, batch_size):
-        raise NotImplementedError
+        return [shape for layer, inp, out in network.linear_layers()
+                for shape in self.layer_parts(layer)[1](batch_size, inp, out)]
 
     def data_noise_size(self, graph, batch_size):
         return sum(math.prod(shape) for shape in self.noise_shapes(graph.network, batch_size))
@@ -84,16 +88,14 @@ class LocalReparametrization(_NoisyNetwork):
     name = "lrt"
     # dNLL/dmu and dNLL/dsigma
     kernel_data_kind = Keyed(table.DATA_TERMS["lrt"], "draw", "noise_size", "noise_shapes",
-                             "net")
+                             "layer_parts", "net")
 
     @property
     def net(self):
         from ..tutorial import lrt_net
         return lrt_net
 
-    def noise_shapes(self, network, batch_size):
-        return [shape for layer, inp, out in network.linear_layers()
-                for shape in layer.lrt_noise_shapes(batch_size, inp, out)]
+    layer_parts = staticmethod(lrt_parts)
 
     def noise_size(self, graph, batch_size, kl):
         return self.data_noise_size(graph, batch_size) + (graph.layout.size if kl.per_draw else 0)
@@ -120,16 +122,14 @@ class Flipout(_NoisyNetwork):
     name = "flipout"
     # dNLL/dmu and dNLL/d(sigma eps)
     kernel_data_kind = Keyed(table.DATA_TERMS["flipout"], "draw", "noise_size",
-                             "noise_shapes", "net")
+                             "noise_shapes", "layer_parts", "net")
 
     @property
     def net(self):
         from ..tutorial import flipout_net
         return flipout_net
 
-    def noise_shapes(self, network, batch_size):
-        return [shape for layer, inp, out in network.linear_layers()
-                for shape in layer.flipout_noise_shapes(batch_size, inp, out)]
+    layer_parts = staticmethod(flipout_parts)
 
     def noise_size(self, graph, batch_size, kl):
         return graph.layout.size + self.data_noise_size(graph, batch_size)

@@ -35,10 +35,16 @@ class Prior:
         KNOWN.add(cls)
 
     @classmethod
-    def from_config(cls, config):
-        """The prior a config names without settings: its defaults (the built-in priors read
-        the config's scale fields instead)."""
-        return cls()
+    def from_settings(cls, **settings):
+        """The prior of these settings (``settings()``'s names)."""
+        return cls(**settings)
+
+    @classmethod
+    def setting_names(cls):
+        """The names of the settings that rebuild a prior of this class."""
+        return [name for name, parameter in inspect.signature(cls.__init__).parameters.items()
+                if name != "self" and parameter.kind in (parameter.POSITIONAL_OR_KEYWORD,
+                                                         parameter.KEYWORD_ONLY)]
 
     def log_density(self, x, F=None):
         """log P(x) elementwise."""
@@ -117,9 +123,8 @@ class Prior:
 
     def settings(self):
         """The keyword arguments that rebuild this prior (``type(self)(**settings())``)."""
-        parameters = inspect.signature(type(self).__init__).parameters
-        return {name: getattr(self, name) for name in parameters
-                if name != "self" and hasattr(self, name)}
+        return {name: getattr(self, name) for name in self.setting_names()
+                if hasattr(self, name)}
 
     def describe(self):
         """The prior in words: its name and settings."""
@@ -139,10 +144,6 @@ class GaussianPrior(Prior):
 
     def __init__(self, sigma_p=1.0):
         self.sigma_p = sigma_p
-
-    @classmethod
-    def from_config(cls, config):
-        return cls(config.sigma_p)
 
     def log_density(self, x, F=None):
         return (operators(F).square(x) * (-0.5 / self.sigma_p ** 2)
@@ -213,16 +214,16 @@ class ScaleMixturePrior(Prior):
 
     def __init__(self, pi=0.25, sigma_p1=0.75, sigma_p2=0.1):
         if not 0.0 < pi < 1.0:
-            raise ValueError("a scale mixture needs 0 < pi < 1 (from_config turns pi = 0 or 1 "
-                             "into its one Gaussian), got %r" % (pi,))
+            raise ValueError("a scale mixture needs 0 < pi < 1 (from_settings turns pi = 0 or "
+                             "1 into its one Gaussian), got %r" % (pi,))
         self.pi, self.sigma_p1, self.sigma_p2 = pi, sigma_p1, sigma_p2
 
     @classmethod
-    def from_config(cls, config):
-        """The config's mixture; pi = 1 or 0 is its one remaining Gaussian."""
-        if config.pi in (0.0, 1.0):
-            return GaussianPrior(config.sigma_p1 if config.pi == 1.0 else config.sigma_p2)
-        return cls(config.pi, config.sigma_p1, config.sigma_p2)
+    def from_settings(cls, pi=0.25, sigma_p1=0.75, sigma_p2=0.1):
+        """The mixture; pi = 1 or 0 is its one remaining Gaussian."""
+        if pi in (0.0, 1.0):
+            return GaussianPrior(sigma_p1 if pi == 1.0 else sigma_p2)
+        return cls(pi, sigma_p1, sigma_p2)
 
     def log_density(self, x, F=None):
         F = operators(F)
@@ -334,29 +335,10 @@ def removed(prior, mu, sigma):
     return 1.0 - (1.0 - prior.switched_off(mu, sigma)) * (mu != 0)
 
 
-# the priors whose scales are a Config's flat fields (sigma_p, pi, sigma_p1, sigma_p2), or who
-# have none
 def prior_kind(name):
     """The prior class config.json's ``prior`` names (``scale-mixture`` spelt either way): a
     built-in one or a user's subclass defined in this process."""
     return KNOWN.kind(name)
-
-
-def prior_for(config):
-    """The config's prior object: a built-in one from the config's scales (a scale mixture
-    with pi = 1 or 0 is its one Gaussian), a user's own from ``prior_settings``; with a
-    ``gate_prior`` other than that, a ``GatedPrior`` of the two over the config's network."""
-    kind = prior_kind(config.prior)
-    prior = (kind.from_config(config) if config.prior_settings is None
-             else kind(**config.prior_settings))
-    if config.gate_prior is None:
-        return prior
-    gates = prior_kind(config.gate_prior).from_config(config)
-    if gates == prior:
-        return prior
-    network = config.build_network()
-    return GatedPrior(prior, gates, [math.prod(shape) for shape in network.param_shapes()],
-                      network.gate_positions())
 
 
 def gaussian_prior(x, sigma_p=1.0):
@@ -367,9 +349,7 @@ def gaussian_prior(x, sigma_p=1.0):
 def scale_mixture_prior(x, pi=0.25, sigma_p1=0.75, sigma_p2=0.1):
     """Summed log density of pi N(0, sigma_p1^2) + (1 - pi) N(0, sigma_p2^2) over x; shape (1,).
     pi = 0 or 1 is the remaining Gaussian."""
-    if pi in (0.0, 1.0):
-        return gaussian_prior(x, sigma_p1 if pi == 1.0 else sigma_p2)
-    return ScaleMixturePrior(pi, sigma_p1, sigma_p2)(x)
+    return ScaleMixturePrior.from_settings(pi, sigma_p1, sigma_p2)(x)
 
 
 class GatedPrior(Prior):

@@ -15,10 +15,11 @@ from ..family.estimators import estimator
 from ..family.kl import kl_estimate, kl_weighting
 from ..family.likelihoods import parse_likelihood
 from ..family.model_kinds import model_kind
-from ..family.priors import (KNOWN as PRIORS, Prior, describe_prior, prior_for, prior_kind,
+from ..family.priors import (KNOWN as PRIORS, GatedPrior, Prior, describe_prior, prior_kind,
                              prior_words)
 from ..networks.layers import MAX_LAYERS, Dropout, Network, mlp, parse_network
-from .schedules import lr_schedule
+from .plan import IvonSettings, Plan
+from .schedules import Schedule, lr_schedule
 
 
 def _once(build):
@@ -167,7 +168,7 @@ class Config:
         or on rates that have lost their precision."""
         if not self.epochs:
             return
-        last = self.learning_rate_at(self.epochs - 1)
+        last = self.build_schedule().learning_rate_at(self.epochs - 1)
         if last < FLOAT32_TINY:
             field = self.lr_schedule_kind.decaying_field
             raise ConfigError(field, getattr(self, field), "such that every epoch's learning "
@@ -349,7 +350,27 @@ class Config:
                               "(the run was trained with a prior of its own, %s: define or import "
                               "that class, then train or resume from Python)"
                               % self.describe_prior())
-        return prior_for(self)
+        prior = self._prior_named(self.prior, self.prior_settings)
+        if self.gate_prior is None:
+            return prior
+        gates = self._prior_named(self.gate_prior)
+        if gates == prior:
+            return prior
+        network = self.build_network()
+        return GatedPrior(prior, gates, [math.prod(shape) for shape in network.param_shapes()],
+                          network.gate_positions())
+
+    def _prior_named(self, name, settings=None):
+        """The prior ``name`` of ``settings``: a built-in one without them takes this config's
+        fields of its settings' names (a scale mixture with pi = 1 or 0 is its one Gaussian), a
+        user's its defaults."""
+        kind = prior_kind(name)
+        if settings is not None:
+            return kind(**settings)
+        if kind not in PRIORS.built_in():
+            return kind()
+        return kind.from_settings(**{field: getattr(self, field)
+                                     for field in kind.setting_names()})
 
     def describe_prior(self):
         """The prior in words, its settings included, whether or not its class is known, and
@@ -374,24 +395,27 @@ class Config:
         from mxnet import nd
         return [nd.where(mu == 0, nd.zeros_like(sigma), sigma) for mu, sigma in zip(mus, sigmas)]
 
-    def learning_rate_at(self, epoch):
-        """The learning rate of epoch ``epoch`` (0-based) under the run's ``lr_schedule``."""
-        return self.lr_schedule_kind.rate(self, epoch)
+    @_once
+    def build_schedule(self):
+        """The run's ``schedules.Schedule``: each epoch's learning rate, KL factor and beta2."""
+        return Schedule(self.lr_schedule_kind, self.learning_rate, self.epochs,
+                        self.lr_decay_every, self.lr_decay_factor, self.kl_warmup_epochs,
+                        self.ivon_beta2, self.ivon_late_beta2, self.ivon_late_epochs)
 
-    def ivon_beta2_at(self, epoch):
-        """IVON's beta2 in epoch ``epoch`` (0-based): ``ivon_late_beta2`` in the last
-        ``ivon_late_epochs`` epochs, where the learning rate has fallen and the Hessian estimate
-        can follow the curvature at the means without moving them, else ``ivon_beta2``."""
-        if self.ivon_late_epochs and epoch >= self.epochs - self.ivon_late_epochs:
-            return self.ivon_late_beta2
-        return self.ivon_beta2
-
-    def kl_factor_at(self, epoch):
-        """What the KL term's weight is multiplied by in epoch ``epoch`` (0-based): epoch /
-        ``kl_warmup_epochs`` during the warm-up, then 1."""
-        if not self.kl_warmup_epochs:
-            return 1.0
-        return min(1.0, epoch / self.kl_warmup_epochs)
+    @_once
+    def build_plan(self):
+        """The ``plan.Plan`` the training step takes: this config's choices, built."""
+        ivon = None
+        if self.model_kind.natural_gradient:
+            ivon = IvonSettings(self.ivon_ess, self.ivon_hess_init, self.ivon_beta1,
+                                self.ivon_weight_decay, self.ivon_clip_radius or float("inf"),
+                                self.ivon_prior(), self.ivon_prior_at_draws)
+        return Plan(self.build_network(), self.build_likelihood(), self.model_kind,
+                    self.build_prior(), self.estimator_kind, self.kl_kind,
+                    self.parametrization_kind, self.build_schedule(), self.optimizer, ivon,
+                    self.num_samples, self.seed, self.mu_scale, tuple(self.initial_rhos()),
+                    self.remove_switched_off, self.kl_scale, self.batch_size,
+                    self.describe_prior())
 
     @_once
     def build_network(self):
@@ -480,12 +504,6 @@ def import_recorded_classes(values, where):
                                   "module %s), which this process cannot import (%s): import "
                                   "that module first (a command's {import_modules} %s)", where,
                                   field, name, qualname, module, exc, module) from None
-
-
-def check_proportion(proportion, field="proportions"):
-    """Raise ConfigError naming ``field`` unless ``proportion`` is a number in [0, 1]."""
-    if not (_is_real(proportion) and 0.0 <= proportion <= 1.0):
-        raise ConfigError(field, proportion, "in [0, 1]")
 
 
 def _is_real(value):

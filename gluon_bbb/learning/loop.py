@@ -16,11 +16,12 @@ from ..shipping.writer import best_gated_units, keep_gated_units, units_left
 from .config import IMPLIED, Config
 from .context import context_name
 from ..family.elementwise import total
-from ..errors import CheckpointError, ConfigError, DataError, Interrupted, TrainingDiverged
+from ..errors import (CheckpointError, ConfigError, DataError, Interrupted, ResourceError,
+                      TrainingDiverged)
 from ..outputs import signals_deferred
 from ..tutorial import evaluate_accuracy, evaluate_nll
 from .rundir import RunDirectory, best_validation_epoch
-from .step import TrainingStep, check_memory, choose_backend
+from .step import TrainingStep, choose_backend, training_memory_bytes
 
 # Where no progress bar is drawn (stderr is not a terminal), a line at most this often within
 # an epoch says how far it has come.
@@ -94,7 +95,7 @@ def check_training(config, data, resume=False, ctx=None, backend=None):
         raise ConfigError("epochs", 0, "at least 1 for a new run (nothing to train)")
     check_memory(config)
     if ctx is not None:
-        choose_backend(config, ctx, backend)
+        choose_backend(config.build_plan(), ctx, backend)
     if config.init_from is not None and not resume:
         initial_means(config)
         check_start_held_out(config, data)
@@ -180,6 +181,36 @@ def _best_units_of_start(config, ctx=None):
     return [nd.array(mu, ctx=ctx) for mu in narrow]
 
 
+def available_memory_bytes():
+    """Memory the system can give a new process (Linux's MemAvailable), or None if unknown."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_AVPHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+def check_memory(config, available=None):
+    """ResourceError, before anything is allocated, where ``config``'s network needs more
+    memory than is ``available`` (default: ``available_memory_bytes()``)."""
+    available = available_memory_bytes() if available is None else available
+    needed = training_memory_bytes(config.build_plan())
+    if available is not None and needed > available:
+        size = sum(math.prod(shape) for shape in config.layer_shapes())
+        shaped_by = ("{num_hidden_layers} %d, {num_hidden_units} %d" % (
+            config.num_hidden_layers, config.num_hidden_units) if config.sized_by_fields
+            else "{network} %s" % config.network.replace("%", "%%"))
+        raise ResourceError("a network of %s parameters (" + shaped_by + ") needs about %.1f "
+                            "GiB of memory to train, %.1f GiB are available",
+                            "{:,}".format(size), needed / 2 ** 30, available / 2 ** 30)
+
+
 def check_data(config, data):
     """DataError unless ``data``'s training and test images are (N, ``num_inputs``) arrays of
     finite numbers with N labels each, whole numbers from 0 to ``num_outputs`` - 1."""
@@ -241,13 +272,14 @@ def _train(config, data, ctx, run, resume, eval_train, log, progress, check_ever
         # said once the directory is known to be this run's: a refused run never claims it
         log("training on %s, writing to %s" % (ctx, run.path))
     saved.epochs = start_epoch
+    plan, changed = config.build_plan(), changed_start(config)
     if state is None and config.init_from is not None:
-        step = TrainingStep(config, ctx, initial_means(config, ctx), backend=backend,
+        step = TrainingStep(plan, ctx, initial_means(config, ctx), backend=backend,
                             num_train=num_train)
     elif state is None:
-        step = TrainingStep(config, ctx, backend=backend, num_train=num_train)
+        step = TrainingStep(plan, ctx, backend=backend, num_train=num_train)
     else:
-        step = TrainingStep(config, ctx, state["mus"], state["rhos"], backend,
+        step = TrainingStep(plan, ctx, state["mus"], state["rhos"], backend,
                             num_update=state["num_update"], num_train=num_train)
         step.load_state_arrays(state["optimizer_states"])
     log(step.describe())
@@ -267,16 +299,16 @@ def _train(config, data, ctx, run, resume, eval_train, log, progress, check_ever
         order_nd = nd.array(order, ctx=ctx, dtype="int32")
         X_epoch = nd.take(X_all, order_nd)
         y_epoch = nd.one_hot(nd.take(y_all, order_nd), config.num_outputs)
-        kl_factor = config.kl_factor_at(epoch)
+        kl_factor = plan.schedule.kl_factor_at(epoch)
         loss_sum = _train_epoch(step, epoch, X_epoch, y_epoch,
                                 [kl_factor * weight for weight in batch_kl_weights], progress,
-                                check_every, log)
+                                check_every, log, changed)
         epoch_seconds = time.time() - started
         mus, network = step.mus, step.network
         record = {"epoch": epoch + 1, "loss": loss_sum / num_batches,
                   "test_accuracy": evaluate_accuracy(X_test, y_test, mus, network=network),
                   "epoch_seconds": epoch_seconds, "threads": step.threads.segments,
-                  "learning_rate": config.learning_rate_at(epoch)}
+                  "learning_rate": plan.schedule.learning_rate_at(epoch)}
         if config.kl_warmup_epochs:
             # the loss of a warm-up epoch weighs its KL term by this factor
             record["kl_factor"] = kl_factor
@@ -389,13 +421,14 @@ def validation_objective(step, images, labels, num_train, kept):
     kl = float(nd.sum(step.prior.closed_form_kl(step.mu, sigma)[0]).asscalar())
     kept_means = step.layout.views(step.mu * kept)
     return (num_train * evaluate_nll(images, labels, kept_means, network=step.network)
-            + step.config.kl_scale * kl)
+            + step.plan.kl_scale * kl)
 
 
-def _train_epoch(step, epoch, X_epoch, y_epoch, batch_kl_weights, progress, check_every, log):
+def _train_epoch(step, epoch, X_epoch, y_epoch, batch_kl_weights, progress, check_every, log,
+                 changed):
     """One pass of ``step`` over the shuffled data; the sum of the mini-batch losses."""
     num_train, num_batches = X_epoch.shape[0], len(batch_kl_weights)
-    batch_size, epochs = step.config.batch_size, step.config.epochs
+    batch_size, epochs = step.plan.batch_size, step.plan.schedule.epochs
     pending, loss_sum = [], 0.0
     started = last_line = time.time()
     for batch in range(num_batches):
@@ -405,7 +438,7 @@ def _train_epoch(step, epoch, X_epoch, y_epoch, batch_kl_weights, progress, chec
         if len(pending) == check_every or batch == num_batches - 1:
             first = batch - len(pending) + 1
             positions = [(epoch, b) for b in range(first, batch + 1)]
-            loss_sum += check_finite(pending, step, positions)
+            loss_sum += check_finite(pending, step, positions, changed)
             check_parameters_finite(step, positions)
             pending = []
             if progress:
@@ -417,10 +450,11 @@ def _train_epoch(step, epoch, X_epoch, y_epoch, batch_kl_weights, progress, chec
     return loss_sum
 
 
-def check_finite(losses, step, positions):
+def check_finite(losses, step, positions, changed=()):
     """Sum of the pending losses of ``step``'s last updates, made at ``positions`` (0-based
-    (epoch, batch) pairs); raises TrainingDiverged naming the first bad one and how many
-    updates had been made before it."""
+    (epoch, batch) pairs); raises TrainingDiverged naming the first bad one, how many
+    updates had been made before it and the settings ``changed`` from their defaults
+    (``changed_start``)."""
     values = nd.concat(*losses, dim=0).asnumpy().astype(np.float64)
     bad = np.flatnonzero(~np.isfinite(values))
     if bad.size:
@@ -429,12 +463,12 @@ def check_finite(losses, step, positions):
         # the run's first loss is known where these losses begin the run
         first_loss = values[0] if step.num_update == len(losses) and bad[0] > 0 else None
         raise TrainingDiverged(epoch + 1, batch + 1, values[bad[0]], updates_before,
-                               step.config.learning_rate_at(epoch), first_loss,
-                               changed=_changed_start(step.config))
+                               step.plan.schedule.learning_rate_at(epoch), first_loss,
+                               changed=changed)
     return float(values.sum())
 
 
-def _changed_start(config):
+def changed_start(config):
     """The settings of ``config`` that set the first loss and differ from the defaults (those
     of its choices where they bring their own: ``config.IMPLIED``)."""
     defaults = dataclasses.asdict(type(config)())

@@ -246,7 +246,7 @@ class RunDirectory:
         from .checkpoint import save_checkpoint
         save_checkpoint(self.file(BEST_CHECKPOINT_FILE if best else CHECKPOINT_FILE), step.mus,
                         step.rhos, [] if best else step.state_arrays(), step.num_update, epoch,
-                        step.parametrization, trained_as(step.config))
+                        step.parametrization, trained_as(step.plan))
 
     def save_epoch(self, step, history, best=False):
         """Write the epoch ``step`` has just completed: history.json (``history``, its last
@@ -300,8 +300,9 @@ class RunDirectory:
             raise CheckpointError("cannot resume %s: it holds no checkpoint (%s)", self.path,
                                   CHECKPOINT_FILE)
         state = self.load_parameters(saved, ctx)
+        rates, saved_rates = config.build_schedule(), saved.build_schedule()
         changed = [e + 1 for e in range(state["epoch"])
-                   if config.learning_rate_at(e) != saved.learning_rate_at(e)]
+                   if rates.learning_rate_at(e) != saved_rates.learning_rate_at(e)]
         if changed:
             raise CheckpointError("cannot resume %s: the new learning-rate schedule (%s, "
                                   "{epochs}) changes the rate of epochs already trained (epoch "
@@ -316,10 +317,11 @@ class RunDirectory:
         return config, state, self.read_history(state["epoch"])
 
 
-def trained_as(config):
-    """The model kind and optimizer of ``config``'s run, as its checkpoints record them."""
-    kind = config.model_kind
-    return "%s %s" % (kind.name, "ivon" if kind.natural_gradient else config.optimizer)
+def trained_as(choices):
+    """The model kind and optimizer of a run (its ``Config`` or ``Plan``), as its checkpoints
+    record them."""
+    kind = choices.model_kind
+    return "%s %s" % (kind.name, "ivon" if kind.natural_gradient else choices.optimizer)
 
 
 def resume_config(saved, requested, where="the run"):

@@ -1,12 +1,11 @@
 """The training step: one object per run that takes a mini-batch and updates the posterior."""
 import math
-import os
 
 import mxnet as mx
 from mxnet import nd
 
 from ..native import library as native, operators as native_operators
-from ..errors import CheckpointError, ConfigError, ResourceError
+from ..errors import CheckpointError, ConfigError
 from ..family.formulas import describe_lost
 from ..tutorial import init_variational_params, sample_epsilons
 from .ndarray_backend import NetworkGraph, combined_loss_gradients, draw_size
@@ -22,7 +21,7 @@ class NdarrayBackend:
 
     def loss_gradients(self, step, X, y, kl_weight, keep=None):
         size = draw_size(step.graph, step.estimator, step.kl, step.prior, X.shape[0])
-        epsilons = sample_epsilons([(size,)] * step.config.num_samples, step.ctx, step.noise)
+        epsilons = sample_epsilons([(size,)] * step.plan.num_samples, step.ctx, step.noise)
         return combined_loss_gradients(X, y, step.mu, step.rho, epsilons, step.prior,
                                        kl_weight, step.graph, step.estimator, step.kl,
                                        step.parametrization, keep)
@@ -64,7 +63,7 @@ class NativeBackend(NdarrayBackend):
 
     def loss_gradients(self, step, X, y, kl_weight, keep=None):
         return native.loss_gradients(
-            X, y, step.mu, step.rho, step.noise, step.config.num_samples, step.prior,
+            X, y, step.mu, step.rho, step.noise, step.plan.num_samples, step.prior,
             kl_weight, step.graph, step.workspace, step.kl, step.estimator,
             step.parametrization, keep)
 
@@ -104,7 +103,7 @@ class NativeBackend(NdarrayBackend):
 BACKENDS = {backend.name: backend for backend in (NativeBackend(), NdarrayBackend())}
 
 
-def choose_backend(config, ctx, backend=None):
+def choose_backend(plan, ctx, backend=None):
     """``(backend, why)`` for a run: the backend object ``backend`` names if given
     (ConfigError where it cannot serve), else the native one wherever it can serve and the
     ndarray one elsewhere; ``why`` says why the native backend is not used (None when it is).
@@ -117,20 +116,19 @@ def choose_backend(config, ctx, backend=None):
         why_not = "the native kernels run on CPU contexts only"
     elif not native.available():
         why_not = native.unavailable_reason()
-    elif config.model_kind.natural_gradient:
+    elif plan.model_kind.natural_gradient:
         pass  # IVON's kernels take the prior's terms as MXNet computes them: every prior
-    elif config.remove_switched_off and not native.serves_removal(config.build_prior(),
-                                                                   config.parametrization_kind):
+    elif plan.remove_switched_off and not native.serves_removal(plan.prior,
+                                                                 plan.parametrization):
         why_not = ("the native kernels remove switched-off weights under the log-uniform "
                    "prior's rule only")
-    elif not native.serves(config.estimator_kind, config.kl_kind, config.build_prior(),
-                           config.parametrization_kind):
+    elif not native.serves(plan.estimator, plan.kl, plan.prior, plan.parametrization):
         # native.table.SERVED, which the loaded C code was checked to agree with: a prior, estimator
         # or parametrization it does not know never trains with another one's formulas
         why_not = ("the C kernels serve no estimator %s with the %s %s KL, prior %s and "
                    "parametrization %s (native.table.SERVED)" % (
-                       config.estimator, config.kl_direction, config.kl, config.describe_prior(),
-                       config.parametrization))
+                       plan.estimator.name, plan.kl.direction, plan.kl.name,
+                       plan.prior_description, plan.parametrization.name))
     if asked is not None and asked.native and why_not:
         raise ConfigError("backend", backend, "ndarray here: %s" % why_not)
     if asked is not None and not asked.native:
@@ -142,52 +140,22 @@ def choose_backend(config, ctx, backend=None):
 OPTIMIZER_STATE_VECTORS = {"sgd": 0, "adam": 4}
 
 
-def training_memory_bytes(config):
+def training_memory_bytes(plan):
     """About how many bytes a run's step holds at its peak: per parameter, float32 mu and rho,
     the five workspace vectors, the estimator's extra ones and a removal's means (or the
     ndarray backend's temporaries), two Adam moments for each of mu and rho, and the copies
     made while they are initialised (float64 for the largest array); per example of a batch,
     the activations of every layer."""
-    network = config.build_network()
+    network = plan.network
     shapes = network.param_shapes()
     size = sum(math.prod(shape) for shape in shapes)
-    floats_per_entry = (2 + 5 + native.extra_workspace_vectors(config.estimator_kind)
-                        + config.remove_switched_off  # the means the network takes
-                        + OPTIMIZER_STATE_VECTORS[config.optimizer] + 4)
+    floats_per_entry = (2 + 5 + native.extra_workspace_vectors(plan.estimator)
+                        + plan.remove_switched_off  # the means the network takes
+                        + OPTIMIZER_STATE_VECTORS[plan.optimizer] + 4)
     largest = max(math.prod(shape) for shape in shapes)
     # forward outputs and their gradients, and the graph's temporaries
-    activations = config.batch_size * network.activation_size * 4
+    activations = plan.batch_size * network.activation_size * 4
     return 4 * size * floats_per_entry + 8 * largest + 4 * activations
-
-
-def available_memory_bytes():
-    """Memory the system can give a new process (Linux's MemAvailable), or None if unknown."""
-    try:
-        with open("/proc/meminfo") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        pass
-    try:
-        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_AVPHYS_PAGES")
-    except (ValueError, OSError, AttributeError):
-        return None
-
-
-def check_memory(config, available=None):
-    """ResourceError, before anything is allocated, where ``config``'s network needs more
-    memory than is ``available`` (default: ``available_memory_bytes()``)."""
-    available = available_memory_bytes() if available is None else available
-    needed = training_memory_bytes(config)
-    if available is not None and needed > available:
-        size = sum(math.prod(shape) for shape in config.layer_shapes())
-        shaped_by = ("{num_hidden_layers} %d, {num_hidden_units} %d" % (
-            config.num_hidden_layers, config.num_hidden_units) if config.sized_by_fields
-            else "{network} %s" % config.network.replace("%", "%%"))
-        raise ResourceError("a network of %s parameters (" + shaped_by + ") needs about %.1f "
-                            "GiB of memory to train, %.1f GiB are available",
-                            "{:,}".format(size), needed / 2 ** 30, available / 2 ** 30)
 
 
 class TrainingStep:
@@ -196,33 +164,31 @@ class TrainingStep:
     learns no sigma: Monte Carlo dropout, the deterministic network); it returns the loss, an
     NDArray (1,) that is not waited for."""
 
-    def __init__(self, config, ctx, mus=None, rhos=None, backend=None, noise=None,
+    def __init__(self, plan, ctx, mus=None, rhos=None, backend=None, noise=None,
                  num_update=0, num_train=None):
-        self.config, self.ctx, self.noise_kind = config, ctx, noise
-        self.backend, self.why_not_native = choose_backend(config, ctx, backend)
-        self.network = config.build_network()
-        self.graph = NetworkGraph(self.network, config.build_likelihood())
+        self.plan, self.ctx, self.noise_kind = plan, ctx, noise
+        self.backend, self.why_not_native = choose_backend(plan, ctx, backend)
+        self.network, self.prior, self.model_kind = plan.network, plan.prior, plan.model_kind
+        self.graph = NetworkGraph(self.network, plan.likelihood)
         self.layout = self.graph.layout
-        self.prior = config.build_prior()
-        self.model_kind, self.estimator = config.model_kind, config.estimator_kind
-        self.kl, self.parametrization = config.kl_kind, config.parametrization_kind
+        self.estimator, self.kl, self.parametrization = plan.estimator, plan.kl, plan.parametrization
         if mus is None:
-            mus, _ = init_variational_params(self.layout.shapes, ctx, config.mu_scale,
-                                             config.rho_offset, seed=config.seed)
+            mus, _ = init_variational_params(self.layout.shapes, ctx, plan.mu_scale,
+                                             plan.initial_rhos[0], seed=plan.seed)
             mus = self.network.initial_means(mus, nd.ones_like)
         if rhos is None:
             rhos = [nd.full(shape, value, ctx=ctx)
-                    for shape, value in zip(self.layout.shapes, config.initial_rhos())]
+                    for shape, value in zip(self.layout.shapes, plan.initial_rhos)]
         self.mu, self.rho = self.layout.flatten(mus), self.layout.flatten(rhos)
         if self.model_kind.natural_gradient:
             # IVON (learning/ivon.py): its own update of mu, sigma from its Hessian estimate
-            self.optimizer = ivon_optimizer(config, num_train, num_update,
+            self.optimizer = ivon_optimizer(plan.ivon, plan.schedule, num_train, num_update,
                                             native=self.backend.native)
             self.optimizer_states = [self.optimizer.create_state(0, self.mu)]
         else:
             self.optimizer = mx.optimizer.create(
-                config.optimizer, learning_rate=config.learning_rate, rescale_grad=1.0, wd=0.0,
-                begin_num_update=num_update)
+                plan.optimizer, learning_rate=plan.schedule.learning_rate, rescale_grad=1.0,
+                wd=0.0, begin_num_update=num_update)
             self.optimizer_states = [self.optimizer.create_state(i, p)
                                      for i, p in enumerate((self.mu, self.rho))]
         self.workspace = (None if self.model_kind.natural_gradient
@@ -247,17 +213,18 @@ class TrainingStep:
     def start_epoch(self, epoch):
         """Set the epoch's learning rate and noise: the draws of an epoch depend on the seed and
         the epoch alone, so a resumed run draws what an uninterrupted one does."""
-        self.optimizer.set_learning_rate(self.config.learning_rate_at(epoch))
+        schedule = self.plan.schedule
+        self.optimizer.set_learning_rate(schedule.learning_rate_at(epoch))
         if self.model_kind.natural_gradient:  # the prior's weight: the KL term's, warmed up
-            self.optimizer.prior_scale = self.config.kl_scale * self.config.kl_factor_at(epoch)
-            self.optimizer.beta2 = self.config.ivon_beta2_at(epoch)
+            self.optimizer.prior_scale = self.plan.kl_scale * schedule.kl_factor_at(epoch)
+            self.optimizer.beta2 = schedule.beta2_at(epoch)
             # sigma from the state and the prior's weight this epoch (a run's first: from the
             # Hessian's start); a resumed run has loaded its state before it starts an epoch
             self.rho[:] = self.optimizer.log_variance(self.optimizer_states[0], self.mu)
-        self.noise = noise_for(self.ctx, [self.config.seed, epoch, 1], self.noise_kind)
+        self.noise = noise_for(self.ctx, [self.plan.seed, epoch, 1], self.noise_kind)
         self.threads.start_epoch()
         if self.network.has_dropout:
-            seed_generator(self.ctx, [self.config.seed, epoch, 2])
+            seed_generator(self.ctx, [self.plan.seed, epoch, 2])
 
     def __call__(self, X, targets, kl_weight):
         """One step on the mini-batch ``X`` with ``targets`` (what the likelihood scores) and
@@ -276,7 +243,7 @@ class TrainingStep:
             self._update(0, self.mu, grad_mu)
             return loss
         keep = None
-        if self.config.remove_switched_off:
+        if self.plan.remove_switched_off:
             # the mask the last step left, or, on a new or resumed step, the same from the
             # parameters it holds
             keep = self._kept if self._kept is not None else self.kept()
@@ -307,19 +274,19 @@ class TrainingStep:
         state, optimizer = self.optimizer_states[0], self.optimizer
         optimizer.rescale_grad = 1.0 / X.shape[0]  # the mean loss's gradient
         loss = None
-        for sample in range(self.config.num_samples):
+        for sample in range(self.plan.num_samples):
             weights, noise = optimizer.draw_weights(self.mu, state, self.noise)
             if sample == 0:
                 optimizer.prior_at_draw(state, weights)
             nll, grad_w = self._data_term(X, targets, weights)
             loss = nll if loss is None else loss + nll
-            if self.config.num_samples == 1:  # the update from this draw, in one pass
+            if self.plan.num_samples == 1:  # the update from this draw, in one pass
                 optimizer.step_one_draw(0, self.mu, state, grad_w, noise, self.rho)
                 return loss
             optimizer.accumulate(state, grad_w, noise)
         optimizer.update(0, self.mu, None, state)
         self.rho[:] = optimizer.log_variance(state, self.mu)
-        return loss / self.config.num_samples
+        return loss / self.plan.num_samples
 
     def kept(self):
         """1 where the parameter is in the network, 0 where it is removed
@@ -363,20 +330,19 @@ class TrainingStep:
                 target[:] = array.as_in_context(self.ctx)
 
 
-def ivon_optimizer(config, num_train, num_update=0, native=True):
-    """The ``IVON`` optimizer of a run of ``config`` (``--model ivon``): its settings, the
-    effective sample size ``num_train`` where the config names none, the prior that enters
-    its update through its density (None for ``none``), and whether its fast paths run on the
-    C kernels (``native``: the run's backend)."""
+def ivon_optimizer(settings, schedule, num_train, num_update=0, native=True):
+    """The ``IVON`` optimizer of ``settings`` (a ``plan.IvonSettings``) and ``schedule``'s first
+    learning rate and beta2, the effective sample
+    size ``num_train`` where they name none, its fast paths on the C kernels where ``native``
+    (the run's backend)."""
     from .ivon import IVON
-    ess = config.ivon_ess or num_train
+    ess = settings.ess or num_train
     if ess is None:
         raise ConfigError("ivon_ess", None, "given where the training images are not known")
-    return IVON(learning_rate=config.learning_rate, ess=ess, hess_init=config.ivon_hess_init,
-                beta1=config.ivon_beta1, beta2=config.ivon_beta2,
-                weight_decay=config.ivon_weight_decay,
-                clip_radius=config.ivon_clip_radius or float("inf"), prior=config.ivon_prior(),
-                prior_at_draws=config.ivon_prior_at_draws, native=native,
+    return IVON(learning_rate=schedule.learning_rate, ess=ess, hess_init=settings.hess_init,
+                beta1=settings.beta1, beta2=schedule.beta2, weight_decay=settings.weight_decay,
+                clip_radius=settings.clip_radius, prior=settings.prior,
+                prior_at_draws=settings.prior_at_draws, native=native,
                 begin_num_update=num_update)
 
 

@@ -6,7 +6,8 @@ from mxnet import autograd, nd
 from mxnet.gluon import HybridBlock, nn
 
 from ..family.estimators import estimator as estimator_named
-from ..tutorial import GaussianPrior, log_gaussian, sample_epsilons, total, transform_gaussian_samples
+from ..tutorial import (GaussianPrior, sample_epsilons, sampled_kl, total,
+                        transform_gaussian_samples)
 from .layers import convolution
 from ..family.parametrizations import SOFTPLUS, parametrization as parametrization_named
 from ..analysis.snr import prune_weights
@@ -211,11 +212,11 @@ def kl_term(net, log_prior=None):
         mus, rhos, epsilons = layer.variational_arrays()
         sigmas = layer.parametrization.sigmas(rhos)
         prior = log_prior or layer.prior or GaussianPrior(1.0)
-        for w, mu, sigma in zip(transform_gaussian_samples(mus, sigmas, epsilons), mus, sigmas):
-            if getattr(prior, "has_log_density", True):
-                terms.append(total(log_gaussian(w, mu, sigma)) - prior(w))
-            else:  # an improper prior (log-uniform) gives its KL in closed form alone
-                terms.append(total(prior.kl(mu, sigma)))
+        if getattr(prior, "has_log_density", True):
+            terms.append(sampled_kl(transform_gaussian_samples(mus, sigmas, epsilons), mus,
+                                    sigmas, prior))
+        else:  # an improper prior (log-uniform) gives its KL in closed form alone
+            terms += [total(prior.kl(mu, sigma)) for mu, sigma in zip(mus, sigmas)]
     return nd.add_n(*terms)
 
 

@@ -12,6 +12,17 @@ from ..family.formulas import Keyed
 # the estimators that draw per example, for a dense or convolution layer's operator
 # ``apply(F, h, W, b)``: the ``Network``'s layers and the Gluon blocks call these
 
+def lrt_parts(layer):
+    """The local reparametrization's methods of a dense, convolution or gate layer: (its
+    output, its noise arrays' shapes)."""
+    return layer.lrt_output, layer.lrt_noise_shapes
+
+
+def flipout_parts(layer):
+    """Flipout's methods of a dense, convolution or gate layer, as ``lrt_parts``."""
+    return layer.flipout_output, layer.flipout_noise_shapes
+
+
 def local_reparametrization(F, apply, h, mus, sigmas, noise=None, drawing=None):
     """The pre-activations drawn from their Gaussian (Kingma et al. 2015): mean
     ``apply(h, mu_W, mu_b)``, variance ``apply(h^2, sigma_W^2, sigma_b^2)`` (plus
@@ -579,17 +590,19 @@ class Network:
         layers (a gate's are folded into the layer before it by compression)."""
         return sum(layer.multiply_adds(inp, out) for layer, inp, out in self.linear_layers())
 
-    def noisy_run(self, X, estimator, mus, seconds, noise, F):
-        """The output for X under ``estimator`` (``lrt`` or ``flipout``) that draws per
-        example: each dense, convolution or gate layer's ``ESTIMATOR_output`` with its means,
-        its second parameters (sigma, or the perturbation sigma * eps) and its noise arrays
-        (``ESTIMATOR_noise_shapes``, in layer order)."""
-        arrays, start = [], 0
+    def noisy_run(self, X, parts, mus, seconds, noise, F):
+        """The output for X under an estimator that draws per example, whose methods of each
+        layer ``parts(layer)`` gives (``lrt_parts``, ``flipout_parts``): each dense, convolution
+        or gate layer's output with its means, its second parameters (sigma, or the
+        perturbation sigma * eps) and its noise arrays, in layer order."""
+        outputs, arrays, start = [], [], 0
         for layer, inp, out in self.linear_layers():
-            count = len(getattr(layer, estimator + "_noise_shapes")(1, inp, out))
+            output, noise_shapes = parts(layer)
+            count = len(noise_shapes(1, inp, out))
+            outputs.append(output)
             arrays.append(noise[start:start + count])
             start += count
-        return self.run(X, lambda layer, h, k, i, shape: getattr(layer, estimator + "_output")(
+        return self.run(X, lambda layer, h, k, i, shape: outputs[k](
             F, h, mus[i:i + layer.num_params], seconds[i:i + layer.num_params], arrays[k],
             shape), F)
 

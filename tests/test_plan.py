@@ -1,0 +1,94 @@
+"""learning/plan.py: the choices a config names, built once into the objects the training step
+takes; nothing below the loop reads a config."""
+import os
+
+import mxnet as mx
+import numpy as np
+from mxnet import nd
+
+from gluon_bbb import Config, TrainingStep
+from gluon_bbb.family.estimators import estimator
+from gluon_bbb.family.kl import kl_estimate
+from gluon_bbb.family.likelihoods import Categorical
+from gluon_bbb.family.model_kinds import model_kind
+from gluon_bbb.family.parametrizations import LogVariance, Softplus
+from gluon_bbb.family.priors import GatedPrior, GaussianPrior, LogUniformPrior, NoPrior
+from gluon_bbb.learning.plan import IvonSettings, Plan
+from gluon_bbb.learning.schedules import Schedule, lr_schedule
+from gluon_bbb.networks.layers import mlp
+from test_package import package_imports
+
+# the step and what it is built from: none of them may reach learning.config
+BELOW_THE_LOOP = ("learning.step", "learning.ndarray_backend", "learning.ivon", "learning.plan",
+                  "learning.schedules", "learning.noise", "learning.threads",
+                  "networks.layers", "networks.blocks")
+
+
+def test_a_configs_plan_holds_its_built_objects():
+    config = Config(network="dense:30,gate,relu,dense:10", num_inputs=20, prior="none",
+                    gate_prior="log_uniform", kl="analytic", estimator="lrt",
+                    parametrization="log_variance", rho_offset=-8.0, gate_rho_offset=-2.0,
+                    lr_schedule="linear", epochs=4, seed=3, batch_size=16)
+    plan = config.build_plan()
+    assert plan is config.build_plan()  # built once
+    assert plan.network.param_shapes() == config.layer_shapes()
+    assert plan.estimator == estimator("lrt") and plan.kl == kl_estimate("analytic")
+    assert plan.parametrization == LogVariance() and plan.model_kind == model_kind("bbb")
+    assert isinstance(plan.prior, GatedPrior)
+    assert (plan.prior.weights, plan.prior.gates) == (NoPrior(), LogUniformPrior())
+    assert plan.initial_rhos == (-8.0, -8.0, -2.0, -8.0, -8.0)
+    assert [plan.schedule.learning_rate_at(e) for e in range(4)] == [0.001, 0.00075, 0.0005,
+                                                                   0.00025]
+    assert (plan.seed, plan.batch_size, plan.ivon) == (3, 16, None)
+    ivon = Config(model="ivon", parametrization="log_variance", ivon_ess=500,
+                  ivon_clip_radius=2.0, prior="gaussian",
+                  sigma_p=0.5).build_plan()
+    assert ivon.ivon == IvonSettings(500, 0.1, 0.9, 1e-4, 2.0, GaussianPrior(0.5), False)
+    assert Config(model="ivon", parametrization="log_variance").build_plan(
+    ).ivon.clip_radius == float("inf")
+
+
+def test_a_plan_of_objects_built_by_hand_trains_as_the_configs_does():
+    """The step takes objects: a plan made without a config trains what the config's does (to
+    the rounding of the OpenMP team, which follows the cores free as each step runs)."""
+    config = Config(num_inputs=12, num_hidden_units=9, num_outputs=3, prior="gaussian",
+                    sigma_p=0.3, optimizer="adam", learning_rate=0.01, lr_decay_every=1,
+                    lr_decay_factor=0.5, seed=5, batch_size=6, num_samples=2)
+    by_hand = Plan(mlp(12, 9, 2, 3), Categorical(), model_kind("bbb"), GaussianPrior(0.3),
+                   estimator("sample"), kl_estimate("mc"), Softplus(),
+                   Schedule(lr_schedule("step"), 0.01, 10, 1, 0.5), "adam", None, 2, 5, 0.1,
+                   (-3.0,) * 6, False, 1.0, 6, "gaussian")
+    rng = np.random.default_rng(0)
+    X = nd.array(rng.normal(size=(6, 12)))
+    y = nd.one_hot(nd.array(rng.integers(0, 3, 6)), 3)
+    results = []
+    for plan in (config.build_plan(), by_hand):
+        step = TrainingStep(plan, mx.cpu())
+        losses = []
+        for epoch in range(2):
+            step.start_epoch(epoch)
+            losses.append(step(X, y, 0.1).asnumpy())
+        results.append((np.concatenate(losses), step.mu.asnumpy(), step.rho.asnumpy()))
+    for got, want in zip(*results):
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-7)
+    assert step.optimizer.lr == 0.005  # the second epoch's rate, from the schedule
+
+
+def test_nothing_below_the_loop_imports_the_config():
+    edges = package_imports()
+    reach = {}
+
+    def reached(module):
+        if module not in reach:
+            reach[module] = set()
+            for dependency in edges[module]:
+                reach[module] |= {dependency} | reached(dependency)
+        return reach[module]
+    below = list(BELOW_THE_LOOP) + [m for m in edges if m.split(".")[0] in ("family", "native")]
+    for module in below:
+        assert "learning.config" not in reached(module) | {module}, module
+    assert "learning.plan" in edges["learning.config"]
+    # and the step's source names no config
+    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    with open(os.path.join(here, "gluon_bbb", "learning", "step.py")) as f:
+        assert "config" not in f.read().lower().replace("configerror", "")
