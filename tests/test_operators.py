@@ -9,6 +9,7 @@ from mxnet import nd
 
 from gluon_bbb import Config, combined_loss_gradients
 from gluon_bbb.native import library as native
+from gluon_bbb.family.estimators import estimator
 from gluon_bbb.family.priors import GaussianPrior
 
 # every test here needs the built library: skipped without it, failed in CI (conftest.py)
@@ -297,6 +298,7 @@ def test_a_convolution_takes_its_operator_only_for_the_formula_it_computes(
             return [(batch_size,) + tuple(input_shape), (batch_size,) + tuple(output_shape)]
 
     rng = np.random.default_rng(0)
+    parts = estimator(estimator_name).layer_parts
     for conv, taken in ((Conv2D(5, 3), True), (Doubled(5, 3), False), (OwnNoise(5, 3), False)):
         network = Network([conv, ReLU(), MaxPool2D(2), Flatten(), Dense(3)],
                           input_shape=(2, 9, 9))
@@ -304,13 +306,13 @@ def test_a_convolution_takes_its_operator_only_for_the_formula_it_computes(
         mus = [nd.array(rng.normal(size=s)) for s in shapes]
         seconds = [nd.array(rng.random(size=s)) for s in shapes]
         noise = [nd.array(rng.normal(size=s)) for layer, inp, out in network.linear_layers()
-                 for s in getattr(layer, estimator_name + "_noise_shapes")(4, inp, out)]
+                 for s in parts(layer)[1](4, inp, out)]
         X = nd.array(rng.normal(size=(4, 162)))
         del calls[:]
-        ours = network.noisy_run(X, estimator_name, mus, seconds, noise,
+        ours = network.noisy_run(X, parts, mus, seconds, noise,
                                  native_operators.Accelerated(nd))
         assert len(calls) == (1 if taken else 0)
-        plain = network.noisy_run(X, estimator_name, mus, seconds, noise, nd)
+        plain = network.noisy_run(X, parts, mus, seconds, noise, nd)
         np.testing.assert_allclose(ours.asnumpy(), plain.asnumpy(), rtol=1e-4, atol=1e-4)
 
 
