@@ -39,8 +39,8 @@ def sigmoid(x, F=None):
 
 
 def total(x, F=None):
-    """The sum of all entries of ``x``, shape (1,), as a BLAS dot with ones: on the CPU 30 times
-    faster than ``nd.sum``, which reduces on one thread (3 ms for 478k entries on 2 cores)."""
+    """The sum of all entries of ``x``, shape (1,), as a BLAS dot with ones (``nd.sum`` reduces
+    on one thread: docs/PERFORMANCE.md)."""
     F = operators(F)
     flat = x.reshape((-1,))
     return F.dot(flat, F.ones_like(flat))

@@ -92,8 +92,7 @@ class NativeBackend(NdarrayBackend):
 
     def describe(self, ctx, why_not_native, estimator, network):
         line = "backend: native (C kernels, %s)" % ctx
-        # MXNet loads the operators (a few tenths of a second) for the runs whose graphs take
-        # them only
+        # MXNet loads the operators for the runs whose graphs take them only
         if (native.takes_graph_operators(estimator, network)
                 and not native_operators.available()):
             line += "\n  native operators not used: %s" % native_operators.unavailable_reason()
@@ -260,8 +259,7 @@ class TrainingStep:
 
     def _data_term(self, X, targets, weights):
         """-sum log P(y | X, w) at ``weights`` and its gradient, written into one array the
-        step keeps (the graph writes every entry): a new zeroed one each step cost 1.5-2 ms of
-        a 13-18 ms 2x1200 forward and backward pass."""
+        step keeps (the graph writes every entry)."""
         if self._grad_w is None:
             self._grad_w = nd.zeros(self.mu.shape, ctx=self.ctx, dtype=self.mu.dtype)
         return self.graph.nll_and_grad(X, targets, weights, self._grad_w,

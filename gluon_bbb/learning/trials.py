@@ -36,8 +36,7 @@ RESERVED_FLAGS = ("out", "resume")
 LOCK_WAIT_SECONDS = 120.0
 # a failed command's cause, at most this long
 CAUSE_LENGTH = 400
-# the most trials one sweep plans: each is a process, a directory and a Dask task (planning
-# checks about 5,000 trials a second)
+# the most trials one sweep plans: each is a process, a directory and a Dask task
 MAX_TRIALS = 10000
 
 
