@@ -1,9 +1,11 @@
 """learning/plan.py: the choices a config names, built once into the objects the training step
 takes; nothing below the loop reads a config."""
+import ast
 import os
 
 import mxnet as mx
 import numpy as np
+import pytest
 from mxnet import nd
 
 from gluon_bbb import Config, TrainingStep
@@ -88,7 +90,15 @@ def test_nothing_below_the_loop_imports_the_config():
     for module in below:
         assert "learning.config" not in reached(module) | {module}, module
     assert "learning.plan" in edges["learning.config"]
-    # and the step's source names no config
+    # and no name in the step's code is a config's
     here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     with open(os.path.join(here, "gluon_bbb", "learning", "step.py")) as f:
-        assert "config" not in f.read().lower().replace("configerror", "")
+        tree = ast.parse(f.read())
+    names = {getattr(node, "id", None) or getattr(node, "attr", None) or getattr(node, "arg", "")
+             for node in ast.walk(tree) if isinstance(node, (ast.Name, ast.Attribute, ast.arg))}
+    assert not [name for name in names if "config" in name.lower() and name != "ConfigError"]
+
+
+def test_a_step_refuses_a_config_in_one_line():
+    with pytest.raises(TypeError, match="TrainingStep takes a learning.plan.Plan"):
+        TrainingStep(Config(), mx.cpu())

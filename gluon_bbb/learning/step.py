@@ -10,6 +10,7 @@ from ..family.formulas import describe_lost
 from ..tutorial import init_variational_params, sample_epsilons
 from .ndarray_backend import NetworkGraph, combined_loss_gradients, draw_size
 from .noise import noise_for, seed_generator
+from .plan import Plan
 from .threads import Threads
 from ..family.priors import removed
 
@@ -165,6 +166,9 @@ class TrainingStep:
 
     def __init__(self, plan, ctx, mus=None, rhos=None, backend=None, noise=None,
                  num_update=0, num_train=None):
+        if not isinstance(plan, Plan):
+            raise TypeError("TrainingStep takes a learning.plan.Plan (Config.build_plan() gives "
+                            "a config's), not a %s" % type(plan).__name__)
         self.plan, self.ctx, self.noise_kind = plan, ctx, noise
         self.backend, self.why_not_native = choose_backend(plan, ctx, backend)
         self.network, self.prior, self.model_kind = plan.network, plan.prior, plan.model_kind
