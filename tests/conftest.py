@@ -12,10 +12,15 @@ _NO_MNIST = ("no MNIST for the tests: set GLUON_BBB_DATA to a directory holding 
 
 # pytest-xdist's workers share the cores: each worker, and every command it starts
 # (commands.user_env keeps this), runs its share of OpenMP threads, since threads beyond the
-# cores spin against each other and slow every process down
+# cores spin against each other and slow every process down. Without workers the tests hold
+# the team at the cores granted: a team that follows the load (learning/threads.py) trains
+# other bits, and runs compared bit for bit (a resume against the whole run) must train on one
+# team whatever else the machine runs; the tests of the following set their own.
 if int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")) > 1:
     os.environ["OMP_NUM_THREADS"] = str(max(1, len(os.sched_getaffinity(0))
                                            // int(os.environ["PYTEST_XDIST_WORKER_COUNT"])))
+else:
+    os.environ.setdefault("OMP_NUM_THREADS", str(len(os.sched_getaffinity(0))))
 
 import gluon_bbb  # noqa: E402  (before MXNet: its thread and engine settings are read as it loads)
 mx = gluon_bbb.require_mxnet()
