@@ -184,9 +184,19 @@ class TrainingStep:
                     for shape, value in zip(self.layout.shapes, plan.initial_rhos)]
         self.mu, self.rho = self.layout.flatten(mus), self.layout.flatten(rhos)
         if self.model_kind.natural_gradient:
-            # IVON (learning/ivon.py): its own update of mu, sigma from its Hessian estimate
-            self.optimizer = ivon_optimizer(plan.ivon, plan.schedule, num_train, num_update,
-                                            native=self.backend.native)
+            # IVON (learning/ivon.py): its own update of mu, sigma from its Hessian estimate,
+            # its fast paths on the C kernels with the native backend
+            from .ivon import IVON
+            ivon, schedule = plan.ivon, plan.schedule
+            if (ivon.ess or num_train) is None:
+                raise ConfigError("ivon_ess", None, "given where the training images are not "
+                                  "known")
+            self.optimizer = IVON(
+                learning_rate=schedule.learning_rate, ess=ivon.ess or num_train,
+                hess_init=ivon.hess_init, beta1=ivon.beta1, beta2=schedule.beta2,
+                weight_decay=ivon.weight_decay, clip_radius=ivon.clip_radius, prior=ivon.prior,
+                prior_at_draws=ivon.prior_at_draws, native=self.backend.native,
+                begin_num_update=num_update)
             self.optimizer_states = [self.optimizer.create_state(0, self.mu)]
         else:
             self.optimizer = mx.optimizer.create(
@@ -330,22 +340,6 @@ class TrainingStep:
                                       [a.shape for a in arrays], [t.shape for t in targets])
             for target, array in zip(targets, arrays):
                 target[:] = array.as_in_context(self.ctx)
-
-
-def ivon_optimizer(settings, schedule, num_train, num_update=0, native=True):
-    """The ``IVON`` optimizer of ``settings`` (a ``plan.IvonSettings``) and ``schedule``'s first
-    learning rate and beta2, the effective sample
-    size ``num_train`` where they name none, its fast paths on the C kernels where ``native``
-    (the run's backend)."""
-    from .ivon import IVON
-    ess = settings.ess or num_train
-    if ess is None:
-        raise ConfigError("ivon_ess", None, "given where the training images are not known")
-    return IVON(learning_rate=schedule.learning_rate, ess=ess, hess_init=settings.hess_init,
-                beta1=settings.beta1, beta2=schedule.beta2, weight_decay=settings.weight_decay,
-                clip_radius=settings.clip_radius, prior=settings.prior,
-                prior_at_draws=settings.prior_at_draws, native=native,
-                begin_num_update=num_update)
 
 
 def _state_arrays(state):
