@@ -164,7 +164,10 @@ def test_training_beside_a_busy_process_takes_the_free_core_and_records_it(tmp_p
     granted = cpus_granted()
     history = json.loads((tmp_path / "followed" / "history.json").read_text())
     segments = [segment for record in history for segment in record["threads"]]
-    assert segments[0] == [0, granted] and [0, granted] != segments[-1], segments
+    # the first epoch starts on the cores granted, or, where its first window closed before
+    # the first batch (the setup took longer than a window beside the load), on what it left
+    assert segments[0][0] == 0 and 1 <= segments[0][1] <= granted, segments
+    assert [0, granted] != segments[-1], segments
     assert all(0 <= batch < 157 and 1 <= count < granted for batch, count in segments[1:])
     assert history[-1]["test_accuracy"] > 0.9
     history = json.loads((tmp_path / "fixed" / "history.json").read_text())
