@@ -177,7 +177,7 @@ class TrainingStep:
         self.estimator, self.kl, self.parametrization = plan.estimator, plan.kl, plan.parametrization
         if mus is None:
             mus, _ = init_variational_params(self.layout.shapes, ctx, plan.mu_scale,
-                                             plan.initial_rhos[0], seed=plan.seed)
+                                             seed=plan.seed)
             mus = self.network.initial_means(mus, nd.ones_like)
         if rhos is None:
             rhos = [nd.full(shape, value, ctx=ctx)
@@ -187,12 +187,12 @@ class TrainingStep:
             # IVON (learning/ivon.py): its own update of mu, sigma from its Hessian estimate,
             # its fast paths on the C kernels with the native backend
             from .ivon import IVON
-            ivon, schedule = plan.ivon, plan.schedule
-            if (ivon.ess or num_train) is None:
+            ivon, schedule, ess = plan.ivon, plan.schedule, plan.ivon.ess or num_train
+            if ess is None:
                 raise ConfigError("ivon_ess", None, "given where the training images are not "
                                   "known")
             self.optimizer = IVON(
-                learning_rate=schedule.learning_rate, ess=ivon.ess or num_train,
+                learning_rate=schedule.learning_rate, ess=ess,
                 hess_init=ivon.hess_init, beta1=ivon.beta1, beta2=schedule.beta2,
                 weight_decay=ivon.weight_decay, clip_radius=ivon.clip_radius, prior=ivon.prior,
                 prior_at_draws=ivon.prior_at_draws, native=self.backend.native,
