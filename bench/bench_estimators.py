@@ -76,10 +76,8 @@ def main():
     parser.add_argument("--data-dir")
     args = parser.parse_args()
     data, ctx = load_mnist(args.data_dir), mx.cpu()
-    networks = (("MLP 2x400", args.mlp, Config(**{k: v for k, v in PRESETS["paper-2x400"].items()
-                                                 if k != "epochs"})),
-                ("LeNet", args.lenet, Config(**{k: v for k, v in PRESETS["lenet"].items()
-                                                if k != "epochs"})))
+    networks = (("MLP 2x400", args.mlp, Config.from_dict(dict(PRESETS["paper-2x400"], epochs=10))),
+                ("LeNet", args.lenet, Config.from_dict(dict(PRESETS["lenet"], epochs=10))))
     print("variance of dNLL/dmu over %d draws, mean over the layer's entries; per example: "
           "mean over %d examples" % (args.draws, args.examples))
     print("| network | estimator | first layer, per example | last layer, per example | "

@@ -40,7 +40,7 @@ from gluon_bbb.tutorial import init_variational_params, transform_rhos  # noqa: 
 
 def posterior(preset, seed=0):
     """(network, mus, sigmas) of ``preset``'s network at its initial parameters."""
-    config = Config(**PRESETS[preset])
+    config = Config.from_dict(PRESETS[preset])
     network = config.build_network()
     mus, rhos = init_variational_params(network.param_shapes(), mx.cpu(), config.mu_scale,
                                         config.rho_offset, seed=seed)

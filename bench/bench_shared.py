@@ -31,7 +31,6 @@ import random
 import statistics
 import subprocess
 import sys
-import tempfile
 import threading
 
 _ENVIRONMENT = dict(os.environ)  # before bench_train imports gluon_bbb, which sets its defaults

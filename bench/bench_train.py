@@ -50,7 +50,7 @@ from mxnet import autograd, gluon, nd  # noqa: E402
 from gluon_bbb import (Config, TrainingStep, combined_loss, gaussian_prior,  # noqa: E402
                        init_variational_params, load_mnist, log_softmax_likelihood, net,
                        sample_epsilons, transform_gaussian_samples, transform_rhos)
-from gluon_bbb.family import estimators, kl as kl_estimates
+from gluon_bbb.family import estimators
 from gluon_bbb.learning.config import PRESETS  # noqa: E402
 from gluon_bbb.learning.ndarray_backend import NetworkGraph  # noqa: E402
 
@@ -69,8 +69,7 @@ def stepwise(step):
 def bench_ours(data, config, ctx, steps, backend=None, **options):
     """``run(start, count)`` of ``TrainingStep`` over mini-batches ``start`` to
     ``start + count`` of the training images; ``backend`` as ``TrainingStep`` takes it."""
-    import dataclasses
-    plan = dataclasses.replace(config, seed=0, **options).build_plan()
+    plan = Config.from_dict(dict(config.to_flat(), seed=0, **options)).build_plan()
     step = TrainingStep(plan, ctx, backend=backend)
     b = plan.batch_size
     X = nd.array(data.train_images[:steps * b], ctx=ctx)
@@ -82,8 +81,7 @@ def bench_ours(data, config, ctx, steps, backend=None, **options):
 def bench_deterministic(data, config, ctx, steps, optimizer="sgd", **options):
     """A deterministic MLP of ``config``'s shape (with ``options`` replacing its fields), the
     usual MXNet way, trained by ``optimizer``."""
-    import dataclasses
-    config = dataclasses.replace(config, **options)
+    config = Config.from_dict(dict(config.to_flat(), **options))
     model = gluon.nn.HybridSequential()
     for _ in range(config.num_hidden_layers):
         model.add(gluon.nn.Dense(config.num_hidden_units, activation="relu"))
@@ -132,7 +130,7 @@ def bench_tutorial(data, config, ctx, steps):
             sigmas = transform_rhos(rhos)
             weights = transform_gaussian_samples(mus, sigmas, eps)
             loss = combined_loss(net(X, weights), y, weights, mus, sigmas,
-                                 lambda w: gaussian_prior(w, config.sigma_p),
+                                 lambda w: gaussian_prior(w, config.prior_settings["sigma_p"]),
                                  log_softmax_likelihood, STEPS_PER_EPOCH)
         loss.backward()
         for p in params:

@@ -57,7 +57,7 @@ def bench_pytorch(data, config, steps, estimator="sample"):
     X = torch.tensor(data.train_images, dtype=torch.float32)
     y = torch.tensor(data.train_labels, dtype=torch.long)
     b, log_sqrt_2pi = config.batch_size, 0.5 * np.log(2 * np.pi)
-    sigma_p = config.sigma_p
+    sigma_p = config.prior_settings.get("sigma_p")
     network = config.build_network()
 
     def sampled_weights_loss(h, labels):
@@ -161,7 +161,8 @@ def main():
     except ImportError as e:
         raise SystemExit("PyTorch is not installed (%s)" % e)
     estimator, settings = VARIANTS[args.variant]
-    run = bench_pytorch(load_mnist(args.data_dir), Config(**settings), args.steps, estimator)
+    config = Config.from_dict(settings)
+    run = bench_pytorch(load_mnist(args.data_dir), config, args.steps, estimator)
     print("ready", torch.__version__, flush=True)
     for line in sys.stdin:
         start, count = map(int, line.split())

@@ -337,7 +337,6 @@ def claim_file(path, kind, field="out", inputs=(), own_runs=()):
         raise ConfigError(field, path, "a file's path")
     if os.path.isdir(path):
         raise ConfigError(field, path, "a file's path, not a directory")
-    directory = os.path.dirname(os.path.abspath(path))
     check_not_an_input(path, inputs, field)
     check_outside_other_runs(path, own_runs, field)
     check_replaceable(path, kind, field)

@@ -116,7 +116,7 @@ def regression_config(problem, model="bbb", seed=0, scaling=None, **fields):
     if isinstance(epochs, bool) or not isinstance(epochs, int) or not 1 <= epochs <= MAX_EPOCHS:
         raise ConfigError("epochs", epochs, "an integer from 1 to %d (the training steps; 0 "
                           "trains nothing)" % MAX_EPOCHS)
-    return Config(**values)
+    return Config.from_dict(values)
 
 
 @dataclasses.dataclass

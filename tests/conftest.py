@@ -95,7 +95,8 @@ def overshooting_run(tmp_path_factory, mnist):
     last (``OVERSHOOTING``)."""
     from gluon_bbb import Config, train
     run_dir = str(tmp_path_factory.mktemp("overshooting"))
-    result = train(Config(**OVERSHOOTING), mnist, CTX, out_dir=run_dir, log=lambda line: None)
+    result = train(Config.from_dict(OVERSHOOTING), mnist, CTX, out_dir=run_dir,
+                   log=lambda line: None)
     return run_dir, result.history
 
 

@@ -8,8 +8,11 @@ from gluon_bbb.learning.config import PRESETS
 def test_defaults_are_the_tutorials():
     c = Config()
     assert (c.num_hidden_layers, c.num_hidden_units, c.batch_size, c.epochs) == (2, 400, 128, 10)
-    assert (c.learning_rate, c.num_samples, c.pi, c.sigma_p) == (0.001, 1, 0.25, 1.0)
-    assert (c.sigma_p1, c.sigma_p2, c.prior) == (0.75, 0.1, "gaussian")
+    assert (c.learning_rate, c.num_samples, c.prior, c.prior_settings) == (
+        0.001, 1, "gaussian", {"sigma_p": 1.0})
+    assert Config(prior="scale_mixture").prior_settings == dict(pi=0.25, sigma_p1=0.75,
+                                                                 sigma_p2=0.1)
+    assert c.ivon is None and c.gate_prior_settings is None
     assert c.layer_shapes() == [(400, 784), (400,), (400, 400), (400,), (10, 400), (10,)]
 
 
@@ -28,8 +31,9 @@ def test_prior_spelling_is_normalised():
     ("kl_scale", float("inf")), ("init_best_units", "yes"), ("lr_schedule", "exponential"),
 ])
 def test_invalid_values_name_field_and_value(field, value):
+    mixture = field in ("pi", "sigma_p1", "sigma_p2")  # the scale mixture's settings
     with pytest.raises(ConfigError) as info:
-        Config(**{field: value})
+        Config.from_dict(dict({field: value}, **({"prior": "scale_mixture"} if mixture else {})))
     message = str(info.value)
     assert message.startswith(field + " must be") and repr(value) in message
     assert isinstance(info.value, ValueError) and info.value.field == field
@@ -39,7 +43,7 @@ def test_edges_are_valid():
     from gluon_bbb.family.priors import GaussianPrior
     # a mixture with pi 0 or 1 is its one remaining Gaussian
     for pi, sigma in ((0.0, 0.1), (1.0, 0.75)):
-        prior = Config(prior="scale_mixture", pi=pi).build_prior()
+        prior = Config.from_dict(dict(prior="scale_mixture", pi=pi)).build_prior()
         assert isinstance(prior, GaussianPrior) and prior.sigma_p == sigma
     assert Config(epochs=0).epochs == 0  # a resume that trains nothing more
     assert Config(num_hidden_layers=0).layer_shapes() == [(10, 784), (10,)]  # softmax regression
@@ -52,6 +56,43 @@ def test_round_trip_and_unknown_keys():
         Config.from_dict(dict(c.to_dict(), bogus=1))
 
 
+def test_settings_are_grouped_and_read_flat_as_older_config_json_holds_them():
+    # a run's config.json before the grouping: every prior's scale and IVON's settings flat
+    old = dict(Config().to_dict(), prior="scale_mixture", sigma_p=1.0, pi=0.5, sigma_p1=1.0,
+               sigma_p2=0.05, ivon_ess=None, ivon_hess_init=0.1, ivon_beta2=0.99999)
+    del old["prior_settings"]
+    config = Config.from_dict(old)
+    assert config.prior_settings == dict(pi=0.5, sigma_p1=1.0, sigma_p2=0.05)
+    assert config.ivon is None  # IVON's settings of a bbb run are dropped
+    assert Config.from_dict(config.to_dict()) == config == Config.from_dict(config.to_flat())
+    assert config.to_flat()["sigma_p2"] == 0.05 and "prior_settings" not in config.to_flat()
+    # IVON's, for model ivon, are its one object
+    ivon = Config.from_dict(dict(model="ivon", parametrization="log_variance", prior="none",
+                                 ivon_ess=500, ivon_late_beta2=0.9, ivon_late_epochs=2))
+    assert (ivon.ivon.ess, ivon.ivon.late_beta2, ivon.ivon.hess_init) == (500, 0.9, 0.1)
+    assert ivon.build_schedule().beta2_at(9) == 0.9 and ivon.build_schedule().beta2_at(7) != 0.9
+    assert Config.from_dict(ivon.to_dict()) == ivon == Config.from_dict(ivon.to_flat())
+    assert ivon.to_dict()["ivon"]["ess"] == 500 and ivon.to_flat()["ivon_ess"] == 500
+    # a flat setting goes to each built-in prior of the run that has it
+    gated = Config.from_dict(dict(network="dense:20,gate,relu,dense:10", prior="gaussian",
+                                  gate_prior="gaussian", sigma_p=0.5))
+    assert gated.prior_settings == gated.gate_prior_settings == {"sigma_p": 0.5}
+    assert gated.build_prior().sigma_p == 0.5  # one prior: the gates' is the same
+
+
+@pytest.mark.parametrize("values,field", [
+    (dict(ivon={"ess": 10}), "ivon"),  # IVON's settings for a bbb run
+    (dict(model="ivon", parametrization="log_variance", prior="none", ivon={"eps": 1}), "ivon"),
+    (dict(prior_settings={"sigma": 1.0}), "prior_settings"),
+    (dict(prior="scale_mixture", prior_settings={"pi": 2.0}), "pi"),
+    (dict(gate_prior_settings={}), "gate_prior_settings"),
+])
+def test_grouped_settings_are_checked(values, field):
+    with pytest.raises(ConfigError) as info:
+        Config(**values)
+    assert info.value.field == field
+
+
 def test_analytic_kl_needs_the_gaussian_prior():
     Config(kl="analytic", prior="gaussian")
     with pytest.raises(ConfigError, match="kl must be mc with the scale-mixture prior"):
@@ -59,7 +100,7 @@ def test_analytic_kl_needs_the_gaussian_prior():
 
 
 def test_lenet_preset_is_the_bayesian_lenet():
-    config = Config(**PRESETS["lenet"])
+    config = Config.from_dict(PRESETS["lenet"])
     network = config.build_network()
     assert str(network) == ("conv:20:5,relu,pool:2,conv:50:5,relu,pool:2,dense:500,relu,"
                             "dense:10")

@@ -398,9 +398,10 @@ def test_the_native_backend_equals_autograd_of_the_plain_loss(ctx, native_kernel
         weights, gates = prior
         gated = "gate" in network[0]
         try:
-            prior = Config(network=network[0], num_inputs=network[1], num_outputs=3,
-                           prior=weights, gate_prior=gates if gated else None, kl=kl,
-                           sigma_p=0.8, pi=0.25, sigma_p1=1.0, sigma_p2=0.2).build_prior()
+            prior = Config.from_dict(dict(network=network[0], num_inputs=network[1], num_outputs=3,
+                                          prior=weights, gate_prior=gates if gated else None,
+                                          kl=kl, sigma_p=0.8, pi=0.25, sigma_p1=1.0,
+                                          sigma_p2=0.2)).build_prior()
         except ConfigError:  # a KL estimate a part has not
             assume(False)
         assert isinstance(prior, GatedPrior) == (gated and weights != gates)

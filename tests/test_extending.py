@@ -184,9 +184,9 @@ def test_prior_settings_are_checked():
     with pytest.raises(ConfigError, match="prior_settings must be a dict of the prior's keyword "
                                           "arguments, numbers and strings"):
         Config(prior="laplace", prior_settings={"scale": nd.ones(1)})
-    # a built-in prior object sets the config's fields of its settings
+    # a built-in prior object gives its name and settings
     given = Config(prior=GaussianPrior(0.3))
-    assert (given.prior, given.sigma_p, given.prior_settings) == ("gaussian", 0.3, None)
+    assert (given.prior, given.prior_settings) == ("gaussian", {"sigma_p": 0.3})
     assert given.build_prior() == GaussianPrior(0.3)
     mixture = Config(prior=ScaleMixturePrior(0.5, 2.0, 0.2)).build_prior()
     assert mixture == ScaleMixturePrior(0.5, 2.0, 0.2)

@@ -300,8 +300,8 @@ def test_a_run_steps_the_same_on_both_backends(native_kernels, native_operators,
     float rounding; a network that pools takes the operators' ``bbb_max_pool`` on the native
     backend alone."""
     from gluon_bbb.learning.step import TrainingStep
-    config = Config(**dict(IVON_RUN, prior="scale_mixture", pi=0.5, sigma_p1=1.0,
-                           sigma_p2=0.01, ivon_prior_at_draws=at_draws, network=network))
+    config = Config.from_dict(dict(IVON_RUN, prior="scale_mixture", pi=0.5, sigma_p1=1.0,
+                                   sigma_p2=0.01, ivon_prior_at_draws=at_draws, network=network))
     rng = np.random.default_rng(0)
     X = nd.array(rng.uniform(size=(100, 784)), ctx=ctx)
     y = nd.one_hot(nd.array(rng.integers(0, 10, size=100), ctx=ctx), 10)
@@ -358,19 +358,21 @@ def test_settings_ivon_cannot_take_are_refused():
                                 estimator="lrt"), "estimator"),
                           (dict(model="ivon", parametrization="log_variance",
                                 prior="log_uniform"), "prior"),
-                          (dict(ivon_beta2=1.0), "ivon_beta2"),
-                          (dict(ivon_hess_init=0.0), "ivon_hess_init"),
-                          (dict(ivon_late_beta2=0.999), "ivon_late_epochs"),
-                          (dict(ivon_late_epochs=3), "ivon_late_beta2"),
-                          (dict(ivon_late_epochs=0, ivon_late_beta2=0.9), "ivon_late_epochs"),
-                          (dict(ivon_late_beta2=1.5, ivon_late_epochs=3), "ivon_late_beta2"),
-                          (dict(epochs=4, ivon_late_beta2=0.9, ivon_late_epochs=5),
+                          (dict(IVON_RUN, ivon_beta2=1.0), "ivon_beta2"),
+                          (dict(IVON_RUN, ivon_hess_init=0.0), "ivon_hess_init"),
+                          (dict(IVON_RUN, ivon_late_beta2=0.999), "ivon_late_epochs"),
+                          (dict(IVON_RUN, ivon_late_epochs=3), "ivon_late_beta2"),
+                          (dict(IVON_RUN, ivon_late_epochs=0, ivon_late_beta2=0.9),
+                           "ivon_late_epochs"),
+                          (dict(IVON_RUN, ivon_late_beta2=1.5, ivon_late_epochs=3),
+                           "ivon_late_beta2"),
+                          (dict(IVON_RUN, epochs=4, ivon_late_beta2=0.9, ivon_late_epochs=5),
                            "ivon_late_epochs"),
                           (dict(IVON_RUN, ivon_prior_at_draws=True), "ivon_prior_at_draws"),
                           (dict(IVON_RUN, prior="gaussian", ivon_prior_at_draws=1),
                            "ivon_prior_at_draws")):
         with pytest.raises(ConfigError) as info:
-            Config(**kwargs)
+            Config.from_dict(kwargs)
         assert info.value.field == field
 
 
@@ -406,9 +408,9 @@ def test_a_run_hands_its_prior_and_the_hessians_schedule_to_the_update(ctx):
     and beta2 of each epoch: ``ivon_late_beta2`` in the last ``ivon_late_epochs``."""
     from gluon_bbb.family.priors import ScaleMixturePrior
     from gluon_bbb.learning.step import TrainingStep
-    config = Config(**dict(IVON_RUN, prior="scale_mixture", pi=0.5, sigma_p1=1.0,
-                           sigma_p2=0.01, kl_scale=0.5, kl_warmup_epochs=4, epochs=10,
-                           ivon_late_beta2=0.99, ivon_late_epochs=3))
+    config = Config.from_dict(dict(IVON_RUN, prior="scale_mixture", pi=0.5, sigma_p1=1.0,
+                                   sigma_p2=0.01, kl_scale=0.5, kl_warmup_epochs=4, epochs=10,
+                                   ivon_late_beta2=0.99, ivon_late_epochs=3))
     step = TrainingStep(config.build_plan(), ctx, num_train=3000)
     assert step.optimizer.prior == ScaleMixturePrior(0.5, 1.0, 0.01)
     assert step.optimizer.ess == 3000

@@ -275,9 +275,9 @@ def test_an_infinite_kl_sum_reaches_the_loss(ctx, mnist, kl_name):
 def test_a_map_run_with_the_scale_mixture_agrees_on_both_backends(ctx, mnist, model):
     """The prior as weight decay on the kernel (``bbb_prior_terms``) and on MXNet's operators:
     the same run up to float rounding."""
-    config = Config(epochs=2, train_size=1500, seed=4, model=model, prior="scale_mixture",
-                    pi=0.25, sigma_p1=1.0, sigma_p2=math.exp(-6.0), optimizer="adam",
-                    num_hidden_units=100)
+    config = Config.from_dict(dict(epochs=2, train_size=1500, seed=4, model=model,
+                                   prior="scale_mixture", pi=0.25, sigma_p1=1.0,
+                                   sigma_p2=math.exp(-6.0), optimizer="adam", num_hidden_units=100))
     runs = [train(config, mnist, ctx, log=lambda line: None, progress=False, backend=backend)
             for backend in ("native", "ndarray")]
     assert_same_run(*runs)
@@ -314,8 +314,9 @@ def test_optimizer_update_equals_mxnet(ctx, name, options):
 
 
 def test_training_on_both_backends_agrees(ctx, mnist):
-    config = Config(epochs=2, train_size=1500, seed=3, prior="scale_mixture", pi=0.25,
-                    sigma_p1=1.0, sigma_p2=math.exp(-6.0), optimizer="adam")
+    config = Config.from_dict(dict(epochs=2, train_size=1500, seed=3, prior="scale_mixture",
+                                   pi=0.25, sigma_p1=1.0, sigma_p2=math.exp(-6.0),
+                                   optimizer="adam"))
     lines = []
     runs = [train(config, mnist, ctx, log=lines.append, progress=False, backend=backend)
             for backend in ("native", "ndarray")]
@@ -455,7 +456,7 @@ def test_a_library_that_does_not_match_the_source_is_not_used(monkeypatch, capfd
     else:  # a source edited a second after the library was built, however long ago that was
         built = max(real_getmtime(path) for path in glob.glob(
             os.path.join(os.path.dirname(native.__file__), "_fused*.so")))
-        monkeypatch.setattr(native.os.path, "getmtime", lambda path: built + 1.0
+        monkeypatch.setattr(os.path, "getmtime", lambda path: built + 1.0
                             if path.endswith(problem) else real_getmtime(path))
     native._load.cache_clear()
     try:

@@ -15,8 +15,8 @@ from test_step import CONV, assert_matches, small_problem
 @pytest.mark.parametrize("prior,num_samples", [("gaussian", 1), ("scale_mixture", 1),
                                                 ("gaussian", 3), ("scale_mixture", 2)])
 def test_ndarray_backend_equals_autograd_of_combined_loss(ctx, prior, num_samples):
-    config = Config(num_inputs=12, num_hidden_units=9, num_outputs=4, prior=prior,
-                    sigma_p1=1.0, sigma_p2=0.05)
+    config = Config.from_dict(dict(num_inputs=12, num_hidden_units=9, num_outputs=4, prior=prior,
+                                   sigma_p1=1.0, sigma_p2=0.05))
     layout, mu, rho, X, y, rng = small_problem(ctx, config)
     epsilons = [nd.array(rng.normal(size=layout.size), ctx=ctx, dtype="float64")
                 for _ in range(num_samples)]
@@ -43,7 +43,7 @@ def test_layout_views_share_memory(ctx):
 
 @pytest.mark.parametrize("prior", ["gaussian", "scale_mixture"])
 def test_ndarray_backend_equals_autograd_for_a_convolutional_network(ctx, prior):
-    config = Config(prior=prior, sigma_p1=1.0, sigma_p2=0.05, **CONV)
+    config = Config.from_dict(dict(prior=prior, sigma_p1=1.0, sigma_p2=0.05, **CONV))
     assert [tuple(s) for s in config.layer_shapes()] == [(3, 1, 3, 3), (3,), (2, 3, 2, 2), (2,),
                                                           (5, 2 * 2 * 2), (5,), (4, 5), (4,)]
     layout, mu, rho, X, y, rng = small_problem(ctx, config)

@@ -42,20 +42,17 @@ def test_a_configs_plan_holds_its_built_objects():
     assert [plan.schedule.learning_rate_at(e) for e in range(4)] == [0.001, 0.00075, 0.0005,
                                                                    0.00025]
     assert (plan.seed, plan.batch_size, plan.ivon) == (3, 16, None)
-    ivon = Config(model="ivon", parametrization="log_variance", ivon_ess=500,
-                  ivon_clip_radius=2.0, prior="gaussian",
-                  sigma_p=0.5).build_plan()
-    assert ivon.ivon == IvonSettings(500, 0.1, 0.9, 1e-4, 2.0, GaussianPrior(0.5), False)
-    assert Config(model="ivon", parametrization="log_variance").build_plan(
-    ).ivon.clip_radius == float("inf")
+    ivon = Config(model="ivon", parametrization="log_variance", ivon=dict(ess=500, clip_radius=2.0),
+                  prior="gaussian", prior_settings=dict(sigma_p=0.5)).build_plan()
+    assert (ivon.ivon, ivon.prior) == (IvonSettings(ess=500, clip_radius=2.0), GaussianPrior(0.5))
 
 
 def test_a_plan_of_objects_built_by_hand_trains_the_bits_of_the_configs():
     """The step takes objects: a plan made without a config trains what the config's does (on
     the one OpenMP team the tests hold: conftest.py)."""
     config = Config(num_inputs=12, num_hidden_units=9, num_outputs=3, prior="gaussian",
-                    sigma_p=0.3, optimizer="adam", learning_rate=0.01, lr_decay_every=1,
-                    lr_decay_factor=0.5, seed=5, batch_size=6, num_samples=2)
+                    prior_settings=dict(sigma_p=0.3), optimizer="adam", learning_rate=0.01,
+                    lr_decay_every=1, lr_decay_factor=0.5, seed=5, batch_size=6, num_samples=2)
     by_hand = Plan(mlp(12, 9, 2, 3), Categorical(), model_kind("bbb"), GaussianPrior(0.3),
                    estimator("sample"), kl_estimate("mc"), Softplus(),
                    Schedule(lr_schedule("step"), 0.01, 10, 1, 0.5), "adam", None, 2, 5, 0.1,

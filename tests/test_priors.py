@@ -117,9 +117,9 @@ def test_the_gated_prior_puts_the_gates_under_their_own_prior():
     other entry's the Gaussian's, with their derivatives (finite differences); the Monte Carlo
     KL's log density splices the same way where both parts have one."""
     from gluon_bbb.family.priors import GatedPrior, GaussianPrior, ScaleMixturePrior
-    config = Config(prior="gaussian", sigma_p=0.7, gate_prior="log-uniform", kl="analytic",
-                    parametrization="log_variance", network=GATED, num_inputs=36,
-                    num_outputs=3)
+    config = Config.from_dict(dict(prior="gaussian", sigma_p=0.7, gate_prior="log-uniform",
+                                   kl="analytic", parametrization="log_variance", network=GATED,
+                                   num_inputs=36, num_outputs=3))
     prior = config.build_prior()
     assert isinstance(prior, GatedPrior) and prior.describe() == (
         "gaussian(sigma_p=0.7) with log_uniform() gates")
@@ -139,9 +139,9 @@ def test_the_gated_prior_puts_the_gates_under_their_own_prior():
                                                    - expected(mu, sigma - h)) / (2 * h),
                                rtol=1e-5)
     # gates under the scale mixture's own Gaussian: the densities splice too
-    mixed = Config(prior="scale-mixture", pi=0.5, sigma_p1=1.0, sigma_p2=0.1, sigma_p=0.3,
-                   gate_prior="gaussian", network=GATED, num_inputs=36,
-                   num_outputs=3).build_prior()
+    mixed = Config.from_dict(dict(prior="scale-mixture", pi=0.5, sigma_p1=1.0, sigma_p2=0.1,
+                                  sigma_p=0.3, gate_prior="gaussian", network=GATED, num_inputs=36,
+                                  num_outputs=3)).build_prior()
     spliced = lambda m: np.where(gates, GaussianPrior(0.3).log_density(  # noqa: E731
         as_nd(m)).asnumpy(), ScaleMixturePrior(0.5, 1.0, 0.1).log_density(as_nd(m)).asnumpy())
     log_density, gradient = mixed.log_density_and_gradient(as_nd(mu))

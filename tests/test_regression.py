@@ -30,7 +30,7 @@ def regression_batch(ctx, config, dtype="float64"):
 
 
 def test_ndarray_backend_with_a_heteroscedastic_head_equals_autograd(ctx):
-    config = Config(**HETEROSCEDASTIC)
+    config = Config.from_dict(HETEROSCEDASTIC)
     layout, mu, rho, X, y = regression_batch(ctx, config)
     eps = nd.array(np.random.default_rng(5).normal(size=layout.size), ctx=ctx, dtype="float64")
     network, likelihood = config.build_network(), config.build_likelihood()
@@ -44,7 +44,7 @@ def test_ndarray_backend_with_a_heteroscedastic_head_equals_autograd(ctx):
 
 
 def test_native_backend_with_a_learned_noise_equals_autograd(ctx, native_kernels):
-    config = Config(**dict(HETEROSCEDASTIC, likelihood="gaussian:learned"))
+    config = Config.from_dict(dict(HETEROSCEDASTIC, likelihood="gaussian:learned"))
     layout, mu, rho, X, y = regression_batch(ctx, config, "float32")
     network, likelihood = config.build_network(), config.build_likelihood()
     noise = PhiloxNoise(ctx, seed=6)

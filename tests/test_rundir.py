@@ -176,6 +176,26 @@ def test_resume_with_a_preset_is_checked_like_its_flags(tmp_path, one_epoch):
     assert read_json(out / "config.json")["optimizer"] == "adam"
 
 
+def test_a_run_whose_config_holds_its_settings_flat_resumes(tmp_path, one_epoch):
+    """config.json as it was before the prior's and IVON's settings were grouped: each a field
+    of its own, every prior's scales and IVON's settings written for every run."""
+    run_dir = copy_of(one_epoch, tmp_path)
+    record = read_json(run_dir / "config.json")
+    flat = dict(record, **record.pop("prior_settings"), pi=0.25, sigma_p1=0.75, sigma_p2=0.1,
+                ivon_ess=None, ivon_hess_init=0.1, ivon_beta1=0.9, ivon_beta2=0.99999,
+                ivon_weight_decay=1e-4, ivon_clip_radius=None, ivon_late_beta2=None,
+                ivon_late_epochs=0, ivon_prior_at_draws=False)
+    (run_dir / "config.json").write_text(json.dumps(flat))
+    proc = run(TRAIN, "--out", run_dir, "--resume", "--epochs", "2", "--sigma-p", "0.7")
+    assert_one_line_error(proc, "cannot resume %s: it was trained with --sigma-p 1.0, not 0.7"
+                          % run_dir)
+    proc = run(TRAIN, "--out", run_dir, "--resume", "--epochs", "2", "--sigma-p", "1")
+    assert proc.returncode == 0, proc.stderr
+    resumed = read_json(run_dir / "config.json")
+    assert resumed["prior_settings"] == {"sigma_p": 1.0} and "pi" not in resumed
+    assert "ivon" not in resumed and len(read_json(run_dir / "history.json")) == 2
+
+
 def test_resume_without_the_history_is_refused(tmp_path, one_epoch):
     run_dir = copy_of(one_epoch, tmp_path)
     (run_dir / "history.json").unlink()

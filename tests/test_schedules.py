@@ -45,8 +45,9 @@ def test_cosine_schedule_and_its_config():
 
 
 def test_kl_warm_up_and_late_beta2():
-    schedule = Config(epochs=10, kl_warmup_epochs=4, ivon_late_beta2=0.999,
-                      ivon_late_epochs=3).build_schedule()
+    schedule = Config(epochs=10, kl_warmup_epochs=4).build_schedule()
     assert [schedule.kl_factor_at(e) for e in range(6)] == [0.0, 0.25, 0.5, 0.75, 1.0, 1.0]
-    assert [schedule.beta2_at(e) for e in range(10)] == [0.99999] * 7 + [0.999] * 3
+    ivon = Config(epochs=10, model="ivon", parametrization="log_variance", prior="none",
+                  ivon=dict(late_beta2=0.999, late_epochs=3)).build_schedule()
+    assert [ivon.beta2_at(e) for e in range(10)] == [0.99999] * 7 + [0.999] * 3
     assert Config().build_schedule().kl_factor_at(0) == 1.0

@@ -120,13 +120,13 @@ def test_the_best_epoch_is_the_lowest_objective_where_there_is_one():
 def test_the_kl_warm_up_grows_linearly_and_weighs_the_epochs_loss(mnist):
     config = Config(kl_warmup_epochs=4, **SPARSE)
     assert [config.build_schedule().kl_factor_at(e) for e in range(6)] == [0.0, 0.25, 0.5, 0.75, 1.0, 1.0]
-    assert Config(**SPARSE).build_schedule().kl_factor_at(0) == 1.0
+    assert Config.from_dict(SPARSE).build_schedule().kl_factor_at(0) == 1.0
     with pytest.raises(ConfigError, match="kl_warmup_epochs must be an integer >= 0"):
         Config(kl_warmup_epochs=-1)
     small = dict(SPARSE, train_size=2000, epochs=2)
     warm = train(Config(kl_warmup_epochs=2, **small), mnist, mx.cpu(), log=lambda line: None,
                  progress=False)
-    cold = train(Config(**small), mnist, mx.cpu(), log=lambda line: None, progress=False)
+    cold = train(Config.from_dict(small), mnist, mx.cpu(), log=lambda line: None, progress=False)
     assert [r["kl_factor"] for r in warm.history] == [0.0, 0.5]
     assert "kl_factor" not in cold.history[0]
     # the first epoch of the warm-up is the data term alone, the NLL summed over a mini-batch
@@ -148,7 +148,7 @@ def test_init_from_starts_the_means_from_another_run(tmp_path, mnist, monkeypatc
     monkeypatch.chdir(tmp_path)
     started = train(Config(init_from="deterministic", **small), mnist, mx.cpu(), out_dir=out,
                     log=lambda line: None, progress=False)
-    scratch = train(Config(**small), mnist, mx.cpu(), log=lambda line: None, progress=False)
+    scratch = train(Config.from_dict(small), mnist, mx.cpu(), log=lambda line: None, progress=False)
     # 16 Adam steps from random means against 16 from a network already trained
     # 16 Adam steps from the trained means keep their accuracy (0.913 before, 0.914 after,
     # measured); 16 from random means reach 0.36
@@ -181,9 +181,9 @@ def test_init_from_starts_the_means_from_another_run(tmp_path, mnist, monkeypatc
     # pretrained network alike (a rate of 1e-9 leaves them where they started)
     from gluon_bbb.learning.step import TrainingStep
     gated_small = dict(small, network="dense:100,gate,relu,dense:10", gate_rho_offset=-2.0)
-    assert Config(**gated_small).initial_rhos() == [-10.0, -10.0, -2.0, -10.0, -10.0]
+    assert Config.from_dict(gated_small).initial_rhos() == [-10.0, -10.0, -2.0, -10.0, -10.0]
     assert [float(r.asnumpy().mean()) for r in TrainingStep(
-        Config(**gated_small).build_plan(), mx.cpu()).rhos] == pytest.approx(
+        Config.from_dict(gated_small).build_plan(), mx.cpu()).rhos] == pytest.approx(
         [-10.0, -10.0, -2.0, -10.0, -10.0])
     still = train(Config(init_from=pretrained, **dict(gated_small, learning_rate=1e-9)), mnist,
                   mx.cpu(), log=lambda line: None, progress=False)
@@ -228,8 +228,8 @@ def test_gates_switch_whole_units_off_and_compress_removes_them(tmp_path, mnist)
     from gluon_bbb.shipping import model_file as compressed
     from gluon_bbb.analysis.snr import prune_weights
     out = str(tmp_path / "gated")
-    config = Config(**dict(SPARSE, network="dense:100,gate,relu,dense:10", learning_rate=1e-2,
-                           epochs=4, train_size=20000, validation=2000))
+    config = Config.from_dict(dict(SPARSE, network="dense:100,gate,relu,dense:10",
+                                   learning_rate=1e-2, epochs=4, train_size=20000, validation=2000))
     result = train(config, mnist, mx.cpu(), out_dir=out, log=lambda line: None, progress=False)
     prior = LogUniformPrior()
     gates = prior.switched_off(result.mus[2], result.sigmas[2]).asnumpy()
@@ -278,11 +278,11 @@ def test_a_narrower_run_starts_from_a_gated_runs_best_ranked_units(tmp_path, mni
     gated = dict(SPARSE, prior="none", gate_prior="log-uniform", gate_rho_offset=-2.0,
                  network="dense:100,gate,relu,dense:10", train_size=2000, validation=1000,
                  epochs=1)
-    first = train(Config(**dict(gated, learning_rate=1e-2)), mnist, mx.cpu(), out_dir=ranked,
-                  log=lambda line: None, progress=False)
+    first = train(Config.from_dict(dict(gated, learning_rate=1e-2)), mnist, mx.cpu(),
+                  out_dir=ranked, log=lambda line: None, progress=False)
     narrow = dict(gated, network="dense:30,gate,relu,dense:10", init_from=ranked,
                   init_best_units=True)
-    mus = [m.asnumpy() for m in initial_means(Config(**narrow))]
+    mus = [m.asnumpy() for m in initial_means(Config.from_dict(narrow))]
     arrays = nd.load(os.path.join(ranked, "checkpoint.params"))
     wide = [arrays["mu:%d" % i].asnumpy() for i in range(5)]
     gate_sigma = np.exp(arrays["rho:2"].asnumpy() / 2)  # rho is log sigma^2 here
@@ -292,31 +292,31 @@ def test_a_narrower_run_starts_from_a_gated_runs_best_ranked_units(tmp_path, mni
     for ours, theirs in zip(mus, expected):
         np.testing.assert_array_equal(ours, theirs)
     out = str(tmp_path / "narrow")
-    result = train(Config(**narrow), mnist, mx.cpu(), out_dir=out, log=lambda line: None,
+    result = train(Config.from_dict(narrow), mnist, mx.cpu(), out_dir=out, log=lambda line: None,
                    progress=False)
     with open(os.path.join(out, "config.json")) as f:
         record = json.load(f)
     assert record["init_from"] == ranked and record["init_best_units"] is True
     # 16 steps from those units keep the wide run's accuracy; 16 from random means do not
     # (0.843 before, 0.842 after, 0.558 measured)
-    scratch = train(Config(**dict(narrow, init_from=None, init_best_units=False)), mnist,
+    scratch = train(Config.from_dict(dict(narrow, init_from=None, init_best_units=False)), mnist,
                     mx.cpu(), log=lambda line: None, progress=False)
     assert result.history[0]["test_accuracy"] > first.history[0]["test_accuracy"] - 0.03
     assert scratch.history[0]["test_accuracy"] < first.history[0]["test_accuracy"] - 0.15
     with pytest.raises(ConfigError, match="init_best_units must be false without init_from"):
-        Config(**dict(narrow, init_from=None))
+        Config.from_dict(dict(narrow, init_from=None))
     with pytest.raises(ConfigError, match="init_best_units must be false for a network "
                                           "without gates"):
-        Config(**dict(narrow, network="dense:30,relu,dense:10", gate_prior=None,
-                      gate_rho_offset=None))
+        Config.from_dict(dict(narrow, network="dense:30,relu,dense:10", gate_prior=None,
+                              gate_rho_offset=None))
     with pytest.raises(CheckpointError, match=r"init_best_units: init_from .*ranked is a run of "
                        r"dense:100,gate,relu,dense:10, not of this run's network "
                        r"dense:200,gate,relu,dense:10 with as many units or more"):
-        initial_means(Config(**dict(narrow, network="dense:200,gate,relu,dense:10")))
+        initial_means(Config.from_dict(dict(narrow, network="dense:200,gate,relu,dense:10")))
     os.remove(os.path.join(ranked, "config.json"))
     with pytest.raises(CheckpointError, match="reads the network of init_from from its run's "
                                               "config.json"):
-        initial_means(Config(**narrow))
+        initial_means(Config.from_dict(narrow))
 
 
 def test_a_channel_without_its_bias_on_a_blank_border_draws_finite_gradients(ctx):
@@ -384,7 +384,7 @@ def test_removing_what_the_rule_switches_off_trains_the_pruned_network(tmp_path,
     # and the units of the network the rule keeps, as compress stores it at the rule's share:
     # a hidden unit whose weights in or out are all off is gone
     from gluon_bbb.shipping.writer import compress_parameters
-    network = Config(**small).build_network()
+    network = Config.from_dict(small).build_network()
     mus = [m.asnumpy() for m in result.mus]
     keep = [m != 0 for m in mus]  # removal has zeroed every mean the rule switched off
     _, _, _, report = compress_parameters(network, mus, None, mus, 0.0, 0.0, keep=keep)
@@ -419,7 +419,7 @@ def test_removing_what_the_rule_switches_off_trains_the_pruned_network(tmp_path,
     assert kept.history[-1]["switched_off"] == pytest.approx(sum(
         prior.switched_off(mu, sigma).asnumpy().sum()
         for mu, sigma in zip(kept.mus, kept.sigmas)) / total)
-    backend, why = choose_backend(Config(**small).build_plan(), mx.cpu())
+    backend, why = choose_backend(Config.from_dict(small).build_plan(), mx.cpu())
     assert backend.name == ("native" if native_library.available() else "ndarray"), why
     with pytest.raises(ConfigError, match="remove_switched_off must be false with the gaussian "
                                           "prior"):
@@ -429,6 +429,6 @@ def test_removing_what_the_rule_switches_off_trains_the_pruned_network(tmp_path,
         Config(remove_switched_off=True)
     with pytest.raises(ConfigError, match="remove_switched_off must be false for model "
                                           "deterministic"):
-        Config(**dict(small, model="deterministic"))
+        Config.from_dict(dict(small, model="deterministic"))
     with pytest.raises(ConfigError, match="remove_switched_off must be true or false"):
-        Config(**dict(small, remove_switched_off="yes"))
+        Config.from_dict(dict(small, remove_switched_off="yes"))

@@ -43,8 +43,8 @@ def assert_matches(got, reference, layout, rtol):
                                                    ("gaussian", "analytic", 1)])
 def test_native_backend_equals_autograd_of_combined_loss(ctx, native_kernels, mnist, prior, kl,
                                                          num_samples):
-    config = Config(prior=prior, pi=0.25, sigma_p1=1.0, sigma_p2=math.exp(-6.0), sigma_p=0.8,
-                    kl=kl, num_hidden_units=50)
+    config = Config.from_dict(dict(prior=prior, pi=0.25, sigma_p1=1.0, sigma_p2=math.exp(-6.0),
+                                   sigma_p=0.8, kl=kl, num_hidden_units=50))
     layout = FlatLayout(config.layer_shapes())
     mus, rhos = init_variational_params(layout.shapes, ctx, rho_offset=-4.0, seed=0)
     rhos = [r + nd.array(np.random.default_rng(1).normal(size=r.shape), ctx=ctx) for r in rhos]
@@ -176,8 +176,8 @@ CONV = dict(num_inputs=64, num_outputs=4, network="conv:3:3,relu,pool:2,conv:2:2
 
 
 def test_native_backend_equals_autograd_for_lenet(ctx, native_kernels, mnist):
-    config = Config(network="lenet", prior="scale_mixture", pi=0.25, sigma_p1=1.0,
-                    sigma_p2=math.exp(-6.0))
+    config = Config.from_dict(dict(network="lenet", prior="scale_mixture", pi=0.25, sigma_p1=1.0,
+                                   sigma_p2=math.exp(-6.0)))
     network = config.build_network()
     layout = FlatLayout(config.layer_shapes())
     assert layout.size == 20 * 25 + 20 + 50 * 20 * 25 + 50 + 500 * 800 + 500 + 10 * 500 + 10

@@ -1,5 +1,6 @@
 """Training on real MNIST (a few thousand images), resume, the KL weighting and the CLI."""
 import json
+import math
 import os
 
 import mxnet as mx
@@ -230,9 +231,9 @@ def test_command_line_run_writes_every_output(tmp_path):
     (["--epochs", "-1"], "--epochs must be an integer in [0, 1000000], got -1"),
     (["--sigma-p", "0"], "--sigma-p must be a finite number > 0 (from 1.18e-38 to 3.4e+38: "
                          "float32's normal numbers), got 0.0"),
-    (["--sigma-p2", "-1"], "--sigma-p2 must be a finite number > 0 (from 1.18e-38 to "
+    (["--prior", "scale-mixture", "--sigma-p2", "-1"], "--sigma-p2 must be a finite number > 0 (from 1.18e-38 to "
                            "3.4e+38: float32's normal numbers), got -1.0"),
-    (["--pi", "1.5"], "--pi must be in [0, 1], got 1.5"),
+    (["--prior", "scale-mixture", "--pi", "1.5"], "--pi must be in [0, 1], got 1.5"),
     (["--kl-scale", "0"], "--kl-scale must be a finite number > 0 (from 1.18e-38 to 3.4e+38: "
                           "float32's normal numbers), got 0.0"),
     (["--batch-size", "0"], "--batch-size must be an integer >= 1, got 0"),
@@ -322,7 +323,7 @@ def test_best_params_hold_the_best_validation_epoch(overshooting_run, mnist, ctx
 def test_best_params_survive_a_resume(overshooting_run, tmp_path, mnist, ctx):
     # stopped one epoch after the best and resumed: the same best.params as the whole run
     run_dir, history = overshooting_run
-    config = Config(**OVERSHOOTING)
+    config = Config.from_dict(OVERSHOOTING)
     best_epoch = best_validation_epoch(history)["epoch"]
     split = str(tmp_path / "split")
     quiet = lambda line: None
@@ -344,8 +345,9 @@ def test_paper_preset_with_overrides(tmp_path):
     with open(out / "config.json") as f:
         config = json.load(f)
     assert config["num_hidden_units"] == 30 and config["prior"] == "scale_mixture"
-    assert config["sigma_p1"] == 1.0 and config["sigma_p2"] == pytest.approx(np.exp(-6))
-    assert config["validation"] == 10000 and config["pi"] == 0.25
+    assert config["prior_settings"] == dict(pi=0.25, sigma_p1=1.0,
+                                            sigma_p2=pytest.approx(np.exp(-6)))
+    assert config["validation"] == 10000 and "sigma_p" not in config and "ivon" not in config
     assert config["optimizer"] == "adam" and config["learning_rate"] == 3e-4
     assert config["rho_offset"] == -5.0 and config["lr_decay_every"] == 200
     assert config["epochs"] == 1  # the flag beats the preset's 291
@@ -430,12 +432,28 @@ def test_a_choice_takes_the_settings_it_implies_where_none_is_given(argv, expect
     (["--remove-switched-off", "--prior", "gaussian"], "remove_switched_off"),
     (["--ivon-ess", "100"], "ivon_ess"),  # IVON's setting for a Bayes-by-Backprop run
     (["--model", "mcdropout", "--ivon-prior-at-draws"], "ivon_prior_at_draws"),
+    (["--sigma-p", "0.5", "--prior", "scale-mixture"], "sigma_p"),  # not the mixture's
+    (["--pi", "0.5"], "pi"),  # a setting of the scale mixture, not of the Gaussian
+    (["--preset", "paper-2x1200-ivon", "--model", "bbb", "--prior", "gaussian", "--ivon-ess",
+      "9"], "ivon_ess"),
 ])
 def test_a_flag_contrary_to_what_a_choice_needs_is_refused(argv, field):
     from gluon_bbb.commands.train import build_parser, config_from_args
     with pytest.raises(ConfigError) as info:
         config_from_args(build_parser().parse_args(argv))
     assert info.value.field == field
+
+
+def test_a_presets_settings_for_another_choice_are_dropped():
+    from gluon_bbb.commands.train import build_parser, config_from_args
+    def config(*argv):
+        return config_from_args(build_parser().parse_args(list(argv)))
+    assert config("--preset", "paper-2x1200", "--prior", "gaussian").prior_settings == {
+        "sigma_p": 1.0}
+    assert config("--preset", "paper-2x1200-ivon", "--model", "bbb", "--prior",
+                  "gaussian").ivon is None
+    mixture = config("--preset", "paper-2x1200", "--pi", "0.5").prior_settings
+    assert mixture == {"pi": 0.5, "sigma_p1": 1.0, "sigma_p2": pytest.approx(math.exp(-6))}
 
 
 def test_the_run_says_what_its_choices_took():

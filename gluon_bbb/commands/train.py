@@ -1,7 +1,6 @@
 """The command ``gluon-bbb train`` (a checkout's top-level ``train_mnist.py`` runs it too):
 train on MNIST-format data into a run directory, then draw its plots and its uncertainty
 report. A thin shell over ``learning.loop.train``."""
-import dataclasses
 import os
 import sys
 import time
@@ -9,8 +8,8 @@ from typing import Optional
 
 from .cli import (ArgumentParser, add_import_flag, add_json_flag, add_switch, flag_for,
                   import_modules, load_mxnet, print_json, run_command, say_for)
-from ..learning.config import (CONVOLUTION_DEFAULTS, IMPLIED, MAX_SAMPLES, MAX_TEST_SAMPLES,
-                               PRESETS, Config)
+from ..learning.config import (CONVOLUTION_DEFAULTS, FLAT_FIELDS, IMPLIED, MAX_SAMPLES,
+                               MAX_TEST_SAMPLES, PRESETS, Config, flat_defaults)
 from ..errors import CheckpointError, ConfigError
 from ..family.choices import names
 from ..family.estimators import ESTIMATORS
@@ -25,8 +24,8 @@ BUILT_IN_PRIORS = tuple(cls.name.replace("_", "-") for cls in PRIORS.built_in())
 
 PROG = "gluon-bbb train"
 
-# Config fields set from the flag of the same name (--batch-size -> batch_size), with their
-# help; the flag's type is the field's
+# settings (``Config.from_dict``'s flat names) set from the flag of the same name (--batch-size
+# -> batch_size, --ivon-ess -> ivon_ess), with their help; the flag's type is the setting's
 CONFIG_FLAGS = dict(line.split(": ", 1) for line in """
 epochs: epochs to train (in all, counting those of a resumed run)
 batch_size: images per mini-batch
@@ -115,7 +114,7 @@ SWITCH_FLAGS = {
 
 def build_parser(prog=PROG, raise_errors=False):
     """The command's parser; ``raise_errors``: raise ``cli.FlagError`` instead of exiting."""
-    defaults = Config()
+    defaults = flat_defaults()
     parser = ArgumentParser(prog=prog, raise_errors=raise_errors,
                             description="Bayes by Backprop on MNIST (Blundell et al. 2015).")
     parser.add_argument("--data-dir", help="directory with the four MNIST IDX files "
@@ -145,20 +144,19 @@ def build_parser(prog=PROG, raise_errors=False):
                         "and the run says why where it does not")
     add_json_flag(parser)
     add_import_flag(parser)
-    types = {field.name: FLAG_TYPES[field.type] for field in dataclasses.fields(Config)
-             if field.name in CONFIG_FLAGS}
     for field, text in CONFIG_FLAGS.items():
-        default = getattr(defaults, field)
-        parser.add_argument(flag_for(field), type=types[field], metavar=field.upper(),
+        default = defaults[field]
+        parser.add_argument(flag_for(field), type=FLAG_TYPES[FLAT_FIELDS[field]],
+                            metavar=field.upper(),
                             help="%s (default: %s)" % (text, DEFAULT_WORDS.get(field, default)
                                                        if default is None else default))
     for field, (choices, text) in CHOICE_FLAGS.items():
-        default = getattr(defaults, field)
+        default = defaults[field]
         parser.add_argument(flag_for(field), choices=choices, help="%s (default: %s)" % (
             text, CHOICE_DEFAULT_WORDS[field] if default is None else default.replace("_", "-")))
     for field, text in SWITCH_FLAGS.items():
         add_switch(parser, flag_for(field), "%s (default: %s)" % (
-            text, "on" if getattr(defaults, field) else "off"))
+            text, "on" if defaults[field] else "off"))
     return parser
 
 
@@ -169,21 +167,27 @@ def config_from_args(args, run=None):
 
 
 def _config_and_defaults(args, run):
-    given = dict(PRESETS[args.preset]) if args.preset else {}
-    given.update({field: getattr(args, field)
-                  for field in list(CONFIG_FLAGS) + list(CHOICE_FLAGS) + list(SWITCH_FLAGS)
-                  if getattr(args, field) is not None})
-    base = run.read_classifier_config() if args.resume else Config()
+    flags = {field: getattr(args, field)
+             for field in list(CONFIG_FLAGS) + list(CHOICE_FLAGS) + list(SWITCH_FLAGS)
+             if getattr(args, field) is not None}
+    given = dict(PRESETS[args.preset] if args.preset else {}, **flags)
+    values = run.read_classifier_config().to_flat() if args.resume else {}
     taken = [] if args.resume else implied_settings(given, bool(args.preset))
-    values = dict(dataclasses.asdict(base), **given)
+    values.update(given)
     for _, settings in taken:
         values.update(settings)
-    config = Config(**values)
-    # IVON's settings do nothing for another model: given with one, they are refused
-    stray = sorted(field for field in given if field.startswith("ivon_"))
-    if stray and not config.model_kind.natural_gradient:
-        raise ConfigError(stray[0], given[stray[0]], "given with {model} ivon only (IVON's "
-                          "setting; this run's model is %s)" % config.model)
+    config = Config.from_dict(values)
+    # a flag that nothing of the run takes (IVON's for another model, a prior's setting for
+    # other priors) is refused; a preset's is dropped
+    taken_flat = config.to_flat()
+    for field in sorted(set(flags) - set(taken_flat)):
+        if field.startswith("ivon_"):
+            raise ConfigError(field, flags[field], "given with {model} ivon only (IVON's "
+                              "setting; this run's model is %s)" % config.model)
+        owners = [kind.name.replace("_", "-") for kind in PRIORS.built_in()
+                  if field in kind.setting_names()]
+        raise ConfigError(field, flags[field], "given with a prior that has it (%s; this "
+                          "run's is %s)" % (" or ".join(owners), config.describe_prior()))
     return config, taken
 
 

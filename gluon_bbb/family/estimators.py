@@ -6,7 +6,6 @@ import math
 from ..errors import ConfigError
 from ..native import table
 from .choices import Choice, named
-from .elementwise import LRT_VARIANCE_FLOOR
 from ..networks.layers import flipout_parts, lrt_parts
 from .formulas import Keyed
 from .choices import Registry

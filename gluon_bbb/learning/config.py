@@ -64,10 +64,6 @@ class Config:
     optimizer: str = "sgd"
     num_samples: int = 1
     prior: Union[str, Prior] = "gaussian"
-    sigma_p: float = 1.0
-    pi: float = 0.25
-    sigma_p1: float = 0.75
-    sigma_p2: float = 0.1
     mu_scale: float = 0.1
     rho_offset: float = -3.0
     kl_weighting: str = "uniform"
@@ -87,22 +83,16 @@ class Config:
     init_from: Optional[str] = None
     kl_warmup_epochs: int = 0
     gate_prior: Optional[str] = None
+    gate_prior_settings: Optional[dict] = None
     gate_rho_offset: Optional[float] = None
     remove_switched_off: bool = False
     init_best_units: bool = False
     classes: Optional[dict] = None
-    ivon_ess: Optional[int] = None
-    ivon_hess_init: float = 0.1
-    ivon_beta1: float = 0.9
-    ivon_beta2: float = 0.99999
-    ivon_weight_decay: float = 1e-4
-    ivon_clip_radius: Optional[float] = None
-    ivon_late_beta2: Optional[float] = None
-    ivon_late_epochs: int = 0
-    ivon_prior_at_draws: bool = False
+    ivon: Optional[IvonSettings] = None
 
     def __post_init__(self):
         self._take_prior()
+        self._take_ivon()
         # the names as config.json keeps them (mlp as it was, a user's object by its name)
         self.model = self.model_kind.name
         self.estimator = self.estimator_kind.name
@@ -127,14 +117,11 @@ class Config:
             _require_int("train_size", self.train_size, minimum=1)
         if self.seed is not None:
             _require_int("seed", self.seed, minimum=0)
-        for name in ("learning_rate", "sigma_p", "sigma_p1", "sigma_p2", "mu_scale",
-                     "kl_scale"):
+        for name in ("learning_rate", "mu_scale", "kl_scale"):
             _require_positive(name, getattr(self, name))
         if not (_is_real(self.dropout) and Dropout.RATES[0] <= self.dropout <= Dropout.RATES[1]):
             raise ConfigError("dropout", self.dropout, "in (0, 1) (from %.3g to 1 - 2^-24, "
                               "as MXNet takes it)" % Dropout.RATES[0])
-        if not (_is_real(self.pi) and 0.0 <= self.pi <= 1.0):
-            raise ConfigError("pi", self.pi, "in [0, 1]")
         if not (_is_real(self.rho_offset) and abs(self.rho_offset) <= FLOAT32_MAX):
             raise ConfigError("rho_offset", self.rho_offset, "a finite number (within "
                               "float32's range, %.3g)" % FLOAT32_MAX)
@@ -144,7 +131,6 @@ class Config:
         self._check_last_rate()
         network = self.build_network()  # ConfigError where the description is not one
         if self.gate_prior is not None:
-            self.gate_prior = prior_kind(self.gate_prior).name
             if not network.gate_positions():
                 raise ConfigError("gate_prior", self.gate_prior, "left unset for a network "
                                   "without gates (it is the prior of the gate layers' "
@@ -177,52 +163,63 @@ class Config:
                               "{lr_decay_factor}, a longer {lr_decay_every} or fewer {epochs})"
                               % (FLOAT32_TINY, self.lr_schedule, self.epochs, last))
 
+    def _take_ivon(self):
+        """``ivon`` as ``IvonSettings``: given (or a dict of them), or the defaults, for model
+        ivon; None for another model."""
+        if self.ivon is None and self.model_kind.natural_gradient:
+            self.ivon = IvonSettings()
+        if isinstance(self.ivon, dict):
+            names = [field.name for field in dataclasses.fields(IvonSettings)]
+            unknown = sorted(set(self.ivon) - set(names))
+            if unknown:
+                raise ConfigError("ivon", unknown, "IVON's settings only: " + ", ".join(names))
+            self.ivon = IvonSettings(**self.ivon)
+        if self.ivon is not None and not self.model_kind.natural_gradient:
+            raise ConfigError("ivon", self.ivon, "left unset for model %s (IVON's settings)"
+                              % self.model)
+        if self.ivon is not None and not isinstance(self.ivon, IvonSettings):
+            raise ConfigError("ivon", self.ivon, "IVON's settings (a dict of them)")
+
     def _check_ivon(self):
-        """IVON's settings (``learning/ivon.py``); for ``--model ivon``: weights drawn (the
-        estimator ``sample``), rho as log sigma^2 (``log_variance``: sigma = 1 / sqrt(ess (h +
-        weight decay)) is stored so), and a prior with a density or none."""
-        if self.ivon_ess is not None:
-            _require_int("ivon_ess", self.ivon_ess, minimum=1)
-        _require_positive("ivon_hess_init", self.ivon_hess_init)
-        _require_positive("ivon_weight_decay", self.ivon_weight_decay)
-        for name in ("ivon_beta1", "ivon_beta2"):
-            if not (_is_real(getattr(self, name)) and 0.0 < getattr(self, name) < 1.0):
-                raise ConfigError(name, getattr(self, name), "in (0, 1)")
-        if self.ivon_clip_radius is not None:
-            _require_positive("ivon_clip_radius", self.ivon_clip_radius)
-        _require_int("ivon_late_epochs", self.ivon_late_epochs, minimum=0, maximum=self.epochs)
-        if self.ivon_late_beta2 is not None and not (_is_real(self.ivon_late_beta2)
-                                                     and 0.0 < self.ivon_late_beta2 < 1.0):
-            raise ConfigError("ivon_late_beta2", self.ivon_late_beta2, "in (0, 1)")
-        if self.ivon_late_beta2 is not None and not self.ivon_late_epochs:
-            raise ConfigError("ivon_late_epochs", self.ivon_late_epochs, "at least 1 with "
-                              "{ivon_late_beta2} (the number of last epochs it is beta2 of)")
-        if self.ivon_late_beta2 is None and self.ivon_late_epochs:
-            raise ConfigError("ivon_late_beta2", self.ivon_late_beta2, "given with "
-                              "{ivon_late_epochs} (the beta2 of those last epochs)")
-        if not self.model_kind.natural_gradient:
+        """IVON's settings (``learning/ivon.py``), named as their flags name them; for ``--model
+        ivon``: weights drawn (the estimator ``sample``), rho as log sigma^2 (``log_variance``:
+        sigma = 1 / sqrt(ess (h + weight decay)) is stored so), and a prior with a density or
+        none."""
+        ivon = self.ivon
+        if ivon is None:
             return
+        if ivon.ess is not None:
+            _require_int("ivon_ess", ivon.ess, minimum=1)
+        _require_positive("ivon_hess_init", ivon.hess_init)
+        _require_positive("ivon_weight_decay", ivon.weight_decay)
+        for name in ("beta1", "beta2"):
+            if not (_is_real(getattr(ivon, name)) and 0.0 < getattr(ivon, name) < 1.0):
+                raise ConfigError("ivon_" + name, getattr(ivon, name), "in (0, 1)")
+        if ivon.clip_radius is not None:
+            _require_positive("ivon_clip_radius", ivon.clip_radius)
+        _require_int("ivon_late_epochs", ivon.late_epochs, minimum=0, maximum=self.epochs)
+        if ivon.late_beta2 is not None and not (_is_real(ivon.late_beta2)
+                                                and 0.0 < ivon.late_beta2 < 1.0):
+            raise ConfigError("ivon_late_beta2", ivon.late_beta2, "in (0, 1)")
+        if ivon.late_beta2 is not None and not ivon.late_epochs:
+            raise ConfigError("ivon_late_epochs", ivon.late_epochs, "at least 1 with "
+                              "{ivon_late_beta2} (the number of last epochs it is beta2 of)")
+        if ivon.late_beta2 is None and ivon.late_epochs:
+            raise ConfigError("ivon_late_beta2", ivon.late_beta2, "given with "
+                              "{ivon_late_epochs} (the beta2 of those last epochs)")
         if self.estimator_kind != estimator("sample"):
             raise ConfigError("estimator", self.estimator, "sample with model ivon (IVON draws "
                               "weights)")
         if self.parametrization_kind != parametrizations.LogVariance():
             raise ConfigError("parametrization", self.parametrization, "log-variance with model "
                               "ivon (its sigma is stored as rho = log sigma^2)")
-        if self.ivon_prior_at_draws is not False and not (
-                self.ivon_prior_at_draws is True and self.ivon_prior()):
-            raise ConfigError("ivon_prior_at_draws", self.ivon_prior_at_draws,
+        density = self.prior_defined and self.build_prior().has_log_density
+        if ivon.prior_at_draws is not False and not (ivon.prior_at_draws is True and density):
+            raise ConfigError("ivon_prior_at_draws", ivon.prior_at_draws,
                               "given with a {prior} that has a density")
-        if self.prior_defined and self.ivon_prior() is False:
+        if self.prior_defined and not density and self.build_prior() != prior_kind("none")():
             raise ConfigError("prior", self.prior, "one with a density, or none, with model "
                               "ivon (its gradient enters IVON's update)")
-
-    def ivon_prior(self):
-        """The prior IVON's update takes through its density: the prior object, None for
-        ``none`` (weight decay alone), False for one without a density (log-uniform)."""
-        prior = self.build_prior()
-        if prior.has_log_density:
-            return prior
-        return None if prior == prior_kind("none")() else False
 
     def _check_init_best_units(self, network):
         if not isinstance(self.init_best_units, bool):
@@ -266,40 +263,20 @@ class Config:
         self.classes = recorded or None
 
     def _take_prior(self):
-        """``prior`` as its name: a prior object's name and settings; a name spelt as
-        config.json keeps it (scale-mixture either way)."""
+        """``prior`` as its name, ``prior_settings`` as its settings (a prior object's; for a
+        built-in prior its class's defaults where not given); likewise ``gate_prior``."""
         if isinstance(self.prior, Prior):
             if self.prior.name is None:
                 raise ConfigError("prior", self.prior, "a Prior subclass with a name")
-            if type(self.prior) in PRIORS.built_in():
-                # a built-in prior's settings are the config's fields of the same names
-                for name, value in self.prior.settings().items():
-                    setattr(self, name, value)
-                self.prior = self.prior.name
-            else:
-                self.prior, self.prior_settings = self.prior.name, self.prior.settings()
-        if self.prior_settings is None:
-            kind = prior_kind(self.prior)
-            self.prior = kind.name
-            if kind in PRIORS.built_in():
-                return
-            self.prior_settings = {}  # a user's prior by its name alone: its defaults
-        try:
-            json.dumps(self.prior_settings, allow_nan=False)
-        except (TypeError, ValueError):
-            raise ConfigError("prior_settings", self.prior_settings, "a dict of the prior's "
-                              "keyword arguments, numbers and strings that config.json can "
-                              "hold") from None
-        if not (isinstance(self.prior_settings, dict)
-                and all(isinstance(k, str) for k in self.prior_settings)):
-            raise ConfigError("prior_settings", self.prior_settings, "a dict of the prior's "
-                              "keyword arguments")
-        if self.prior_defined:
-            try:
-                self.build_prior()
-            except (TypeError, ValueError) as exc:
-                raise ConfigError("prior_settings", self.prior_settings, "the arguments of "
-                                  "prior %s (%s)" % (self.prior, exc)) from None
+            self.prior, self.prior_settings = self.prior.name, self.prior.settings()
+        self.prior, self.prior_settings = _named_settings("prior", self.prior,
+                                                          self.prior_settings)
+        if self.gate_prior is not None:
+            self.gate_prior, self.gate_prior_settings = _named_settings(
+                "gate_prior", self.gate_prior, self.gate_prior_settings)
+        elif self.gate_prior_settings is not None:
+            raise ConfigError("gate_prior_settings", self.gate_prior_settings, "left unset "
+                              "without {gate_prior}")
 
     # the choices' objects (family/, learning/schedules.py), from the names config.json keeps
     @property
@@ -350,32 +327,20 @@ class Config:
                               "(the run was trained with a prior of its own, %s: define or import "
                               "that class, then train or resume from Python)"
                               % self.describe_prior())
-        prior = self._prior_named(self.prior, self.prior_settings)
+        prior = _prior_of(self.prior, self.prior_settings)
         if self.gate_prior is None:
             return prior
-        gates = self._prior_named(self.gate_prior)
+        gates = _prior_of(self.gate_prior, self.gate_prior_settings)
         if gates == prior:
             return prior
         network = self.build_network()
         return GatedPrior(prior, gates, [math.prod(shape) for shape in network.param_shapes()],
                           network.gate_positions())
 
-    def _prior_named(self, name, settings=None):
-        """The prior ``name`` of ``settings``: a built-in one without them takes this config's
-        fields of its settings' names (a scale mixture with pi = 1 or 0 is its one Gaussian), a
-        user's its defaults."""
-        kind = prior_kind(name)
-        if settings is not None:
-            return kind(**settings)
-        if kind not in PRIORS.built_in():
-            return kind()
-        return kind.from_settings(**{field: getattr(self, field)
-                                     for field in kind.setting_names()})
-
     def describe_prior(self):
         """The prior in words, its settings included, whether or not its class is known, and
         the gates' where they have their own."""
-        words = (self.prior if self.prior_settings is None
+        words = (self.prior if _built_in_prior(self.prior)
                  else describe_prior(self.prior, self.prior_settings))
         if self.gate_prior is not None and self.gate_prior != self.prior:
             words += " (gates: %s)" % self.gate_prior
@@ -398,21 +363,17 @@ class Config:
     @_once
     def build_schedule(self):
         """The run's ``schedules.Schedule``: each epoch's learning rate, KL factor and beta2."""
+        ivon = self.ivon or IvonSettings()
         return Schedule(self.lr_schedule_kind, self.learning_rate, self.epochs,
                         self.lr_decay_every, self.lr_decay_factor, self.kl_warmup_epochs,
-                        self.ivon_beta2, self.ivon_late_beta2, self.ivon_late_epochs)
+                        ivon.beta2, ivon.late_beta2, ivon.late_epochs)
 
     @_once
     def build_plan(self):
         """The ``plan.Plan`` the training step takes: this config's choices, built."""
-        ivon = None
-        if self.model_kind.natural_gradient:
-            ivon = IvonSettings(self.ivon_ess, self.ivon_hess_init, self.ivon_beta1,
-                                self.ivon_weight_decay, self.ivon_clip_radius or float("inf"),
-                                self.ivon_prior(), self.ivon_prior_at_draws)
         return Plan(self.build_network(), self.build_likelihood(), self.model_kind,
                     self.build_prior(), self.estimator_kind, self.kl_kind,
-                    self.parametrization_kind, self.build_schedule(), self.optimizer, ivon,
+                    self.parametrization_kind, self.build_schedule(), self.optimizer, self.ivon,
                     self.num_samples, self.seed, self.mu_scale, tuple(self.initial_rhos()),
                     self.remove_switched_off, self.kl_scale, self.batch_size,
                     self.describe_prior())
@@ -456,22 +417,118 @@ class Config:
                 for i in range(len(network.param_shapes()))]
 
     def to_dict(self):
-        """The fields as config.json keeps them (``prior_settings`` only for a prior that has
-        them)."""
+        """The fields as config.json keeps them (the gate prior's settings, IVON's and the
+        user's classes only where the run has them)."""
         values = dataclasses.asdict(self)
-        for name in ("prior_settings", "classes"):
+        for name in ("gate_prior_settings", "ivon", "classes"):
             if values[name] is None:
                 del values[name]
         return values
 
+    def to_flat(self):
+        """``to_dict()`` with the built-in priors' settings and IVON's flat, as the flags name
+        them (``sigma_p``, ``ivon_ess``): ``from_dict`` takes it back."""
+        values = self.to_dict()
+        for field in ("gate_prior", "prior"):
+            if _built_in_prior(values[field]) and field + "_settings" in values:
+                values.update(values.pop(field + "_settings"))
+        values.update({"ivon_" + name: value
+                       for name, value in (values.pop("ivon", None) or {}).items()})
+        return values
+
+    @classmethod
+    def unknown_keys(cls, values):
+        """The keys of ``values`` that ``from_dict`` does not know, sorted."""
+        return sorted(set(values) - set(FLAT_FIELDS))
+
     @classmethod
     def from_dict(cls, values):
-        """Build from a dict such as a run's config.json; unknown keys are an error."""
-        names = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(values) - names)
+        """Build from a dict such as a run's config.json; unknown keys are an error. Its
+        settings may be flat, as the flags, the presets and older config.json name them: a
+        built-in prior's (``sigma_p``, ``pi``, ...) go to each of the run's built-in priors
+        that takes them, IVON's (``ivon_ess``, ...) to ``ivon`` for model ivon; either is
+        dropped where nothing takes it."""
+        unknown = cls.unknown_keys(values)
         if unknown:
             raise ConfigError("config", unknown, "known fields only")
+        values = dict(values)
+        flat = {name: values.pop(name) for name in PRIOR_SETTING_NAMES if name in values}
+        ivon = {name[len("ivon_"):]: values.pop(name) for name in IVON_DEFAULTS
+                if name in values}
+        for field in ("prior", "gate_prior"):
+            kind = _built_in_prior(values.get(field, getattr(cls, field)))
+            taken = {name: flat[name] for name in (kind.setting_names() if kind else ())
+                     if name in flat}
+            if taken:
+                values[field + "_settings"] = dict(values.get(field + "_settings") or {}, **taken)
+        try:
+            natural_gradient = model_kind(values.get("model", cls.model)).natural_gradient
+        except ConfigError:
+            natural_gradient = False  # the config names the model's error
+        if ivon and natural_gradient:
+            values["ivon"] = dict(values.get("ivon") or {}, **ivon)
         return cls(**values)
+
+
+def flat_defaults():
+    """Every setting's default, flat as ``Config.to_flat`` names them: the config's fields,
+    IVON's and each built-in prior's settings (their names differ)."""
+    defaults = dict(Config().to_flat(), **IVON_DEFAULTS)
+    for kind in PRIORS.built_in():
+        defaults.update(kind().settings())
+    return defaults
+
+
+def _built_in_prior(name):
+    """The built-in prior class of this name (either spelling), else None."""
+    if isinstance(name, str):
+        for kind in PRIORS.built_in():
+            if kind.name == name.replace("-", "_"):
+                return kind
+    return None
+
+
+def _prior_of(name, settings):
+    """The prior ``name`` of ``settings`` (a built-in scale mixture with pi = 1 or 0 is its
+    one Gaussian)."""
+    kind = prior_kind(name)
+    return (kind.from_settings if kind in PRIORS.built_in() else kind)(**settings)
+
+
+def _named_settings(field, name, settings):
+    """``(name, settings)`` of the prior of ``field`` (``prior``, ``gate_prior``), checked: a
+    built-in prior's settings are its defaults with those given; a user's, those given (its
+    defaults where none are), or those recorded where this process lacks its class."""
+    words = field + "_settings"
+    try:
+        kind = prior_kind(name)
+    except ConfigError:
+        if settings is None or field == "gate_prior":
+            raise
+        kind = None  # a user's prior of a class this process lacks
+    settings = {} if settings is None else settings
+    if not (isinstance(settings, dict) and all(isinstance(k, str) for k in settings)):
+        raise ConfigError(words, settings, "a dict of the prior's keyword arguments")
+    if kind in PRIORS.built_in():
+        settings = dict(kind().settings(), **settings)
+        for key, value in settings.items():
+            if key == "pi" and not (_is_real(value) and 0.0 <= value <= 1.0):
+                raise ConfigError("pi", value, "in [0, 1]")
+            if key != "pi" and key in kind.setting_names():
+                _require_positive(key, value)
+    try:
+        json.dumps(settings, allow_nan=False)
+    except (TypeError, ValueError):
+        raise ConfigError(words, settings, "a dict of the prior's keyword arguments, numbers "
+                          "and strings that config.json can hold") from None
+    if kind is None:
+        return name, settings
+    try:
+        _prior_of(kind.name, settings)
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(words, settings, "the arguments of prior %s (%s)"
+                          % (kind.name, exc)) from None
+    return kind.name, settings
 
 
 def import_recorded_classes(values, where):
@@ -504,6 +561,16 @@ def import_recorded_classes(values, where):
                                   "module %s), which this process cannot import (%s): import "
                                   "that module first (a command's {import_modules} %s)", where,
                                   field, name, qualname, module, exc, module) from None
+
+
+# each setting as the flags and a flat dict name it, with its type and default: the config's
+# fields, IVON's as ``ivon_<name>``, the built-in priors' settings
+IVON_DEFAULTS = {"ivon_" + name: value
+                 for name, value in dataclasses.asdict(IvonSettings()).items()}
+PRIOR_SETTING_NAMES = sorted({name for kind in PRIORS.built_in() for name in kind.setting_names()})
+FLAT_FIELDS = dict({f.name: f.type for f in dataclasses.fields(Config)},
+                   **{"ivon_" + f.name: f.type for f in dataclasses.fields(IvonSettings)},
+                   **{name: float for name in PRIOR_SETTING_NAMES})
 
 
 def _is_real(value):

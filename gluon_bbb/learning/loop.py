@@ -13,7 +13,7 @@ from mxnet import nd
 from ..family.kl import kl_weighting
 from .checkpoint import first_non_finite
 from ..shipping.writer import best_gated_units, keep_gated_units, units_left
-from .config import IMPLIED, Config
+from .config import IMPLIED, Config, flat_defaults
 from .context import context_name
 from ..family.elementwise import total
 from ..errors import (CheckpointError, ConfigError, DataError, Interrupted, ResourceError,
@@ -471,12 +471,12 @@ def check_finite(losses, step, positions, changed=()):
 def changed_start(config):
     """The settings of ``config`` that set the first loss and differ from the defaults (those
     of its choices where they bring their own: ``config.IMPLIED``)."""
-    defaults = dataclasses.asdict(type(config)())
+    values, defaults = config.to_flat(), flat_defaults()
     for (field, value), settings in IMPLIED:
-        if getattr(config, field) == value:
+        if values[field] == value:
             defaults.update(settings)
-    return [(field, getattr(config, field)) for field in TrainingDiverged.START_FIELDS
-            if getattr(config, field) != defaults[field]]
+    return [(field, values[field]) for field in TrainingDiverged.START_FIELDS
+            if field in values and values[field] != defaults[field]]
 
 
 def check_parameters_finite(step, positions):

@@ -9,16 +9,19 @@ from .schedules import Schedule
 
 @dataclass(frozen=True)
 class IvonSettings:
-    """IVON's settings (``learning/ivon.py``); ``ess`` None for the training set's size,
-    ``prior`` the one that enters its update through its density (None: weight decay
-    alone)."""
-    ess: Optional[int]
-    hess_init: float
-    beta1: float
-    weight_decay: float
-    clip_radius: float
-    prior: Any
-    prior_at_draws: bool
+    """IVON's settings (``learning/ivon.py``), a config's ``ivon``: ``ess`` None for the
+    training set's size, ``clip_radius`` None for no clipping, ``late_beta2`` the Hessian
+    estimate's momentum in the last ``late_epochs`` epochs, ``prior_at_draws`` whether the
+    prior's gradient and precision are taken at the drawn weights rather than the means."""
+    ess: Optional[int] = None
+    hess_init: float = 0.1
+    beta1: float = 0.9
+    beta2: float = 0.99999
+    weight_decay: float = 1e-4
+    clip_radius: Optional[float] = None
+    late_beta2: Optional[float] = None
+    late_epochs: int = 0
+    prior_at_draws: bool = False
 
 
 @dataclass(frozen=True, eq=False)

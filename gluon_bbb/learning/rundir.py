@@ -158,13 +158,12 @@ class RunDirectory:
         """The ``Config`` the run was trained with; a bad entry is named with its file."""
         values = {k: v for k, v in self.read_record().items() if k not in RUN_RECORD}
         path = self.file(CONFIG_FILE)
-        names = {f.name for f in dataclasses.fields(Config)}
-        unknown = sorted(set(values) - names)
+        unknown = Config.unknown_keys(values)
         if unknown:
             raise CheckpointError("%s: unknown field(s) %s", path, ", ".join(unknown))
         import_recorded_classes(values, self.path)
         try:
-            return Config(**values)
+            return Config.from_dict(values)
         except ConfigError as exc:
             raise CheckpointError("%s: %s", path, exc.describe(lambda f: "field " + f)) from None
 
@@ -328,13 +327,14 @@ def resume_config(saved, requested, where="the run"):
     """The config a resumed run trains with: ``saved`` with ``requested``'s epochs and schedule;
     CheckpointError naming the first other field where ``requested`` differs (an unset seed or
     init_from means the run's)."""
-    for name, value in requested.to_dict().items():
+    trained = saved.to_flat()
+    for name, value in requested.to_flat().items():
         if name in RESUMABLE_CHANGES + SCHEDULE_FIELDS or (name in UNSET_MEANS_THE_RUNS
                                                            and value is None):
             continue
-        if getattr(saved, name) != value:
+        if trained.get(name) != value:
             raise CheckpointError("cannot resume %%s: it was trained with {%s} %%r, not %%r"
-                                  % name, where, getattr(saved, name), value)
+                                  % name, where, trained.get(name), value)
     return dataclasses.replace(saved, epochs=requested.epochs,
                                **{name: getattr(requested, name) for name in SCHEDULE_FIELDS})
 

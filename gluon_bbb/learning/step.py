@@ -194,7 +194,9 @@ class TrainingStep:
             self.optimizer = IVON(
                 learning_rate=schedule.learning_rate, ess=ess,
                 hess_init=ivon.hess_init, beta1=ivon.beta1, beta2=schedule.beta2,
-                weight_decay=ivon.weight_decay, clip_radius=ivon.clip_radius, prior=ivon.prior,
+                weight_decay=ivon.weight_decay, clip_radius=(
+                    float("inf") if ivon.clip_radius is None else ivon.clip_radius),
+                prior=plan.prior if plan.prior.has_log_density else None,
                 prior_at_draws=ivon.prior_at_draws, native=self.backend.native,
                 begin_num_update=num_update)
             self.optimizer_states = [self.optimizer.create_state(0, self.mu)]

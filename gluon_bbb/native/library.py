@@ -4,7 +4,6 @@ declares."""
 import ctypes
 import functools
 import math
-import os
 import sys
 
 import mxnet as mx
