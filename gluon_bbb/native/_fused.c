@@ -47,8 +47,7 @@
 
 /* The loops over parameters are compiled three times and the loader picks the widest the CPU
  * has: 16 floats a vector (libmvec's _ZGVeN16v_* expf, logf, ...) where it has AVX-512, 8
- * with AVX2. The widths give the same formulas to a few ulps; AVX-512 took the 2x1200 paper
- * step 40-44 ms against 45-47 and IVON's 28-30 against 31-34 (timed alone, alternating). */
+ * with AVX2; the widths give the same formulas to a few ulps (docs/PERFORMANCE.md times them). */
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
 #define VECTOR_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
 #else
@@ -59,21 +58,25 @@ typedef unsigned __int128 u128;
 
 int bbb_abi_version(void) { return ABI_VERSION; }
 
-/* Random123's Philox4x64 with 10 rounds (Salmon et al. 2011), as NumPy implements it. */
-static void philox4x64_10(uint64_t c0, uint64_t c1, uint64_t c2, uint64_t c3,
-                          uint64_t k0, uint64_t k1, uint64_t out[4]) {
+/* Random123's Philox4x64 with 10 rounds (Salmon et al. 2011), as NumPy implements it; the round
+ * keys of (k0, k1) are made once for all the blocks of a chunk (philox_keys). */
+static void philox_keys(uint64_t k0, uint64_t k1, uint64_t keys[20]) {
     for (int round = 0; round < 10; ++round) {
-        if (round > 0) {
-            k0 += 0x9E3779B97F4A7C15ULL;
-            k1 += 0xBB67AE8584CAA73BULL;
-        }
+        keys[2 * round] = k0 + (uint64_t)round * 0x9E3779B97F4A7C15ULL;
+        keys[2 * round + 1] = k1 + (uint64_t)round * 0xBB67AE8584CAA73BULL;
+    }
+}
+
+static inline void philox4x64_10(uint64_t c0, uint64_t c1, uint64_t c2, uint64_t c3,
+                                 const uint64_t keys[20], uint64_t out[4]) {
+    for (int round = 0; round < 10; ++round) {
         u128 p0 = (u128)0xD2E7470EE14C6C93ULL * c0;
         u128 p1 = (u128)0xCA5A826395121157ULL * c2;
         uint64_t hi0 = (uint64_t)(p0 >> 64), lo0 = (uint64_t)p0;
         uint64_t hi1 = (uint64_t)(p1 >> 64), lo1 = (uint64_t)p1;
-        c0 = hi1 ^ c1 ^ k0;
+        c0 = hi1 ^ c1 ^ keys[2 * round];
         c1 = lo1;
-        c2 = hi0 ^ c3 ^ k1;
+        c2 = hi0 ^ c3 ^ keys[2 * round + 1];
         c3 = lo0;
     }
     out[0] = c0; out[1] = c1; out[2] = c2; out[3] = c3;
@@ -82,9 +85,10 @@ static void philox4x64_10(uint64_t c0, uint64_t c1, uint64_t c2, uint64_t c3,
 /* The raw 64-bit words of Philox4x64-10 for counters (first + 1, stream, 0, 0), ... (tests). */
 void bbb_philox_words(int64_t count, uint64_t k0, uint64_t k1, uint64_t first,
                       uint64_t stream, uint64_t *words) {
-    uint64_t block[4];
+    uint64_t block[4], keys[20];
+    philox_keys(k0, k1, keys);
     for (int64_t q = 0; q < count; q += 4) {
-        philox4x64_10(first + 1 + (uint64_t)(q / 4), stream, 0, 0, k0, k1, block);
+        philox4x64_10(first + 1 + (uint64_t)(q / 4), stream, 0, 0, keys, block);
         for (int j = 0; j < 4 && q + j < count; ++j) words[q + j] = block[j];
     }
 }
@@ -134,18 +138,19 @@ static struct prior_terms prior_terms_of(int prior, float pi, float s1, float s2
     return t;
 }
 
-/* Uniforms of one chunk: 2 * half of them, two per Philox word; (k + 0.5) / 2^24 lies in (0, 1). */
+/* Uniforms of one chunk: 2 * half of them, two per Philox word (made first, then turned into
+ * uniforms in a loop that vectorizes); (k + 0.5) / 2^24 lies in (0, 1). */
 static void chunk_uniforms(int64_t chunk, int64_t half, uint64_t k0, uint64_t k1,
                            uint64_t stream, float *uniforms) {
-    uint64_t block[4];
+    uint64_t words[CHUNK / 2 + 4], keys[20];
     const float scale = 1.0f / 16777216.0f;
-    for (int64_t q = 0; q < half; q += 4) {
+    philox_keys(k0, k1, keys);
+    for (int64_t q = 0; q < half; q += 4)
         philox4x64_10((uint64_t)chunk * BLOCKS_PER_CHUNK + 1 + (uint64_t)(q / 4), stream, 0, 0,
-                      k0, k1, block);
-        for (int j = 0; j < 4 && q + j < half; ++j) {
-            uniforms[2 * (q + j)] = ((float)(block[j] >> 40) + 0.5f) * scale;
-            uniforms[2 * (q + j) + 1] = ((float)((block[j] >> 8) & 0xFFFFFF) + 0.5f) * scale;
-        }
+                      keys, words + q);
+    for (int64_t i = 0; i < half; ++i) {
+        uniforms[2 * i] = ((float)(int32_t)(words[i] >> 40) + 0.5f) * scale;
+        uniforms[2 * i + 1] = ((float)(int32_t)((words[i] >> 8) & 0xFFFFFF) + 0.5f) * scale;
     }
 }
 
@@ -858,10 +863,7 @@ static void conv_direct_pooled(const conv_kernels *kernels, int64_t OC, int64_t 
  * (conv_direct_pooled). The images are split among the threads, each summed in one fixed
  * order: the result does not depend on the number of threads. MXNet 1.9.1's oneDNN runs the
  * LeNet's convolutions (20 and 50 output channels, not multiples of 8) as im2col and a matrix
- * product and pools in a second pass: 245 images through the first layer and its pooling took
- * 3.2 ms there against 1.2 ms here with the patches, through the second 7.3 against 4.3
- * (AVX-512, 2 threads; 1.3 and 4.3 ms with the AVX2 tiles on the same CPU;
- * docs/PERFORMANCE.md). `rectify`: a ReLU after
+ * product and pools in a second pass (docs/PERFORMANCE.md times both). `rectify`: a ReLU after
  * the pooling too (max(x, 0)). `widest`: the most floats a vector may hold (16, 8 or 4: the
  * tests run each width the CPU has). Returns 0, or -1 where memory could not be allocated. */
 int bbb_conv_maxpool(int64_t N, int64_t C, int64_t H, int64_t W, int64_t OC, int64_t K,

@@ -6,15 +6,13 @@
  *
  *   bbb_lrt_output(mean, variance, noise, floor): mean + sqrt(variance + floor) * noise, the
  *       last step of the local reparametrization (networks/layers.py's local_reparametrization,
- *       the one formula it accelerates), in one pass forward and one backward. MXNet 1.9.1's
- *       sqrt takes 6.5 ms over a Bayesian LeNet's first-layer pre-activations (1.5M floats, a
- *       scalar loop) where this pass takes about 1.3.
+ *       the one formula it accelerates), in one pass forward and one backward (MXNet 1.9.1's
+ *       sqrt is a scalar loop: docs/DESIGN.md).
  *   bbb_signed(x, noise): x times the signs of noise (+1, -1, or 0 at 0, as MXNet's sign),
  *       broadcast over the axes where noise has size 1, which follow those where it has x's
  *       size: Flipout's random signs per example and unit or channel (networks/layers.py's
- *       flipout). Its gradient is the same product for x and 0 for noise. MXNet 1.9.1's
- *       broadcast_mul and its backward pass (which also reduces the product into the signs'
- *       shape) take 28 ms over a LeNet's first-layer outputs.
+ *       flipout). Its gradient is the same product for x and 0 for noise (MXNet 1.9.1's
+ *       broadcast_mul also reduces the product into the signs' shape, a gradient nothing uses).
  *   bbb_lrt_convolution(h, W_mu, b_mu, W_sigma, b_sigma, noise; floor, input_gradient,
  *       widest) and bbb_flipout_convolution(h, W_mu, b_mu, W_delta, b_delta, noise_in,
  *       noise_out; input_gradient, widest): a convolution layer's local reparametrization and
@@ -673,9 +671,8 @@ MXReturnValue flipout_convolution_backward(const Attributes &attributes,
 /* bbb_max_pool(x; size, relu): max pooling over size x size windows at stride size (MXNet's
  * Pooling with pool_type max and the "valid" convention: floor(H / size) by floor(W / size)
  * outputs), then max(0, .) where relu is 1 (the ReLU a Network computes after the pooling:
- * networks/layers.py's MaxPool2D and ReLU, the formulas it accelerates). MXNet 1.9.1's oneDNN
- * pooling of the LeNet's first convolution's outputs (128 x 20 x 24 x 24) takes 12 ms forward
- * on an AVX2 machine, where this pass takes a tenth of it. */
+ * networks/layers.py's MaxPool2D and ReLU, the formulas it accelerates; docs/DESIGN.md times it
+ * against MXNet 1.9.1's oneDNN pooling). */
 MXReturnValue max_pool_attributes(const Attributes &attributes, int *inputs, int *outputs) {
     *inputs = 1;
     *outputs = 1;
@@ -786,8 +783,8 @@ MXReturnValue max_pool_backward(const Attributes &attributes, std::vector<MXTens
 /* bbb_scaled(x, factors): x times factors broadcast over the axes where factors has size 1,
  * which follow those where it has x's size (networks/layers.py's Gate.perturbed: a gate drawn
  * per example and unit or channel). Its gradients: g * factors for x, and for each factor the
- * sum of g x over its block. MXNet 1.9.1's broadcast_mul takes the second by a reduction that
- * took about 41 ms of a 90 ms gated LeNet step on an AVX2 machine. */
+ * sum of g x over its block, which MXNet 1.9.1's broadcast_mul takes by a slow reduction
+ * (docs/DESIGN.md). */
 MXReturnValue scaled_type(const Attributes &, std::vector<int> *in_types,
                           std::vector<int> *out_types) {
     return float32_only("bbb_scaled", *in_types, out_types);
