@@ -4,12 +4,12 @@ report. A thin shell over ``learning.loop.train``."""
 import os
 import sys
 import time
-from typing import Optional
+import typing
 
 from .cli import (ArgumentParser, add_import_flag, add_json_flag, add_switch, flag_for,
                   import_modules, load_mxnet, print_json, run_command, say_for)
 from ..learning.config import (CONVOLUTION_DEFAULTS, FLAT_FIELDS, IMPLIED, MAX_SAMPLES,
-                               MAX_TEST_SAMPLES, PRESETS, Config, flat_defaults)
+                               MAX_TEST_SAMPLES, OPTIMIZERS, PRESETS, Config, flat_defaults)
 from ..errors import CheckpointError, ConfigError
 from ..family.choices import names
 from ..family.estimators import ESTIMATORS
@@ -24,52 +24,47 @@ BUILT_IN_PRIORS = tuple(cls.name.replace("_", "-") for cls in PRIORS.built_in())
 
 PROG = "gluon-bbb train"
 
-# settings (``Config.from_dict``'s flat names) set from the flag of the same name (--batch-size
-# -> batch_size, --ivon-ess -> ivon_ess), with their help; the flag's type is the setting's
-CONFIG_FLAGS = dict(line.split(": ", 1) for line in """
-epochs: epochs to train (in all, counting those of a resumed run)
-batch_size: images per mini-batch
-num_hidden_layers: hidden layers of the MLP (0: a linear softmax model)
-num_hidden_units: units per hidden layer
-learning_rate: optimizer step size, on the summed mini-batch loss
-lr_decay_every: multiply the rate by --lr-decay-factor every N epochs (0: never)
-lr_decay_factor: factor of the step decay, in (0, 1]
-num_samples: weight samples averaged per step, 1 to MAX_SAMPLES
-sigma_p: standard deviation of the Gaussian prior
-pi: weight of the scale mixture's first (wide) component, in [0, 1]
-sigma_p1: standard deviation of the scale mixture's first component
-sigma_p2: standard deviation of the scale mixture's second component
-mu_scale: standard deviation of the initial means mu
-rho_offset: initial rho (sigma = softplus(rho), or exp(rho / 2) with --parametrization log-variance)
-gate_rho_offset: initial rho of the gate layers' factors
-kl_scale: multiplies every mini-batch's KL term (1: the paper's objective)
-kl_warmup_epochs: grow the KL term's weight linearly from 0 over the first N epochs (0: none)
-init_from: start the means mu from this run's (a run directory or parameter file of the same network, such as a deterministic one)
-train_size: train on the first N images (after --validation)
-validation: hold out the last N training images, scored every epoch
-seed: seed of the initial weights, the shuffles and the noise
-network: the network: SPEC_HELP
-dropout: dropout rate after every hidden ReLU of --model mcdropout, in (0, 1)
-ivon_ess: --model ivon: the effective sample size
-ivon_hess_init: --model ivon: the Hessian estimate's start
-ivon_beta1: --model ivon: the gradient's momentum
-ivon_beta2: --model ivon: the Hessian estimate's momentum
-ivon_weight_decay: --model ivon: weight decay, and the Hessian's floor in sigma = 1/sqrt(ess (h + it))
-ivon_clip_radius: --model ivon: clip each update's step to this
-ivon_late_beta2: --model ivon: beta2 of the last --ivon-late-epochs epochs
-ivon_late_epochs: --model ivon: the last epochs whose Hessian estimate uses --ivon-late-beta2
-""".replace("MAX_SAMPLES", str(MAX_SAMPLES)).replace("SPEC_HELP", SPEC_HELP).strip().splitlines())
-# what a Config field's type annotation means for its flag
-FLAG_TYPES = {int: int, float: float, str: str, Optional[int]: int, Optional[str]: str,
-              Optional[float]: float}
-# what a default of None means, in --help
-DEFAULT_WORDS = {"seed": "a fresh one, recorded in config.json", "train_size": "all",
-                 "ivon_ess": "the training images", "ivon_clip_radius": "none",
-                 "ivon_late_beta2": "none",
-                 "init_from": "the seed's random means", "gate_rho_offset": "--rho-offset's"}
-CHOICE_DEFAULT_WORDS = {"gate_prior": "--prior's"}
-CHOICE_FLAGS = {
-    "optimizer": (("sgd", "adam"), "update rule"),
+# every setting the command sets from its flag (``Config.from_dict``'s flat names: --batch-size
+# -> batch_size, --ivon-ess -> ivon_ess), with its help, or (its choices, its help); a setting
+# that is on or off is a switch, --field and --no-field; any other takes a value of its type
+FLAGS = {
+    "epochs": "epochs to train (in all, counting those of a resumed run)",
+    "batch_size": "images per mini-batch",
+    "num_hidden_layers": "hidden layers of the MLP (0: a linear softmax model)",
+    "num_hidden_units": "units per hidden layer",
+    "learning_rate": "optimizer step size, on the summed mini-batch loss",
+    "lr_decay_every": "multiply the rate by --lr-decay-factor every N epochs (0: never)",
+    "lr_decay_factor": "factor of the step decay, in (0, 1]",
+    "num_samples": "weight samples averaged per step, 1 to %d" % MAX_SAMPLES,
+    "sigma_p": "standard deviation of the Gaussian prior",
+    "pi": "weight of the scale mixture's first (wide) component, in [0, 1]",
+    "sigma_p1": "standard deviation of the scale mixture's first component",
+    "sigma_p2": "standard deviation of the scale mixture's second component",
+    "mu_scale": "standard deviation of the initial means mu",
+    "rho_offset": "initial rho (sigma = softplus(rho), or exp(rho / 2) with --parametrization "
+                  "log-variance)",
+    "gate_rho_offset": "initial rho of the gate layers' factors",
+    "kl_scale": "multiplies every mini-batch's KL term (1: the paper's objective)",
+    "kl_warmup_epochs": "grow the KL term's weight linearly from 0 over the first N epochs (0: "
+                        "none)",
+    "init_from": "start the means mu from this run's (a run directory or parameter file of the "
+                 "same network, such as a deterministic one)",
+    "train_size": "train on the first N images (after --validation)",
+    "validation": "hold out the last N training images, scored every epoch",
+    "seed": "seed of the initial weights, the shuffles and the noise",
+    "network": "the network: " + SPEC_HELP,
+    "dropout": "dropout rate after every hidden ReLU of --model mcdropout, in (0, 1)",
+    "ivon_ess": "--model ivon: the effective sample size",
+    "ivon_hess_init": "--model ivon: the Hessian estimate's start",
+    "ivon_beta1": "--model ivon: the gradient's momentum",
+    "ivon_beta2": "--model ivon: the Hessian estimate's momentum",
+    "ivon_weight_decay": "--model ivon: weight decay, and the Hessian's floor in sigma = "
+                         "1/sqrt(ess (h + it))",
+    "ivon_clip_radius": "--model ivon: clip each update's step to this",
+    "ivon_late_beta2": "--model ivon: beta2 of the last --ivon-late-epochs epochs",
+    "ivon_late_epochs": "--model ivon: the last epochs whose Hessian estimate uses "
+                        "--ivon-late-beta2",
+    "optimizer": (OPTIMIZERS, "update rule"),
     "lr_schedule": (names(LR_SCHEDULES), "the rate's schedule: step decay (--lr-decay-every, "
                     "--lr-decay-factor), falling linearly to 0 at the last epoch (sparse "
                     "variational dropout's), or a half cosine to 0 (IVON's)"),
@@ -94,11 +89,6 @@ CHOICE_FLAGS = {
               "average --test-samples dropout masks), a deterministic network of the same "
               "shape as a baseline (mlp: the same), or the same posterior as bbb fitted by "
               "IVON's natural-gradient update (--ivon-*)"),
-}
-
-
-# Config fields that are on or off: --field and --no-field
-SWITCH_FLAGS = {
     "init_best_units": "with --init-from a run of the same gated network with more units: "
                        "start from each gated layer's units whose gates have the highest "
                        "signal-to-noise ratio there (the lowest log alpha), as many as "
@@ -110,6 +100,11 @@ SWITCH_FLAGS = {
                            "means set to 0, no noise, no gradient (sparse variational "
                            "dropout's code; ndarray backend)",
 }
+# what a default of None means, in --help
+DEFAULT_WORDS = {"seed": "a fresh one, recorded in config.json", "train_size": "all",
+                 "ivon_ess": "the training images", "ivon_clip_radius": "none",
+                 "ivon_late_beta2": "none", "init_from": "the seed's random means",
+                 "gate_rho_offset": "--rho-offset's", "gate_prior": "--prior's"}
 
 
 def build_parser(prog=PROG, raise_errors=False):
@@ -144,19 +139,19 @@ def build_parser(prog=PROG, raise_errors=False):
                         "and the run says why where it does not")
     add_json_flag(parser)
     add_import_flag(parser)
-    for field, text in CONFIG_FLAGS.items():
-        default = defaults[field]
-        parser.add_argument(flag_for(field), type=FLAG_TYPES[FLAT_FIELDS[field]],
-                            metavar=field.upper(),
-                            help="%s (default: %s)" % (text, DEFAULT_WORDS.get(field, default)
-                                                       if default is None else default))
-    for field, (choices, text) in CHOICE_FLAGS.items():
-        default = defaults[field]
-        parser.add_argument(flag_for(field), choices=choices, help="%s (default: %s)" % (
-            text, CHOICE_DEFAULT_WORDS[field] if default is None else default.replace("_", "-")))
-    for field, text in SWITCH_FLAGS.items():
-        add_switch(parser, flag_for(field), "%s (default: %s)" % (
-            text, "on" if defaults[field] else "off"))
+    for field, entry in FLAGS.items():
+        choices, text = entry if isinstance(entry, tuple) else (None, entry)
+        default, kind = defaults[field], FLAT_FIELDS[field]
+        if kind is bool:
+            add_switch(parser, flag_for(field), "%s (default: %s)" % (
+                text, "on" if default else "off"))
+            continue
+        words = (DEFAULT_WORDS[field] if default is None
+                 else default.replace("_", "-") if choices else default)
+        options = (dict(choices=choices) if choices else
+                   dict(type=typing.get_args(kind)[0] if typing.get_args(kind) else kind,
+                        metavar=field.upper()))
+        parser.add_argument(flag_for(field), help="%s (default: %s)" % (text, words), **options)
     return parser
 
 
@@ -168,8 +163,7 @@ def config_from_args(args, run=None):
 
 def _config_and_defaults(args, run):
     flags = {field: getattr(args, field)
-             for field in list(CONFIG_FLAGS) + list(CHOICE_FLAGS) + list(SWITCH_FLAGS)
-             if getattr(args, field) is not None}
+             for field in FLAGS if getattr(args, field) is not None}
     given = dict(PRESETS[args.preset] if args.preset else {}, **flags)
     values = run.read_classifier_config().to_flat() if args.resume else {}
     taken = [] if args.resume else implied_settings(given, bool(args.preset))
