@@ -1,5 +1,6 @@
 import numpy as np
 import pytest
+from hypothesis import given, strategies as st
 
 from gluon_bbb import Config, ConfigError
 from gluon_bbb.learning.config import PRESETS
@@ -78,6 +79,53 @@ def test_settings_are_grouped_and_read_flat_as_older_config_json_holds_them():
                                   gate_prior="gaussian", sigma_p=0.5))
     assert gated.prior_settings == gated.gate_prior_settings == {"sigma_p": 0.5}
     assert gated.build_prior().sigma_p == 0.5  # one prior: the gates' is the same
+
+
+SCALES = st.floats(1e-3, 10.0)
+PRIOR_SETTINGS = {"gaussian": st.fixed_dictionaries({"sigma_p": SCALES}),
+                  "scale_mixture": st.fixed_dictionaries({"pi": st.floats(0.0, 1.0),
+                                                          "sigma_p1": SCALES,
+                                                          "sigma_p2": SCALES}),
+                  "log_uniform": st.just({}), "none": st.just({})}
+
+
+@st.composite
+def grouped_configs(draw):
+    """A config of any built-in prior and gate prior with any settings, Bayes by Backprop's or
+    IVON's with any of IVON's settings."""
+    values = dict(network="dense:8,gate,relu,dense:10", kl="analytic")
+    values["prior"] = draw(st.sampled_from(["gaussian", "log_uniform", "none"]))
+    values["prior_settings"] = draw(PRIOR_SETTINGS[values["prior"]])
+    if draw(st.booleans()):
+        values["gate_prior"] = draw(st.sampled_from(sorted(PRIOR_SETTINGS)))
+        values["gate_prior_settings"] = draw(PRIOR_SETTINGS[values["gate_prior"]])
+        if values["gate_prior"] == "scale_mixture":
+            values["kl"] = "mc"
+            values["prior"], values["prior_settings"] = "gaussian", {"sigma_p": 1.0}
+    if draw(st.booleans()):
+        late = draw(st.integers(0, 3))
+        values.update(model="ivon", parametrization="log_variance", kl="mc", ivon=dict(
+            ess=draw(st.none() | st.integers(1, 10 ** 6)), hess_init=draw(SCALES),
+            beta1=draw(st.floats(0.01, 0.99)), beta2=draw(st.floats(0.01, 0.99999)),
+            clip_radius=draw(st.none() | SCALES), late_epochs=late,
+            late_beta2=draw(st.floats(0.01, 0.99)) if late else None))
+        values.pop("gate_prior", None), values.pop("gate_prior_settings", None)
+        values.update(network="dense:8,relu,dense:10", prior="gaussian")
+        values["prior_settings"] = draw(PRIOR_SETTINGS["gaussian"])
+    return values
+
+
+@given(grouped_configs())
+def test_grouped_settings_round_trip_grouped_and_flat(values):
+    config = Config(**values)
+    assert Config.from_dict(config.to_dict()) == config
+    flat = config.to_flat()
+    # the flat form is the flags': one value a name, which a prior and its gates share
+    shared = set(config.prior_settings) & set(config.gate_prior_settings or {})
+    if all(config.prior_settings[k] == config.gate_prior_settings[k] for k in shared):
+        assert Config.from_dict(flat) == config
+    assert not any(isinstance(value, dict) for value in flat.values() if value is not None)
+    assert flat["prior"] == config.prior and ("ivon_ess" in flat) == (config.ivon is not None)
 
 
 @pytest.mark.parametrize("values,field", [

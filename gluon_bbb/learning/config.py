@@ -50,7 +50,9 @@ MAX_TEST_SAMPLES = 1000
 
 @dataclass
 class Config:
-    """Hyper-parameters of a run; defaults are the tutorial's Bayes-by-Backprop MLP."""
+    """Hyper-parameters of a run; defaults are the tutorial's Bayes-by-Backprop MLP. A prior's
+    settings are one dict, ``prior_settings`` (the gates' own prior's ``gate_prior_settings``),
+    IVON's one object, ``ivon``; ``from_dict`` also takes them flat, as the flags name them."""
     num_inputs: int = 784
     num_outputs: int = 10
     num_hidden_layers: int = 2
