@@ -214,6 +214,17 @@ def test_a_changed_spec_rerun_into_the_same_out_is_refused(local_sweep, tmp_path
     changed_spec.write_text(json.dumps(changed))
     assert_one_line_error(run(SWEEP, changed_spec, "--out", out, "--workers", "2"),
                           "trained with --epochs 2; this spec gives it --epochs 3")
+    # a prior's setting is named as its flag; given where a trial's prior has none, refused
+    changed["base"]["epochs"], changed["base"]["sigma-p"] = 2, 0.5
+    changed_spec.write_text(json.dumps(changed))
+    assert_one_line_error(run(SWEEP, changed_spec, "--out", out, "--workers", "2"),
+                          "trial prior-scale-mixture_seed-0: --sigma-p must be given with a "
+                          "prior that has it (gaussian; this run's: --prior scale-mixture), got 0.5")
+    changed["grid"]["prior"] = ["gaussian"]
+    changed_spec.write_text(json.dumps(changed))
+    assert_one_line_error(run(SWEEP, changed_spec, "--out", out, "--workers", "2"),
+                          "trained with --sigma-p 1.0; this spec gives it --sigma-p 0.5")
+    assert trial_logs(out) == logs
 
 
 @pytest.mark.parametrize("grid, flags", [

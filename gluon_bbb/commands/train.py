@@ -180,8 +180,10 @@ def _config_and_defaults(args, run):
                               "setting; this run's model is %s)" % config.model)
         owners = [kind.name.replace("_", "-") for kind in PRIORS.built_in()
                   if field in kind.setting_names()]
+        priors = ", ".join("%s %s" % (flag_for(name), getattr(config, name).replace("_", "-"))
+                           for name in ("prior", "gate_prior") if getattr(config, name))
         raise ConfigError(field, flags[field], "given with a prior that has it (%s; this "
-                          "run's is %s)" % (" or ".join(owners), config.describe_prior()))
+                          "run's: %s)" % (" or ".join(owners), priors))
     return config, taken
 
 

@@ -3,7 +3,6 @@ package's own commands in a process of its own, on Dask. This module holds the s
 trial's identity, what a worker runs for one trial and the summary over seeds; the command is
 ``gluon_bbb.commands.sweep``."""
 import contextlib
-import dataclasses
 import errno
 import fcntl
 import itertools
@@ -177,11 +176,9 @@ def check_against_out(planned, out_dir):
             saved = run.read_config()
         except CheckpointError as exc:
             raise SpecError("%s", exc.describe(flag_for)) from None
-        wanted = configs[trial["name"]]
-        differing = [(field.name, getattr(saved, field.name), getattr(wanted, field.name))
-                     for field in dataclasses.fields(wanted)
-                     if getattr(saved, field.name) != getattr(wanted, field.name)
-                     and not (field.name == "seed" and wanted.seed is None)]
+        saved, wanted = saved.to_flat(), configs[trial["name"]].to_flat()
+        differing = [(name, saved.get(name), value) for name, value in wanted.items()
+                     if saved.get(name) != value and not (name == "seed" and value is None)]
         if differing:
             raise SpecError(
                 "%s holds a trial trained with %s; this spec gives it %s: a changed spec needs "
