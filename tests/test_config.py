@@ -141,6 +141,11 @@ def test_grouped_settings_are_checked(values, field):
     assert info.value.field == field
 
 
+def test_the_settings_before_the_grouping_are_named_with_their_groups():
+    with pytest.raises(TypeError, match="Config takes pi, sigma_p in its groups"):
+        Config(sigma_p=0.5, pi=0.3)
+
+
 def test_analytic_kl_needs_the_gaussian_prior():
     Config(kl="analytic", prior="gaussian")
     with pytest.raises(ConfigError, match="kl must be mc with the scale-mixture prior"):

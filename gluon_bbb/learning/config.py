@@ -92,6 +92,14 @@ class Config:
     classes: Optional[dict] = None
     ivon: Optional[IvonSettings] = None
 
+    def __new__(cls, *args, **values):
+        fields = {field.name for field in dataclasses.fields(cls)}
+        flat = sorted(set(values) & set(FLAT_FIELDS) - fields)
+        if flat:
+            raise TypeError("Config takes %s in its groups, prior_settings={...} or ivon={...} "
+                            "(Config.from_dict takes them flat)" % ", ".join(flat))
+        return super().__new__(cls)
+
     def __post_init__(self):
         self._take_prior()
         self._take_ivon()
