@@ -25,3 +25,11 @@ def test_a_registry_reads_either_spelling_and_names_its_field_for_an_unknown_nam
                          (parametrizations.KNOWN, "parametrization")):
         with pytest.raises(ConfigError, match=r"%s must be one of %s" % (field, ", ".join(known))):
             known.kind("no-such-name")
+
+
+def test_a_registry_finds_a_built_in_class_and_nothing_else():
+    class Wide(GaussianPrior):
+        name = "wide_test"
+    assert priors.KNOWN.built_in_kind("scale-mixture") is priors.ScaleMixturePrior
+    for other in ("wide_test", "no-such-name", GaussianPrior(), None):
+        assert priors.KNOWN.built_in_kind(other) is None

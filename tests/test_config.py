@@ -109,7 +109,8 @@ def grouped_configs(draw):
             beta1=draw(st.floats(0.01, 0.99)), beta2=draw(st.floats(0.01, 0.99999)),
             clip_radius=draw(st.none() | SCALES), late_epochs=late,
             late_beta2=draw(st.floats(0.01, 0.99)) if late else None))
-        values.pop("gate_prior", None), values.pop("gate_prior_settings", None)
+        for gate_field in ("gate_prior", "gate_prior_settings"):
+            values.pop(gate_field, None)
         values.update(network="dense:8,relu,dense:10", prior="gaussian")
         values["prior_settings"] = draw(PRIOR_SETTINGS["gaussian"])
     return values

@@ -62,6 +62,12 @@ class Registry(dict):
     def built_in(self):
         return [cls for cls in self.values() if _built_in(cls)]
 
+    def built_in_kind(self, name):
+        """The built-in class ``name`` names (``-`` read as ``_``), else None: a user's class,
+        an unknown name, or not a name."""
+        found = self.get(name.replace("-", "_")) if isinstance(name, str) else None
+        return found if found is not None and _built_in(found) else None
+
 
 def _built_in(cls):
     return cls.__module__.startswith("gluon_bbb.")

@@ -350,7 +350,7 @@ class Config:
     def describe_prior(self):
         """The prior in words, its settings included, whether or not its class is known, and
         the gates' where they have their own."""
-        words = (self.prior if _built_in_prior(self.prior)
+        words = (self.prior if PRIORS.built_in_kind(self.prior)
                  else describe_prior(self.prior, self.prior_settings))
         if self.gate_prior is not None and self.gate_prior != self.prior:
             words += " (gates: %s)" % self.gate_prior
@@ -440,7 +440,7 @@ class Config:
         them (``sigma_p``, ``ivon_ess``): ``from_dict`` takes it back."""
         values = self.to_dict()
         for field in ("gate_prior", "prior"):
-            if _built_in_prior(values[field]) and field + "_settings" in values:
+            if PRIORS.built_in_kind(values[field]) and field + "_settings" in values:
                 values.update(values.pop(field + "_settings"))
         values.update({"ivon_" + name: value
                        for name, value in (values.pop("ivon", None) or {}).items()})
@@ -466,7 +466,7 @@ class Config:
         ivon = {name[len("ivon_"):]: values.pop(name) for name in IVON_DEFAULTS
                 if name in values}
         for field in ("prior", "gate_prior"):
-            kind = _built_in_prior(values.get(field, getattr(cls, field)))
+            kind = PRIORS.built_in_kind(values.get(field, getattr(cls, field)))
             taken = {name: flat[name] for name in (kind.setting_names() if kind else ())
                      if name in flat}
             if taken:
@@ -487,15 +487,6 @@ def flat_defaults():
     for kind in PRIORS.built_in():
         defaults.update(kind().settings())
     return defaults
-
-
-def _built_in_prior(name):
-    """The built-in prior class of this name (either spelling), else None."""
-    if isinstance(name, str):
-        for kind in PRIORS.built_in():
-            if kind.name == name.replace("-", "_"):
-                return kind
-    return None
 
 
 def _prior_of(name, settings):
