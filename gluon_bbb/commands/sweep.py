@@ -69,7 +69,10 @@ def main(argv=None, prog=PROG):
             client = stack.enter_context(_connect(Client, args.scheduler, SpecError))
             where = "the cluster at %s" % args.scheduler
         else:
-            cluster = stack.enter_context(_local_cluster(LocalCluster, workers, logging.ERROR))
+            # the workers log nothing: a trial's failure reaches the sweep's records, and a
+            # worker's heartbeat that finds the scheduler closed (Ctrl-C) is no news
+            cluster = stack.enter_context(_local_cluster(LocalCluster, workers,
+                                                         logging.CRITICAL))
             client = stack.enter_context(Client(cluster))
             where = "a local cluster of %d worker%s" % (workers, "" if workers == 1 else "s")
         # runs first as the stack closes: the client's and cluster's closing log no traceback
