@@ -144,8 +144,13 @@ class Interrupted(KeyboardInterrupt):
         self.signal_name, self.saved, self.resumable = signal_name, saved, resumable
 
 
+def is_real(value):
+    """Whether ``value`` is a Python int or float (not a bool)."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
 def check_proportion(proportion, field="proportions"):
-    """Raise ConfigError naming ``field`` unless ``proportion`` is a number in [0, 1]."""
-    if (isinstance(proportion, bool) or not isinstance(proportion, (int, float))
-            or not 0.0 <= proportion <= 1.0):
+    """``proportion``; ConfigError naming ``field`` unless it is a number in [0, 1]."""
+    if not (is_real(proportion) and 0.0 <= proportion <= 1.0):
         raise ConfigError(field, proportion, "in [0, 1]")
+    return proportion

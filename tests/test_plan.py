@@ -99,3 +99,34 @@ def test_nothing_below_the_loop_imports_the_config():
 def test_a_step_refuses_a_config_in_one_line():
     with pytest.raises(TypeError, match="TrainingStep takes a learning.plan.Plan"):
         TrainingStep(Config(), mx.cpu())
+
+
+IVON_NUMBERS = dict(ess=100, hess_init=0.1, beta1=0.9, beta2=0.99999, weight_decay=1e-4,
+                    clip_radius=float("inf"))
+
+
+@pytest.mark.parametrize("name, value", [
+    ("ess", 0), ("ess", True), ("hess_init", 0.0), ("hess_init", float("nan")),
+    ("weight_decay", -1e-4), ("weight_decay", 1e-39), ("beta1", 0.0), ("beta1", 1.0),
+    ("beta2", 1.5), ("beta2", "0.9"), ("clip_radius", 0.0), ("clip_radius", -float("inf"))])
+def test_ivons_numbers_meet_one_rule_in_the_optimizer_and_the_config(name, value):
+    from gluon_bbb.errors import ConfigError
+    from gluon_bbb.learning.ivon import IVON
+    from gluon_bbb.learning.plan import check_ivon_numbers
+    check_ivon_numbers(**IVON_NUMBERS)
+    refusals = []
+    for build in (lambda: check_ivon_numbers(**dict(IVON_NUMBERS, **{name: value})),
+                  lambda: IVON(**dict(IVON_NUMBERS, **{name: value})),
+                  lambda: Config.from_dict(dict(
+                      {"ivon_" + key: number for key, number in IVON_NUMBERS.items()
+                       if key != "clip_radius"}, model="ivon", parametrization="log_variance",
+                      **{"ivon_" + name: value}))):
+        with pytest.raises(ConfigError) as caught:
+            build()
+        refusals.append((caught.value.field, caught.value.requirement))
+    assert refusals[0][0] == "ivon_" + name
+    assert refusals[1] == refusals[0]
+    if name != "ess":  # the config's ess is a count of examples, a whole number
+        assert refusals[2] == refusals[0]
+    else:
+        assert refusals[2][0] == "ivon_ess"

@@ -8,7 +8,7 @@ from mxnet import nd
 
 from gluon_bbb import Config, gaussian_prior, scale_mixture_prior
 from gluon_bbb.errors import ConfigError
-from gluon_bbb.family.priors import LogUniformPrior
+from gluon_bbb.family.priors import GaussianPrior, LogUniformPrior, ScaleMixturePrior
 
 from test_sparse_priors import numpy_kl
 from test_tutorial import nd64, np_log_normal, np_scale_mixture
@@ -159,3 +159,33 @@ def test_the_gated_prior_puts_the_gates_under_their_own_prior():
                                           r" with log_uniform\(\) gates prior"):
         Config(prior="gaussian", gate_prior="log-uniform", network=GATED, num_inputs=36,
                num_outputs=3)
+
+
+@pytest.mark.parametrize("build, field", [
+    (lambda: GaussianPrior(0.0), "sigma_p"),
+    (lambda: GaussianPrior(float("nan")), "sigma_p"),
+    (lambda: GaussianPrior(True), "sigma_p"),
+    (lambda: ScaleMixturePrior(0.5, -1.0, 0.1), "sigma_p1"),
+    (lambda: ScaleMixturePrior.from_settings(0.5, 0.75, 1e-39), "sigma_p2"),
+    (lambda: ScaleMixturePrior.from_settings(1.5), "pi"),
+    (lambda: ScaleMixturePrior.from_settings(0.0, 0.75, float("inf")), "sigma_p2"),
+    (lambda: ScaleMixturePrior.from_settings(1.0, 0.0, 0.1), "sigma_p1"),
+])
+def test_a_prior_refuses_settings_outside_its_range_naming_the_setting(build, field):
+    # the prior's own rule is the one a config and the train command's flags meet
+    with pytest.raises(ConfigError) as caught:
+        build()
+    assert caught.value.field == field
+    with pytest.raises(ConfigError) as through_config:
+        Config.from_dict({"prior": "gaussian" if field == "sigma_p" else "scale_mixture",
+                          field: caught.value.value})
+    assert through_config.value.field == field
+
+
+def test_a_scale_mixture_of_pi_0_or_1_is_its_remaining_gaussian():
+    assert ScaleMixturePrior.from_settings(1.0, 0.5, 0.1) == GaussianPrior(0.5)
+    assert ScaleMixturePrior.from_settings(0.0, 0.75, 0.2) == GaussianPrior(0.2)
+    with pytest.raises(ConfigError, match="sigma_p2"):  # the unused scale is checked too
+        ScaleMixturePrior.from_settings(1.0, 0.5, -1.0)
+    with pytest.raises(ValueError, match="0 < pi < 1"):
+        ScaleMixturePrior(1.0)

@@ -4,6 +4,8 @@
 sum of all entries."""
 import math
 
+from ..errors import ConfigError, is_real
+
 LOG_SQRT_2PI = 0.5 * math.log(2.0 * math.pi)
 # rho is floored here in softplus and sigmoid, as in the C kernels (_fused.c): sigma bottoms
 # out at softplus(-80) = 1.8e-35, so log sigma and 1/sigma stay finite for any rho
@@ -15,6 +17,14 @@ LRT_VARIANCE_FLOOR = 1e-8
 # their updates are float32, where a positive setting outside is 0 or infinity
 FLOAT32_TINY = 1.1754943508222875e-38
 FLOAT32_MAX = 3.4028234663852886e38
+
+
+def require_positive(field, value):
+    """``value``; ConfigError naming ``field`` unless it is a positive float32 normal number."""
+    if not (is_real(value) and FLOAT32_TINY <= value <= FLOAT32_MAX):
+        raise ConfigError(field, value, "a finite number > 0 (from %.3g to %.3g: float32's "
+                          "normal numbers)" % (FLOAT32_TINY, FLOAT32_MAX))
+    return value
 
 
 def operators(F=None):

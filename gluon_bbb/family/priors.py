@@ -5,8 +5,9 @@ log-uniform prior and ``NoPrior`` (a KL term of 0, for weights under gates), and
 import inspect
 import math
 
+from ..errors import check_proportion
 from ..native import table
-from .elementwise import LOG_SQRT_2PI, operators, sigmoid, softplus, total
+from .elementwise import LOG_SQRT_2PI, operators, require_positive, sigmoid, softplus, total
 from .formulas import Keyed, accelerates, holds
 from .choices import Registry
 
@@ -143,7 +144,7 @@ class GaussianPrior(Prior):
     has_forward_closed_form_kl = Keyed(True, "log_density")
 
     def __init__(self, sigma_p=1.0):
-        self.sigma_p = sigma_p
+        self.sigma_p = require_positive("sigma_p", sigma_p)
 
     def log_density(self, x, F=None):
         return (operators(F).square(x) * (-0.5 / self.sigma_p ** 2)
@@ -213,14 +214,19 @@ class ScaleMixturePrior(Prior):
     name = "scale_mixture"
 
     def __init__(self, pi=0.25, sigma_p1=0.75, sigma_p2=0.1):
-        if not 0.0 < pi < 1.0:
+        if not 0.0 < check_proportion(pi, "pi") < 1.0:
             raise ValueError("a scale mixture needs 0 < pi < 1 (from_settings turns pi = 0 or "
                              "1 into its one Gaussian), got %r" % (pi,))
-        self.pi, self.sigma_p1, self.sigma_p2 = pi, sigma_p1, sigma_p2
+        self.pi = pi
+        self.sigma_p1 = require_positive("sigma_p1", sigma_p1)
+        self.sigma_p2 = require_positive("sigma_p2", sigma_p2)
 
     @classmethod
     def from_settings(cls, pi=0.25, sigma_p1=0.75, sigma_p2=0.1):
         """The mixture; pi = 1 or 0 is its one remaining Gaussian."""
+        check_proportion(pi, "pi")
+        require_positive("sigma_p1", sigma_p1)
+        require_positive("sigma_p2", sigma_p2)
         if pi in (0.0, 1.0):
             return GaussianPrior(sigma_p1 if pi == 1.0 else sigma_p2)
         return cls(pi, sigma_p1, sigma_p2)

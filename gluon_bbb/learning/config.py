@@ -8,9 +8,9 @@ import sys
 from dataclasses import dataclass
 from typing import Optional, Union
 
-from ..errors import ConfigError
+from ..errors import ConfigError, is_real
 from ..family import parametrizations
-from ..family.elementwise import FLOAT32_MAX, FLOAT32_TINY
+from ..family.elementwise import FLOAT32_MAX, FLOAT32_TINY, require_positive
 from ..family.estimators import estimator
 from ..family.kl import kl_estimate, kl_weighting
 from ..family.likelihoods import parse_likelihood
@@ -18,7 +18,7 @@ from ..family.model_kinds import model_kind
 from ..family.priors import (KNOWN as PRIORS, GatedPrior, Prior, describe_prior, prior_kind,
                              prior_words)
 from ..networks.layers import MAX_LAYERS, Dropout, Network, mlp, parse_network
-from .plan import IvonSettings, Plan
+from .plan import IvonSettings, Plan, check_ivon_numbers
 from .schedules import Schedule, lr_schedule
 
 
@@ -121,18 +121,18 @@ class Config:
                                                and self.init_from.strip()):
             raise ConfigError("init_from", self.init_from, "the path of a run directory or a "
                               "parameter file")
-        if not (_is_real(self.lr_decay_factor) and 0.0 < self.lr_decay_factor <= 1.0):
+        if not (is_real(self.lr_decay_factor) and 0.0 < self.lr_decay_factor <= 1.0):
             raise ConfigError("lr_decay_factor", self.lr_decay_factor, "in (0, 1]")
         if self.train_size is not None:
             _require_int("train_size", self.train_size, minimum=1)
         if self.seed is not None:
             _require_int("seed", self.seed, minimum=0)
         for name in ("learning_rate", "mu_scale", "kl_scale"):
-            _require_positive(name, getattr(self, name))
-        if not (_is_real(self.dropout) and Dropout.RATES[0] <= self.dropout <= Dropout.RATES[1]):
+            require_positive(name, getattr(self, name))
+        if not (is_real(self.dropout) and Dropout.RATES[0] <= self.dropout <= Dropout.RATES[1]):
             raise ConfigError("dropout", self.dropout, "in (0, 1) (from %.3g to 1 - 2^-24, "
                               "as MXNet takes it)" % Dropout.RATES[0])
-        if not (_is_real(self.rho_offset) and abs(self.rho_offset) <= FLOAT32_MAX):
+        if not (is_real(self.rho_offset) and abs(self.rho_offset) <= FLOAT32_MAX):
             raise ConfigError("rho_offset", self.rho_offset, "a finite number (within "
                               "float32's range, %.3g)" % FLOAT32_MAX)
         _require_choice("optimizer", self.optimizer, OPTIMIZERS)
@@ -146,7 +146,7 @@ class Config:
                                   "without gates (it is the prior of the gate layers' "
                                   "factors)")
         if self.gate_rho_offset is not None:
-            if not (_is_real(self.gate_rho_offset) and math.isfinite(self.gate_rho_offset)):
+            if not (is_real(self.gate_rho_offset) and math.isfinite(self.gate_rho_offset)):
                 raise ConfigError("gate_rho_offset", self.gate_rho_offset, "a finite number")
             if not network.gate_positions():
                 raise ConfigError("gate_rho_offset", self.gate_rho_offset, "left unset for a "
@@ -199,16 +199,12 @@ class Config:
         if ivon is None:
             return
         if ivon.ess is not None:
-            _require_int("ivon_ess", ivon.ess, minimum=1)
-        _require_positive("ivon_hess_init", ivon.hess_init)
-        _require_positive("ivon_weight_decay", ivon.weight_decay)
-        for name in ("beta1", "beta2"):
-            if not (_is_real(getattr(ivon, name)) and 0.0 < getattr(ivon, name) < 1.0):
-                raise ConfigError("ivon_" + name, getattr(ivon, name), "in (0, 1)")
-        if ivon.clip_radius is not None:
-            _require_positive("ivon_clip_radius", ivon.clip_radius)
+            _require_int("ivon_ess", ivon.ess, minimum=1)  # a count of examples
+        check_ivon_numbers(ivon.ess or 1, ivon.hess_init, ivon.beta1, ivon.beta2,
+                           ivon.weight_decay, math.inf if ivon.clip_radius is None
+                           else ivon.clip_radius)
         _require_int("ivon_late_epochs", ivon.late_epochs, minimum=0, maximum=self.epochs)
-        if ivon.late_beta2 is not None and not (_is_real(ivon.late_beta2)
+        if ivon.late_beta2 is not None and not (is_real(ivon.late_beta2)
                                                 and 0.0 < ivon.late_beta2 < 1.0):
             raise ConfigError("ivon_late_beta2", ivon.late_beta2, "in (0, 1)")
         if ivon.late_beta2 is not None and not ivon.late_epochs:
@@ -512,24 +508,20 @@ def _named_settings(field, name, settings):
         raise ConfigError(words, settings, "a dict of the prior's keyword arguments")
     if kind in PRIORS.built_in():
         settings = dict(kind().settings(), **settings)
-        for key, value in settings.items():
-            if key == "pi" and not (_is_real(value) and 0.0 <= value <= 1.0):
-                raise ConfigError("pi", value, "in [0, 1]")
-            if key != "pi" and key in kind.setting_names():
-                _require_positive(key, value)
+    if kind is not None:
+        try:
+            _prior_of(kind.name, settings)  # each prior checks its own settings
+        except ConfigError:
+            raise
+        except (TypeError, ValueError) as exc:
+            raise ConfigError(words, settings, "the arguments of prior %s (%s)"
+                              % (kind.name, exc)) from None
     try:
         json.dumps(settings, allow_nan=False)
     except (TypeError, ValueError):
         raise ConfigError(words, settings, "a dict of the prior's keyword arguments, numbers "
                           "and strings that config.json can hold") from None
-    if kind is None:
-        return name, settings
-    try:
-        _prior_of(kind.name, settings)
-    except (TypeError, ValueError) as exc:
-        raise ConfigError(words, settings, "the arguments of prior %s (%s)"
-                          % (kind.name, exc)) from None
-    return kind.name, settings
+    return name if kind is None else kind.name, settings
 
 
 def import_recorded_classes(values, where):
@@ -574,21 +566,11 @@ FLAT_FIELDS = dict({f.name: f.type for f in dataclasses.fields(Config)},
                    **{name: float for name in PRIOR_SETTING_NAMES})
 
 
-def _is_real(value):
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
-
-
 def _require_int(name, value, minimum, maximum=None):
     if (isinstance(value, bool) or not isinstance(value, int) or value < minimum
             or (maximum is not None and value > maximum)):
         raise ConfigError(name, value, "an integer >= %d" % minimum if maximum is None
                           else "an integer in [%d, %d]" % (minimum, maximum))
-
-
-def _require_positive(name, value):
-    if not (_is_real(value) and FLOAT32_TINY <= value <= FLOAT32_MAX):
-        raise ConfigError(name, value, "a finite number > 0 (from %.3g to %.3g: float32's "
-                          "normal numbers)" % (FLOAT32_TINY, FLOAT32_MAX))
 
 
 def _require_choice(name, value, choices):

@@ -12,6 +12,7 @@ from ..family.elementwise import FLOAT32_TINY
 from ..family.formulas import accelerates
 from ..native import library as native
 from .noise import PhiloxNoise
+from .plan import check_ivon_numbers
 
 
 def flushed(x):
@@ -68,15 +69,7 @@ class IVON(Compositions):
                  prior_at_draws=False, native=True, **kwargs):
         _check_learning_rate(learning_rate)
         super().__init__(learning_rate=learning_rate, **kwargs)
-        for name, value, low, high in (("ess", ess, 0, math.inf), ("hess_init", hess_init, 0,
-                                                                  math.inf),
-                                       ("beta1", beta1, 0, 1), ("beta2", beta2, 0, 1),
-                                       ("weight_decay", weight_decay, 0, math.inf),
-                                       ("clip_radius", clip_radius, 0, math.inf)):
-            if not (isinstance(value, (int, float)) and not isinstance(value, bool)
-                    and low < value and (value < high or (
-                        high == math.inf and value == math.inf and name == "clip_radius"))):
-                raise ConfigError("ivon_" + name, value, "a number in (%g, %g)" % (low, high))
+        check_ivon_numbers(ess, hess_init, beta1, beta2, weight_decay, clip_radius)
         self.ess, self.hess_init, self.beta1, self.beta2 = ess, hess_init, beta1, beta2
         self.ivon_weight_decay, self.clip_radius = weight_decay, clip_radius
         self.native, self.prior_at_draws = native, prior_at_draws

@@ -1,9 +1,12 @@
 """What a run trains with (``Plan``), its choices built from the config that names them
 (``Config.build_plan``): the training step takes a plan and never reads a config. Imports no
 MXNet."""
+import math
 from dataclasses import dataclass
 from typing import Any, Optional, Tuple
 
+from ..errors import ConfigError, is_real
+from ..family.elementwise import require_positive
 from .schedules import Schedule
 
 
@@ -22,6 +25,21 @@ class IvonSettings:
     late_beta2: Optional[float] = None
     late_epochs: int = 0
     prior_at_draws: bool = False
+
+
+def check_ivon_numbers(ess, hess_init, beta1, beta2, weight_decay, clip_radius):
+    """ConfigError naming the first of IVON's numbers outside its range, as ``ivon_<name>``:
+    ``ess`` > 0, ``hess_init`` and ``weight_decay`` float32 numbers > 0, the betas in (0, 1),
+    ``clip_radius`` one > 0 or infinity (no clipping)."""
+    if not (is_real(ess) and ess > 0):
+        raise ConfigError("ivon_ess", ess, "a number > 0")
+    require_positive("ivon_hess_init", hess_init)
+    require_positive("ivon_weight_decay", weight_decay)
+    for name, value in (("beta1", beta1), ("beta2", beta2)):
+        if not (is_real(value) and 0.0 < value < 1.0):
+            raise ConfigError("ivon_" + name, value, "in (0, 1)")
+    if clip_radius != math.inf:
+        require_positive("ivon_clip_radius", clip_radius)
 
 
 @dataclass(frozen=True, eq=False)
