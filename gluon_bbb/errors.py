@@ -149,6 +149,11 @@ def is_real(value):
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
+def is_whole(value):
+    """Whether ``value`` is a Python int (not a bool)."""
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
 def check_proportion(proportion, field="proportions"):
     """``proportion``; ConfigError naming ``field`` unless it is a number in [0, 1]."""
     if not (is_real(proportion) and 0.0 <= proportion <= 1.0):

@@ -42,3 +42,17 @@ def test_log_gaussian(ctx):
     sigma = np.array([1.0, 0.3, 2.0, 0.01])
     got = log_gaussian(nd64(x, ctx), nd64(mu, ctx), nd64(sigma, ctx))
     np.testing.assert_allclose(got.asnumpy(), np_log_normal(x, mu, sigma), rtol=1e-12)
+
+
+@pytest.mark.parametrize("value", [0.0, -1.0, 1e-39, float("inf"), float("nan"), 3.5e38, True,
+                                   "1.0", None])
+def test_a_positive_setting_is_a_float32_normal_number(value):
+    from gluon_bbb.errors import ConfigError
+    from gluon_bbb.family.elementwise import FLOAT32_MAX, FLOAT32_TINY, require_positive
+    with pytest.raises(ConfigError) as caught:
+        require_positive("sigma_p", value)
+    assert caught.value.field == "sigma_p" and caught.value.value is value
+    assert np.float32(FLOAT32_TINY) == np.finfo(np.float32).tiny
+    assert np.float32(FLOAT32_MAX) == np.finfo(np.float32).max
+    for good in (FLOAT32_TINY, 1, 0.5, FLOAT32_MAX):
+        assert require_positive("sigma_p", good) == good

@@ -2,7 +2,8 @@
 the flag for a command), and shows values holding braces or percent signs as they are."""
 import pytest
 
-from gluon_bbb.errors import CheckpointError, ConfigError, GluonBBBError, Interrupted
+from gluon_bbb.errors import (CheckpointError, ConfigError, GluonBBBError, Interrupted,
+                              check_proportion, is_real, is_whole)
 
 
 def test_a_config_error_names_its_field_as_each_caller_does():
@@ -30,3 +31,19 @@ def test_every_error_of_the_users_is_one_class_and_an_interrupt_says_what_it_kee
     assert isinstance(stop, KeyboardInterrupt)
     assert (stop.signal_name, stop.saved, stop.resumable) == ("SIGTERM", "epochs 1-3 are saved",
                                                               True)
+
+
+@pytest.mark.parametrize("value, real, whole", [
+    (1, True, True), (0, True, True), (-3, True, True), (2.5, True, False),
+    (float("nan"), True, False), (True, False, False), (False, False, False),
+    ("1", False, False), (None, False, False), ([1], False, False)])
+def test_a_number_is_an_int_or_float_never_a_bool(value, real, whole):
+    assert is_real(value) is real and is_whole(value) is whole
+
+
+@pytest.mark.parametrize("value", [-0.1, 1.5, float("nan"), True, "0.5", None])
+def test_a_proportion_outside_0_to_1_is_refused_naming_its_field(value):
+    with pytest.raises(ConfigError) as caught:
+        check_proportion(value, "pi")
+    assert caught.value.field == "pi" and caught.value.requirement == "in [0, 1]"
+    assert check_proportion(0.25) == 0.25

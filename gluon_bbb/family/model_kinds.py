@@ -2,7 +2,7 @@
 every weight), Monte Carlo dropout (the mean weights trained with dropout, the prior as weight
 decay) or a deterministic network. ``config.json`` keeps the name (``model: "bbb"``);
 ``model_kind("mlp")``, the name a deterministic run had before ``deterministic``, still reads."""
-from ..errors import ConfigError
+from ..errors import ConfigError, is_whole
 from .choices import Choice, named
 
 
@@ -42,8 +42,7 @@ class ModelKind(Choice):
             if num_samples != 0:
                 raise ConfigError(field, num_samples, "0 for a deterministic network (model %s "
                                   "has no weight distribution to sample)" % self.name)
-        elif isinstance(num_samples, bool) or not isinstance(num_samples, int) or not (
-                1 <= num_samples <= maximum):
+        elif not (is_whole(num_samples) and 1 <= num_samples <= maximum):
             raise ConfigError(field, num_samples, "an integer in [1, %d]" % maximum)
 
 

@@ -8,7 +8,7 @@ import sys
 from dataclasses import dataclass
 from typing import Optional, Union
 
-from ..errors import ConfigError, is_real
+from ..errors import ConfigError, is_real, is_whole
 from ..family import parametrizations
 from ..family.elementwise import FLOAT32_MAX, FLOAT32_TINY, require_positive
 from ..family.estimators import estimator
@@ -567,8 +567,7 @@ FLAT_FIELDS = dict({f.name: f.type for f in dataclasses.fields(Config)},
 
 
 def _require_int(name, value, minimum, maximum=None):
-    if (isinstance(value, bool) or not isinstance(value, int) or value < minimum
-            or (maximum is not None and value > maximum)):
+    if not (is_whole(value) and value >= minimum and (maximum is None or value <= maximum)):
         raise ConfigError(name, value, "an integer >= %d" % minimum if maximum is None
                           else "an integer in [%d, %d]" % (minimum, maximum))
 

@@ -7,7 +7,7 @@ import math
 import mxnet as mx
 from mxnet import nd
 
-from ..errors import ConfigError
+from ..errors import ConfigError, is_real
 from ..family.elementwise import FLOAT32_TINY
 from ..family.formulas import accelerates
 from ..native import library as native
@@ -44,8 +44,7 @@ class Compositions(mx.optimizer.Optimizer):
 def _check_learning_rate(rate):
     """ConfigError unless ``rate`` is a finite number > 0 whose steps float32 can take: a NaN,
     an infinite or a huge rate turns every mean NaN at the first update."""
-    if not (isinstance(rate, (int, float)) and not isinstance(rate, bool)
-            and 0 < rate <= MAX_LEARNING_RATE):
+    if not (is_real(rate) and 0 < rate <= MAX_LEARNING_RATE):
         raise ConfigError("learning_rate", rate, "a finite number in (0, %g]"
                           % MAX_LEARNING_RATE)
 

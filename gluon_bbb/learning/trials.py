@@ -15,7 +15,7 @@ import sys
 import time
 
 from ..commands.cli import FlagError, flag_for
-from ..errors import CheckpointError, ConfigError, GluonBBBError
+from ..errors import CheckpointError, ConfigError, GluonBBBError, is_real
 from .. import _ENGINE_CHOSEN_HERE, outputs
 from ..outputs import write_json, write_text
 from ..plots import plot_sweep
@@ -78,8 +78,7 @@ def load_spec(path):
             spelt[_flag_name(name)] = name
     proportions = spec.get("proportions", list(DEFAULT_PROPORTIONS))
     if not (isinstance(proportions, list) and proportions and all(
-            isinstance(p, (int, float)) and not isinstance(p, bool) and 0 <= p <= 1
-            for p in proportions)):
+            is_real(p) and 0 <= p <= 1 for p in proportions)):
         raise SpecError("%s: proportions must be a list of numbers in [0, 1]", path)
     if len({"%g" % p for p in proportions}) < len(proportions):
         raise SpecError("%s: proportions must differ from each other", path)

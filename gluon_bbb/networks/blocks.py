@@ -5,6 +5,7 @@ import mxnet as mx
 from mxnet import autograd, nd
 from mxnet.gluon import HybridBlock, nn
 
+from ..errors import is_whole
 from ..family.estimators import estimator as estimator_named
 from ..tutorial import (GaussianPrior, sample_epsilons, sampled_kl, total,
                         transform_gaussian_samples)
@@ -250,7 +251,7 @@ class use_mean_weights:
 def predict_probabilities(net, X, num_samples=10):
     """Mean over ``num_samples`` forward passes (each with new weights) of softmax(net(X));
     ``num_samples=0`` uses the mean weights. X on the network's context; returns (N, classes)."""
-    if isinstance(num_samples, bool) or not isinstance(num_samples, int) or num_samples < 0:
+    if not (is_whole(num_samples) and num_samples >= 0):
         raise ValueError("num_samples must be a whole number >= 0 (0: the mean weights), got %r"
                          % (num_samples,))
     with autograd.predict_mode():

@@ -4,7 +4,7 @@ gives its parameters' shapes and its output shape per example, ``layer(F, h, par
 input_shape)`` its output for a batch ``h``."""
 import math
 
-from ..errors import ConfigError
+from ..errors import ConfigError, is_real, is_whole
 from ..family.elementwise import FLOAT32_TINY, LRT_VARIANCE_FLOOR
 from ..family.formulas import Keyed
 
@@ -90,7 +90,7 @@ class _Linear:
 
 def _whole_number(value, what, layer):
     """``value`` if it is a whole number >= 1; ValueError naming the layer otherwise."""
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+    if not (is_whole(value) and value >= 1):
         raise ValueError("%s: %s must be a whole number >= 1" % (layer, what))
     return value
 
@@ -318,8 +318,7 @@ class Dropout:
     RATES = (FLOAT32_TINY, 1.0 - 2.0 ** -24)
 
     def __init__(self, rate):
-        if isinstance(rate, bool) or not isinstance(rate, (int, float)) or not (
-                self.RATES[0] <= rate <= self.RATES[1]):
+        if not (is_real(rate) and self.RATES[0] <= rate <= self.RATES[1]):
             raise ValueError("dropout:%s: RATE must be in (0, 1) (from %.3g to 1 - 2^-24)"
                              % (rate, self.RATES[0]))
         self.rate = rate

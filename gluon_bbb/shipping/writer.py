@@ -10,7 +10,7 @@ import numpy as np
 from . import model_file as compressed
 from .model_file import FORMAT_NAME, encode_varints, gaps_from_positions
 from ..data import IMAGE_SHAPE, PIXEL_SCALE
-from ..errors import CheckpointError, ConfigError
+from ..errors import CheckpointError, ConfigError, is_real
 from ..networks.layers import parse_network
 
 # the proportions --max-error-increase chooses among
@@ -383,8 +383,7 @@ MAX_PRECISION = 1000.0
 
 
 def check_precision(precision, sigma_bits):
-    if not (isinstance(precision, (int, float)) and not isinstance(precision, bool)
-            and 0 <= precision <= MAX_PRECISION):
+    if not (is_real(precision) and 0 <= precision <= MAX_PRECISION):
         raise ConfigError("precision", precision, "a number from 0 (float32 means) to %g "
                           "(median sigmas a quantization step)" % MAX_PRECISION)
     if sigma_bits not in range(0, 9):
