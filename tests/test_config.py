@@ -163,3 +163,27 @@ def test_lenet_preset_is_the_bayesian_lenet():
     assert (config.epochs, config.lr_decay_every, config.validation) == (20, 15, 10000)
     # a description given as layers is the same network
     assert str(Config(network=str(network)).build_network()) == str(network)
+
+
+def test_a_users_prior_refusing_its_settings_is_named_as_the_prior_settings():
+    # a built-in prior's refusal names its setting (the flag); a user's prior has no flags, so
+    # its refusal, a ConfigError of its own included, is the config's prior_settings
+    from gluon_bbb.family.elementwise import require_positive
+    from gluon_bbb.family.priors import GaussianPrior
+
+    class CheckedLaplace(GaussianPrior):
+        name = "checked_laplace_for_test_config"
+
+        def __init__(self, scale=1.0):
+            super().__init__(1.0)
+            self.scale = require_positive("scale", scale)
+
+    with pytest.raises(ConfigError) as caught:
+        Config(prior=CheckedLaplace.name, prior_settings=dict(scale=-1.0))
+    assert caught.value.field == "prior_settings"
+    assert "arguments of prior checked_laplace_for_test_config" in str(caught.value)
+    config = Config(prior=CheckedLaplace.name, prior_settings=dict(scale=2.0))
+    assert config.build_prior().scale == 2.0
+    with pytest.raises(ConfigError) as caught:
+        Config(prior="gaussian", prior_settings=dict(sigma_p=-1.0))
+    assert caught.value.field == "sigma_p"

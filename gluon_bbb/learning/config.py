@@ -511,9 +511,9 @@ def _named_settings(field, name, settings):
     if kind is not None:
         try:
             _prior_of(kind.name, settings)  # each prior checks its own settings
-        except ConfigError:
-            raise
         except (TypeError, ValueError) as exc:
+            if isinstance(exc, ConfigError) and kind in PRIORS.built_in():
+                raise  # named by the setting, as its flag names it
             raise ConfigError(words, settings, "the arguments of prior %s (%s)"
                               % (kind.name, exc)) from None
     try:
