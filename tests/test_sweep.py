@@ -448,3 +448,31 @@ def test_a_sweep_on_a_running_scheduler_with_two_workers(tmp_path):
             process.wait(timeout=60)
 
 
+
+
+WORKER_LOGS = """
+import logging, sys
+from distributed import Client, LocalCluster
+from gluon_bbb.commands import sweep
+
+def log_an_error():
+    logging.getLogger("distributed.worker").error("a worker's error, as a heartbeat logs it")
+    return 1
+
+if __name__ == "__main__":
+    level = getattr(logging, sys.argv[1]) if len(sys.argv) > 1 else sweep.WORKER_LOG_LEVEL
+    with sweep._local_cluster(LocalCluster, 1, level) as cluster, Client(cluster) as client:
+        print(client.submit(log_an_error).result())
+"""
+
+
+def test_a_local_clusters_workers_print_nothing_on_the_terminal(tmp_path):
+    # what a worker logs (a heartbeat that finds the scheduler closed after Ctrl-C, with its
+    # traceback) would land on the sweep's terminal before its one line; ERROR would show it
+    script = tmp_path / "worker_logs.py"
+    script.write_text(WORKER_LOGS)
+    quiet = run([sys.executable], script, timeout=120)
+    assert quiet.returncode == 0 and quiet.stdout.strip() == "1", quiet.stderr
+    assert "a worker's error" not in quiet.stderr, quiet.stderr
+    shown = run([sys.executable], script, "ERROR", timeout=120)
+    assert "a worker's error" in shown.stderr, shown.stderr  # the check can fail

@@ -2,6 +2,7 @@
 settings of training runs on Dask, each trial pruned, tabulated as median and range over seeds
 (``learning/trials.py`` holds the spec, the trials and the summary)."""
 import contextlib
+import logging
 import os
 import signal
 import sys
@@ -15,6 +16,9 @@ PROG = "gluon-bbb sweep"
 CONNECT_SECONDS = 30
 # the most local workers a sweep starts, per core: more only queue trials on the same cores
 WORKERS_PER_CORE = 4
+# a local cluster's workers log nothing: a trial's failure reaches the sweep's records, and a
+# worker's heartbeat that finds the scheduler closed (Ctrl-C) is no news
+WORKER_LOG_LEVEL = logging.CRITICAL
 
 
 def build_parser(prog=PROG):
@@ -51,7 +55,6 @@ def main(argv=None, prog=PROG):
     spec = load_spec(args.spec)
     # the sweep's directory is claimed before any work or word (outputs.py): never inside a run
     outputs.claim_directory(args.out, SWEEP_FILES, "out")
-    import logging
     from distributed import Client, LocalCluster
     with contextlib.ExitStack() as stack:
         # one sweep at a time writes into --out: a second stops at once, naming the lock
@@ -69,15 +72,13 @@ def main(argv=None, prog=PROG):
             client = stack.enter_context(_connect(Client, args.scheduler, SpecError))
             where = "the cluster at %s" % args.scheduler
         else:
-            # the workers log nothing: a trial's failure reaches the sweep's records, and a
-            # worker's heartbeat that finds the scheduler closed (Ctrl-C) is no news
             cluster = stack.enter_context(_local_cluster(LocalCluster, workers,
-                                                         logging.CRITICAL))
+                                                         WORKER_LOG_LEVEL))
             client = stack.enter_context(Client(cluster))
             where = "a local cluster of %d worker%s" % (workers, "" if workers == 1 else "s")
         # runs first as the stack closes: the client's and cluster's closing log no traceback
         # of a connection the other side closed first (CommClosedError)
-        stack.callback(_dask_logs_quiet, logging)
+        stack.callback(_dask_logs_quiet)
         outputs.make_directory(args.out, "out")
         say("sweep: %d trials on %s, %d thread%s each, into %s" % (
             len(planned[0]), where, args.threads_per_trial,
@@ -137,7 +138,7 @@ def _connect(Client, address, SpecError):
     return outcome[0]
 
 
-def _dask_logs_quiet(logging):
+def _dask_logs_quiet():
     for name in ("distributed", "tornado", "asyncio"):
         logging.getLogger(name).setLevel(logging.CRITICAL)
 
