@@ -182,6 +182,8 @@ def test_a_users_prior_refusing_its_settings_is_named_as_the_prior_settings():
         Config(prior=CheckedLaplace.name, prior_settings=dict(scale=-1.0))
     assert caught.value.field == "prior_settings"
     assert "arguments of prior checked_laplace_for_test_config" in str(caught.value)
+    with pytest.raises(ConfigError, match="numbers and strings that config.json can hold"):
+        Config(prior=CheckedLaplace.name, prior_settings=dict(scale=object()))  # JSON first
     config = Config(prior=CheckedLaplace.name, prior_settings=dict(scale=2.0))
     assert config.build_prior().scale == 2.0
     with pytest.raises(ConfigError) as caught:

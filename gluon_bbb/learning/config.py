@@ -506,22 +506,31 @@ def _named_settings(field, name, settings):
     settings = {} if settings is None else settings
     if not (isinstance(settings, dict) and all(isinstance(k, str) for k in settings)):
         raise ConfigError(words, settings, "a dict of the prior's keyword arguments")
-    if kind in PRIORS.built_in():
+    built_in = kind in PRIORS.built_in()
+    if built_in:  # its own rules come first: they name the setting, as its flag does
         settings = dict(kind().settings(), **settings)
-    if kind is not None:
-        try:
-            _prior_of(kind.name, settings)  # each prior checks its own settings
-        except (TypeError, ValueError) as exc:
-            if isinstance(exc, ConfigError) and kind in PRIORS.built_in():
-                raise  # named by the setting, as its flag names it
-            raise ConfigError(words, settings, "the arguments of prior %s (%s)"
-                              % (kind.name, exc)) from None
+        _check_prior(kind, settings, words)
     try:
         json.dumps(settings, allow_nan=False)
     except (TypeError, ValueError):
         raise ConfigError(words, settings, "a dict of the prior's keyword arguments, numbers "
                           "and strings that config.json can hold") from None
+    if kind is not None and not built_in:
+        _check_prior(kind, settings, words)
     return name if kind is None else kind.name, settings
+
+
+def _check_prior(kind, settings, words):
+    """Build the prior ``kind`` of ``settings``, which checks them: a built-in prior's
+    ConfigError names its setting; any other refusal is one of ``words`` (a user's prior has no
+    flags)."""
+    try:
+        _prior_of(kind.name, settings)
+    except (TypeError, ValueError) as exc:
+        if isinstance(exc, ConfigError) and kind in PRIORS.built_in():
+            raise
+        raise ConfigError(words, settings, "the arguments of prior %s (%s)"
+                          % (kind.name, exc)) from None
 
 
 def import_recorded_classes(values, where):
