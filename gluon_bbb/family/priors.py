@@ -224,12 +224,11 @@ class ScaleMixturePrior(Prior):
     @classmethod
     def from_settings(cls, pi=0.25, sigma_p1=0.75, sigma_p2=0.1):
         """The mixture; pi = 1 or 0 is its one remaining Gaussian."""
-        check_proportion(pi, "pi")
-        require_positive("sigma_p1", sigma_p1)
+        if check_proportion(pi, "pi") not in (0.0, 1.0):
+            return cls(pi, sigma_p1, sigma_p2)  # which checks the scales
+        require_positive("sigma_p1", sigma_p1)  # the unused one too
         require_positive("sigma_p2", sigma_p2)
-        if pi in (0.0, 1.0):
-            return GaussianPrior(sigma_p1 if pi == 1.0 else sigma_p2)
-        return cls(pi, sigma_p1, sigma_p2)
+        return GaussianPrior(sigma_p1 if pi == 1.0 else sigma_p2)
 
     def log_density(self, x, F=None):
         F = operators(F)
