@@ -25,6 +25,26 @@ def test_unparseable(spec):
         parse_context(spec)
 
 
+def test_the_largest_cpu_number_is_taken_and_a_larger_is_one_line():
+    # MXNet keeps state per device id in arrays as long as the id: cpu:2^30 hung on a 24 GiB
+    # machine and cpu:10^20 ended in MXNet's traceback; a larger number than MAX_CPU_ID (or one
+    # past int64) is refused before MXNet sees it
+    assert parse_context("cpu:%d" % context.MAX_CPU_ID) == mx.cpu(context.MAX_CPU_ID)
+    for index in (context.MAX_CPU_ID + 1, 2 ** 30, 10 ** 20):
+        with pytest.raises(ContextError, match="at most %d" % context.MAX_CPU_ID):
+            parse_context("cpu:%d" % index)
+
+
+def test_a_too_large_cpu_number_through_the_command_line_is_one_line(tmp_path):
+    proc = run([sys.executable, "-m", "gluon_bbb", "train"], "--ctx", "cpu:99999999999999999999",
+               "--out", tmp_path / "run", timeout=120)
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert proc.stderr == ("gluon-bbb train: error: --ctx cpu:99999999999999999999: a CPU "
+                           "context's number is at most 1023 (each cpu:N runs on the same "
+                           "cores)\n")
+    assert not (tmp_path / "run").exists()
+
+
 def test_missing_gpu_is_refused_with_a_clear_message():
     with pytest.raises(ContextError, match="asked for GPU %d but MXNet sees %d GPU" % (
             NUM_GPUS, NUM_GPUS)):

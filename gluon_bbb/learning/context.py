@@ -7,6 +7,9 @@ import mxnet as mx
 from ..errors import ContextError
 
 _CTX_PATTERN = re.compile(r"^(cpu|gpu)(?::(\d+))?$")
+# every cpu(N) runs on the same cores, but MXNet keeps state per device id in arrays as long as
+# the id (16 bytes each: cpu:2^30 exhausts the memory and hangs)
+MAX_CPU_ID = 1023
 
 
 def parse_context(spec):
@@ -16,6 +19,9 @@ def parse_context(spec):
         raise ContextError("{ctx} %r not understood: use cpu, gpu or gpu:N", spec)
     kind, index = match.group(1), int(match.group(2) or 0)
     if kind == "cpu":
+        if index > MAX_CPU_ID:
+            raise ContextError("{ctx} %s: a CPU context's number is at most %d (each cpu:N runs "
+                               "on the same cores)", spec, MAX_CPU_ID)
         return mx.cpu(index)
     available = mx.context.num_gpus()
     if index >= available:
