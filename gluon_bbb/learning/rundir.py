@@ -363,7 +363,12 @@ def resolve_checkpoint(path):
         if is_compressed_model(path):
             raise CheckpointError("%s is a compressed model, not a run: classify images with it "
                                   "with gluon-bbb predict %s IMAGE...", path, path)
-        return RunDirectory(os.path.dirname(path) or "."), path
+        run = RunDirectory(os.path.dirname(path) or ".")
+        if not os.path.lexists(run.file(CONFIG_FILE)):
+            raise CheckpointError("%s is a file outside a run directory (%s holds no %s): name "
+                                  "a run directory, or its %s or best.params", path, run.path,
+                                  CONFIG_FILE, CHECKPOINT_FILE)
+        return run, path
     raise CheckpointError("checkpoint %s does not exist", path)
 
 
