@@ -14,7 +14,7 @@ from . import outputs
 from .errors import CheckpointError, ConfigError, NonFiniteResult
 from .family.elementwise import FLOAT32_MAX, FLOAT32_TINY
 from .family.likelihoods import NAMED_NOISES
-from .family.model_kinds import model_kind
+from .family.model_kinds import MODEL_KINDS, model_kind
 from .learning.rundir import CHECKPOINT_FILE, CONFIG_FILE, REGRESSION_METRICS_FILE, RunDirectory
 
 CHECK_EVERY = 100  # steps between reads of the loss (a read waits for MXNet's queue)
@@ -72,6 +72,8 @@ PROBLEMS = {
 }
 # Monte Carlo dropout: dropout after every hidden layer, the prior as weight decay
 MODEL_SETTINGS = {"mcdropout": dict(dropout=0.1)}
+# the model kinds the problems' settings train (not IVON's: docs/REGRESSION.md)
+MODELS = tuple(kind.name for kind in MODEL_KINDS if not kind.natural_gradient)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -109,6 +111,8 @@ def regression_config(problem, model="bbb", seed=0, scaling=None, **fields):
                               "heteroscedastic" % (low, high))
         likelihood = "gaussian:%r" % (float(noise) / scaling.y_sd)
     model = model_kind(model).name
+    if model not in MODELS:
+        raise ConfigError("model", model, "one of %s for a toy problem" % ", ".join(MODELS))
     values = dict(problem.settings, **MODEL_SETTINGS.get(model, {}))
     values.update(fields, model=model, seed=seed, likelihood=likelihood,
                   batch_size=len(problem.inputs))

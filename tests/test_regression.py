@@ -100,6 +100,8 @@ def test_regression_command_writes_its_run_and_refuses_bad_input(tmp_path):
             (["--epochs", "0"], "--epochs must be an integer from 1 to 1000000 (the training "
                                 "steps; 0 trains nothing), got 0"),
             (["--epochs", str(10 ** 17)], "--epochs must be an integer from 1 to 1000000"),
+            (["--model", "ivon"], "argument --model: invalid choice: 'ivon' (choose from "
+                                  "'bbb', 'mcdropout', 'deterministic', 'mlp')"),
             # the seed is checked before the data's noise is drawn with it
             (["--seed", "-1"], "--seed must be an integer >= 0, got -1")):
         target = out if not args else tmp_path / "other"

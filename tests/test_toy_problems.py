@@ -18,6 +18,16 @@ def test_a_regression_with_nothing_to_train_is_refused():
             regression_config("quartic", epochs=epochs)
 
 
+
+def test_the_toy_problems_train_the_model_kinds_their_settings_are_for():
+    # IVON's update takes settings of its own (docs/REGRESSION.md): a config the step would
+    # refuse later, naming flags the command does not have, is refused here naming --model
+    assert [regression_config("sine", model).model for model in ("bbb", "mcdropout",
+            "deterministic", "mlp")] == ["bbb", "mcdropout", "deterministic", "deterministic"]
+    with pytest.raises(ConfigError, match=r"^model must be one of bbb, mcdropout, deterministic "
+                                          r"for a toy problem, got 'ivon'$"):
+        regression_config("sine", "ivon")
+
 def test_split_uncertainty_matches_numpy():
     rng = np.random.default_rng(3)
     means, variances = rng.normal(size=(50, 7)), rng.uniform(0.1, 2.0, size=(50, 7))

@@ -7,9 +7,7 @@ import sys
 from .cli import ArgumentParser, add_json_flag, load_mxnet, print_json, run_command, say_for
 from ..learning.config import MAX_TEST_SAMPLES
 from ..family.likelihoods import NAMED_NOISES
-from ..family.choices import names
-from ..family.model_kinds import MODEL_KINDS
-from ..toy_problems import (MODEL_SETTINGS, PROBLEMS, TEST_SAMPLES, describe_figures,
+from ..toy_problems import (MODEL_SETTINGS, MODELS, PROBLEMS, TEST_SAMPLES, describe_figures,
                                   regression_config, run_regression)
 
 PROG = "gluon-bbb regression"
@@ -21,7 +19,7 @@ def build_parser(prog=PROG):
     parser.add_argument("--data", required=True, choices=sorted(PROBLEMS),
                         help="sine: 92 noisy points of 10 sin(2 pi x) on [-0.5, 0.5]; "
                         "quartic: six points of -x^4 + 3x^2 + 1, fixed noise")
-    parser.add_argument("--model", default="bbb", choices=names(MODEL_KINDS) + ("mlp",),
+    parser.add_argument("--model", default="bbb", choices=MODELS + ("mlp",),
                         help="Bayes by Backprop, Monte Carlo dropout or a deterministic "
                         "network (default: bbb)")
     parser.add_argument("--out", required=True, help="run directory to write (new)")
