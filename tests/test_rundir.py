@@ -252,8 +252,9 @@ def test_a_checkpoint_that_is_a_directory_is_named_once(tmp_path, one_epoch):
 
 
 def test_a_parameter_file_outside_a_run_directory_is_named_as_such(tmp_path, one_epoch):
-    # every command that reads a run takes its parameter file too, and reads the run beside it:
-    # a file with no run beside it was "<its directory> holds no run", naming no file the user gave
+    # every command that reads a run takes its parameter file too, and reads the run beside it
+    # (but --init-from, which reads the means alone): a file with no run beside it was "<its
+    # directory> holds no run", naming no file the user gave
     outside = tmp_path / "elsewhere"
     outside.mkdir()
     shutil.copy(str(one_epoch / "checkpoint.params"), str(outside / "checkpoint.params"))
@@ -263,10 +264,12 @@ def test_a_parameter_file_outside_a_run_directory_is_named_as_such(tmp_path, one
     for cmd, args in ((EVALUATE, [params]), (PRUNE, ["--checkpoint", params]),
                       (COMPRESS, [params, "--out", tmp_path / "model.gbbb"]),
                       (SHIFT, [params, "--out", tmp_path / "shift"]),
-                      (TRAIN, ["--out", tmp_path / "new", "--init-from", params, "--epochs", "1"])):
+                      (PREDICT, [params, params])):
         assert_one_line_error(run(cmd, *args), expected)
     assert files_of(tmp_path) == ["elsewhere"] and files_of(outside) == ["checkpoint.params"]
-    # the same file in its run is read
+    # a run's start takes the means alone; the same file in its run is read
+    assert run(TRAIN, "--out", tmp_path / "started", "--init-from", params, "--epochs", "1",
+               *SMALL).returncode == 0
     assert run(EVALUATE, one_epoch / "checkpoint.params", "--test-samples", "2",
                "--out", tmp_path / "report").returncode == 0
 

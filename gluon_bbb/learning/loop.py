@@ -109,7 +109,7 @@ def check_start_held_out(config, data):
     from .rundir import CONFIG_FILE, resolve_checkpoint
     if not config.validation:
         return
-    run, _ = resolve_checkpoint(config.init_from)
+    run, _ = resolve_checkpoint(config.init_from, alone=True)
     if not os.path.isfile(run.file(CONFIG_FILE)):
         return
     record = run.read_record()
@@ -158,7 +158,7 @@ def _best_units_of_start(config, ctx=None):
     means of the units whose gates have the highest |mu| / sigma, as many in each gated layer as
     the config's network has (``writer.best_gated_units``, ``keep_gated_units``)."""
     from .rundir import CONFIG_FILE, load_checkpoint, resolve_checkpoint
-    run, _ = resolve_checkpoint(config.init_from)
+    run, _ = resolve_checkpoint(config.init_from, alone=True)
     if not os.path.isfile(run.file(CONFIG_FILE)):
         raise CheckpointError("{init_best_units} reads the network of {init_from} from its "
                               "run's %s, which is not beside %s", CONFIG_FILE, config.init_from)

@@ -347,9 +347,10 @@ def check_shapes(arrays, shapes, source):
                               source, found, [tuple(s) for s in shapes])
 
 
-def resolve_checkpoint(path):
+def resolve_checkpoint(path, alone=False):
     """``(RunDirectory, parameter file)`` named by ``path``: a run directory, read at its
-    checkpoint.params, or a parameter file in one (checkpoint.params, best.params)."""
+    checkpoint.params, or a parameter file in one (checkpoint.params, best.params), or with
+    ``alone`` (only its arrays are read) anywhere."""
     problem = outputs.path_problem(path)
     if problem and problem != "a directory":
         raise CheckpointError("%s is %s, not a run directory or a parameter file", path, problem)
@@ -364,7 +365,7 @@ def resolve_checkpoint(path):
             raise CheckpointError("%s is a compressed model, not a run: classify images with it "
                                   "with gluon-bbb predict %s IMAGE...", path, path)
         run = RunDirectory(os.path.dirname(path) or ".")
-        if not os.path.lexists(run.file(CONFIG_FILE)):
+        if not alone and not os.path.lexists(run.file(CONFIG_FILE)):
             raise CheckpointError("%s is a file outside a run directory (%s holds no %s): name "
                                   "a run directory, or its %s or best.params", path, run.path,
                                   CONFIG_FILE, CHECKPOINT_FILE)
@@ -386,7 +387,7 @@ def load_checkpoint(path, ctx=None):
     """The parameters, optimizer state and epoch of a checkpoint: a run directory's
     checkpoint.params, or a parameter file (``checkpoint.read_checkpoint``)."""
     from .checkpoint import read_checkpoint
-    return read_checkpoint(resolve_checkpoint(path)[1], ctx)
+    return read_checkpoint(resolve_checkpoint(path, alone=True)[1], ctx)
 
 
 def report_prefix(params_path):
