@@ -264,8 +264,7 @@ static inline float closed_form_entry(int64_t i, const float *mu, const float *r
     return c - logf(sigma) + 0.5f * (sigma * sigma + m * m) * inv;
 }
 
-/* The loops sit in the VECTOR_CLONES functions themselves so that OpenMP's outlined bodies
- * get the vector clones too. */
+/* The loops sit in the VECTOR_CLONES functions, so OpenMP's outlined bodies get the clones. */
 #define SUM_ENTRIES(ENTRY)                                                              \
     _Pragma("omp parallel for simd reduction(+ : total) schedule(static)")              \
     for (int64_t i = 0; i < n; ++i) total += ENTRY
@@ -679,8 +678,7 @@ void bbb_ivon_update(int64_t n, float *mu, float *momentum, float *hessian, cons
                      float floor, float beta1, float beta2, float half_beta2c,
                      float bias_correction, float step_size, float clip_radius,
                      float *log_variance) {
-    /* 1 - beta2 from half_beta2c, which the caller takes in double: 1.0f - beta2 of a float beta2
-     * near 1 keeps few digits (0.14% off at 0.99999, beside IVON's operators' double) */
+    /* 1 - beta2 from the caller's double: 1.0f - beta2 is 0.14% off at beta2 = 0.99999 */
     float beta2c = sqrtf(2.0f * half_beta2c);
     if (prior_gradient) {
 #define PRIOR_PRECISION(i) prior_precision[i]
@@ -853,8 +851,7 @@ static void conv_direct_pooled(const conv_kernels *kernels, int64_t OC, int64_t 
 
 /* A convolution (stride 1, no padding) of in (N, C, H, W) with w (OC, C, K, K) and b (OC,),
  * then a max pooling of P x P windows at stride P (the windows that fit), into out (N, OC,
- * (H - K + 1) / P, (W - K + 1) / P): networks.layers.Conv2D then MaxPool2D (and ReLU), forward
- * only.
+ * (H - K + 1) / P, (W - K + 1) / P): networks.layers.Conv2D then MaxPool2D (and ReLU), forward.
  *
  * The convolution is computed at the positions the pooling reads (rows and columns of whole
  * windows): its product with w (OC, C K K) summed in register tiles (_conv_tiles.h) over each
@@ -864,8 +861,8 @@ static void conv_direct_pooled(const conv_kernels *kernels, int64_t OC, int64_t 
  * order: the result does not depend on the number of threads. MXNet 1.9.1's oneDNN runs the
  * LeNet's convolutions (20 and 50 output channels, not multiples of 8) as im2col and a matrix
  * product and pools in a second pass (docs/PERFORMANCE.md times both). `rectify`: a ReLU after
- * the pooling too (max(x, 0)). `widest`: the most floats a vector may hold (16, 8 or 4: the
- * tests run each width the CPU has). Returns 0, or -1 where memory could not be allocated. */
+ * the pooling too. `widest`: the most floats a vector may hold (16, 8 or 4: the tests run each
+ * width the CPU has). Returns 0, or -1 where memory could not be allocated. */
 int bbb_conv_maxpool(int64_t N, int64_t C, int64_t H, int64_t W, int64_t OC, int64_t K,
                      int64_t P, const float *in, const float *w, const float *b, float *out,
                      int64_t rectify, int64_t widest) {
