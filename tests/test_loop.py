@@ -34,3 +34,16 @@ def test_train_refuses_data_whose_images_and_labels_do_not_match(ctx, change, wo
     with pytest.raises(DataError) as info:
         train(Config(epochs=1, batch_size=10, num_hidden_units=8), data, ctx, log=None)
     assert words in str(info.value)
+
+
+def test_train_refuses_a_likelihood_that_does_not_classify_naming_the_command_that_fits(ctx,
+                                                                                       tmp_path):
+    rng = np.random.default_rng(1)
+    data = data_of(rng.random((100, 784)), rng.integers(0, 10, 100))
+    from gluon_bbb import ConfigError
+    with pytest.raises(ConfigError, match=r"likelihood must be categorical to classify images "
+                                          r"\(regression: gluon-bbb regression\), got "
+                                          r"'gaussian:learned'"):
+        train(Config(epochs=1, batch_size=10, num_hidden_units=8, likelihood="gaussian:learned",
+                     num_outputs=20), data, ctx, out_dir=str(tmp_path / "run"), log=None)
+    assert not (tmp_path / "run").exists()

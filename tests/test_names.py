@@ -241,3 +241,32 @@ def test_the_check_tells_a_stale_name(tmp_path, monkeypatch, text, stale):
     document.write_text(text + "\n")
     monkeypatch.setattr(__import__(__name__), "_sources", lambda: [str(document)])
     assert bool(stale_names()) == stale, stale_names()
+
+
+def commands_named_as_modules(paths):
+    """The package's messages and help (string literals that hold a space, not docstrings) that
+    name a command by its module, ``gluon_bbb.commands.NAME``, where a user types ``gluon-bbb
+    NAME``; a string that is the module alone (``python -m``'s target) is code."""
+    found = []
+    for path in paths:
+        tree = ast.parse(open(path).read())
+        docstrings = {id(node.body[0].value) for node in ast.walk(tree)
+                      if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef))
+                      and node.body and isinstance(node.body[0], ast.Expr)}
+        for node in ast.walk(tree):
+            if (isinstance(node, ast.Constant) and isinstance(node.value, str)
+                    and id(node) not in docstrings and " " in node.value
+                    and re.search(r"gluon_bbb\.commands\.\w", node.value)):
+                found.append("%s:%d: %s" % (os.path.relpath(path, ROOT), node.lineno, node.value))
+    return found
+
+
+def test_messages_name_a_command_as_a_user_types_it(tmp_path):
+    # predict's help and refusals said "a file written by gluon_bbb.commands.compress"
+    assert commands_named_as_modules(
+        path for path in _sources() if path.endswith(".py")) == []
+    sample = tmp_path / "sample.py"
+    sample.write_text('"""Docstring: gluon_bbb.commands.train."""\nMODULE = "gluon_bbb.commands.'
+                      'train"\nHELP = "a file written by gluon_bbb.commands.compress"\n')
+    assert [line.split(": ", 1)[1] for line in commands_named_as_modules([str(sample)])] == [
+        "a file written by gluon_bbb.commands.compress"]

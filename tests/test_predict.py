@@ -82,7 +82,8 @@ def test_bad_inputs_and_models_are_one_line(tmp_path):
             (tmp_path / "notes.txt", [tmp_path / "c.png"], "is not a compressed gluon-bbb "
                                                             "model"),
             (damaged, [tmp_path / "c.png"], "is damaged: its checksum does not match"),
-            (tmp_path / "nothing", [tmp_path / "c.png"], "no such model"),
+            (tmp_path / "nothing", [tmp_path / "c.png"], "no such model (a file gluon-bbb "
+                                                          "compress wrote, or a run directory)"),
             (path, [tmp_path / "c.png", "--samples", "3"],
              "--samples must be 0 for %s (it keeps no sigmas to sample), got 3" % path)):
         assert_one_line_error(run(PREDICT, model, *inputs), expected)

@@ -62,8 +62,8 @@ def main(argv=None, prog=PROG):
         args.test_samples = kind.default_test_samples
     kind.check_test_samples(args.test_samples, MAX_TEST_SAMPLES)
     # the report's files are claimed before any work (outputs.py)
-    out = RunDirectory(run.path if args.out is None else args.out).create("out", report_files(checkpoint_path),
-                                                    own_runs=[run.path])
+    out = RunDirectory(run.path if args.out is None else args.out).create(
+        "out", report_files(checkpoint_path), own_runs=[run.path])
     ctx = parse_context(args.ctx)
     ood = load_ood_images(args.ood_data_dir) if args.ood_data_dir else None
     data = run.load_data(args.data_dir)

@@ -12,6 +12,7 @@ from ..outputs import path_problem
 PROG = "gluon-bbb predict"
 SIDE = 28  # the images' height and width
 MAX_PIXELS = 4096 * 4096  # the largest image --resize scales down to a digit
+MODEL = "a file gluon-bbb compress wrote, or a run directory"  # what predict reads
 
 
 class InputError(GluonBBBError):
@@ -21,7 +22,7 @@ class InputError(GluonBBBError):
 def build_parser(prog=PROG):
     parser = ArgumentParser(prog=prog, description="Classify images with a compressed model or "
                             "a run directory, with the predictive's uncertainty.")
-    parser.add_argument("model", help="a file written by gluon_bbb.commands.compress, or a run directory")
+    parser.add_argument("model", help=MODEL)
     parser.add_argument("inputs", nargs="+", metavar="INPUT",
                         help="PNG images, .npy arrays of pixel values 0-255, or IDX image files")
     parser.add_argument("--invert", action="store_true", help="the images are dark digits on a "
@@ -149,7 +150,7 @@ def _read_npy(path):
     shape = array.shape
     if shape in ((SIDE, SIDE), (SIDE * SIDE,)):
         array = array.reshape(1, SIDE, SIDE)
-    elif len(shape) == 3 and shape[1:] == (SIDE, SIDE) or len(shape) == 2 and shape[1] == SIDE * SIDE:
+    elif shape[1:] in ((SIDE, SIDE), (SIDE * SIDE,)) and len(shape) in (2, 3):
         array = array.reshape(-1, SIDE, SIDE)
     else:
         raise InputError("%s: an array of shape %s; the model takes (28, 28), (784,), "
@@ -212,11 +213,9 @@ def main(argv=None, prog=PROG):
         raise ConfigError("samples", args.samples, "an integer in [0, 1000]")
     problem = path_problem(args.model, "file" if not os.path.isdir(args.model) else "directory")
     if problem:
-        raise InputError("%s: %s, not a model (a file written by gluon_bbb.commands.compress, or a run "
-                         "directory)", args.model, problem)
+        raise InputError("%s: %s, not a model (%s)", args.model, problem, MODEL)
     if not os.path.exists(args.model):
-        raise InputError("%s: no such model (a file written by gluon_bbb.commands.compress, or a run "
-                         "directory)", args.model)
+        raise InputError("%s: no such model (%s)", args.model, MODEL)
     from ..analysis.robustness import load_model
     from ..learning.rundir import is_compressed_model
     if not is_compressed_model(args.model):

@@ -90,7 +90,7 @@ def check_training(config, data, resume=False, ctx=None, backend=None):
     split_data(config, data)
     if not config.build_likelihood().classifies:
         raise ConfigError("likelihood", config.likelihood, "categorical to classify images "
-                          "(regression: gluon_bbb.commands.regression)")
+                          "(regression: gluon-bbb regression)")
     if config.epochs == 0 and not resume:
         raise ConfigError("epochs", 0, "at least 1 for a new run (nothing to train)")
     check_memory(config)
