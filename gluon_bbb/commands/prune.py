@@ -83,7 +83,7 @@ def prune_and_report(args, config, state, data, out, checkpoint_path):
     from .. import outputs
     from ..plots import plot_pruning, plot_snr
     from ..analysis.snr import (dense_size, prior_rule_proportion, prune_weights, pruning_table,
-                          save_pruned, snr_ranks, snr_thresholds_db)
+                                  save_pruned, snr_ranks, snr_thresholds_db)
     from ..learning.rundir import report_prefix
     # a run without a weight distribution ranks by |mu| alone (its rhos are their initial
     # constant), and says so: magnitude pruning
