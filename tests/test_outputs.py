@@ -44,6 +44,7 @@ KINDS = {"compressed": outputs.COMPRESSED, "png": outputs.PNG, "report": outputs
 PLACES = {"top": ("", None), "reports": ("reports", None), "a": ("runs/a", "a"),
           "a_sub": ("runs/a/sub", "a"), "b": ("runs/b", "b"), "new": ("fresh/deeper", None),
           "a_new": ("runs/a/fresh", "a")}
+RUN_DIRECTORIES = ("a", "b")  # the places that hold a run's config.json
 
 
 def build_tree(root):
@@ -51,7 +52,7 @@ def build_tree(root):
     report directory with a report on a, and in every directory each kind of entry NAMES
     lists (the sockets bound, the devices made with mknod, here)."""
     made_socket = []
-    for place, (relative, run) in PLACES.items():
+    for place, (relative, _) in PLACES.items():
         if place in ("new", "a_new"):
             continue
         directory = os.path.join(root, relative)
@@ -59,7 +60,7 @@ def build_tree(root):
         for name, (_, content) in REGULAR.items():
             with open(os.path.join(directory, name), "wb") as f:
                 f.write(content)
-        if run is not None and place in ("a", "b"):
+        if place in RUN_DIRECTORIES:
             with open(os.path.join(directory, "config.json"), "w") as f:
                 f.write(RUN_CONFIG)
             with open(os.path.join(directory, "history.json"), "w") as f:
@@ -128,10 +129,9 @@ def expected_refusal(root, place, name, kind_name, own):
         held = "json"  # a report is JSON too
     if held != kind_name:
         return "holds something other than"
-    # every report in the tree is on run a; a run's own directory (a and b hold a run's
-    # config.json) takes its own reports whatever run an older one there names (it may have been
-    # moved); elsewhere only a report on a replaces one
-    if held == "report" and own != {"a"} and place not in ("a", "b"):
+    # every report in the tree is on run a; a run's own directory takes its own reports whatever
+    # run an older one there names (it may have been moved); elsewhere only a report on a
+    if held == "report" and own != {"a"} and place not in RUN_DIRECTORIES:
         return "a report on"
     return None
 
