@@ -35,6 +35,7 @@ import threading
 
 _ENVIRONMENT = dict(os.environ)  # before bench_train imports gluon_bbb, which sets its defaults
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import bench_train  # noqa: E402
 from bench_train import (STEPS_PER_EPOCH, WARMUP, ChildProcess, serving,  # noqa: E402
                          settled)
 
@@ -180,7 +181,9 @@ def main():
     parser.add_argument("--peer-python", default=sys.executable,
                         help="the Python that runs pytorch_peer.py (one with PyTorch)")
     parser.add_argument("--data-dir")
+    bench_train.add_settle_flag(parser)
     args = parser.parse_args()
+    bench_train.settle_for(args)
     loads = args.loads.split(",")
     if not set(loads) <= set(LOADS) or "idle" not in loads:
         parser.error("--loads takes idle and any of %s" % ", ".join(LOADS[1:]))

@@ -305,6 +305,18 @@ WARMUP = 5
 SETTLE_SECONDS = 0.25
 
 
+def add_settle_flag(parser):
+    parser.add_argument("--settle", type=float, default=SETTLE_SECONDS, metavar="SECONDS",
+                        help="idle seconds before each turn (default %g; 0 times nothing "
+                        "truly, and only runs every variant's code)" % SETTLE_SECONDS)
+
+
+def settle_for(args):
+    """The idle time before each turn, as ``--settle`` gives it."""
+    global SETTLE_SECONDS
+    SETTLE_SECONDS = args.settle
+
+
 def settled(timer, step):
     """Let every other variant's threads go idle, then run mini-batch ``step`` once untimed:
     the turn that follows is timed as a training run's steps are, with this variant's threads
@@ -322,9 +334,11 @@ def main():
     parser.add_argument("--data-dir")
     parser.add_argument("--peer-python", default=sys.executable,
                         help="the Python that runs pytorch_peer.py (one with PyTorch)")
+    add_settle_flag(parser)
     parser.add_argument("--peak-memory-child", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--serve-child", choices=sorted(CHILD_VARIANTS), help=argparse.SUPPRESS)
     args = parser.parse_args()
+    settle_for(args)
     if args.serve_child:
         return serve_child(args.serve_child, args.data_dir, args.steps)
     if args.peak_memory_child:

@@ -77,10 +77,10 @@ def weights_figure(mus, sigmas):
     sigma = np.concatenate([s.asnumpy().ravel() for s in sigmas])
     fig = new_figure((12, 3.6))
     ax_mu, ax_sigma, ax_one = (fig.add_subplot(1, 3, k) for k in (1, 2, 3))
-    ax_mu.hist(finite(mu), bins=200)
+    ax_mu.hist(finite(mu), bins=200, histtype="stepfilled")
     ax_mu.set_xlabel("mu")
     ax_mu.set_title("posterior means (%d parameters%s)" % (mu.size, not_drawn(mu)))
-    ax_sigma.hist(finite(sigma), bins=200)
+    ax_sigma.hist(finite(sigma), bins=200, histtype="stepfilled")
     ax_sigma.set_xlabel("sigma = softplus(rho)")
     ax_sigma.set_title("posterior standard deviations")
     m0 = float(mus[0].asnumpy().flat[0])
@@ -131,7 +131,7 @@ def snr_figure(snr_db, cuts, criterion="signal-to-noise ratio |mu|/sigma"):
     fig = new_figure((8.5, 4))
     ax = fig.add_subplot(1, 1, 1)
     finite = snr_db[np.isfinite(snr_db)]
-    ax.hist(finite, bins=200, color="0.6")
+    ax.hist(finite, bins=200, color="0.6", histtype="stepfilled")
     palette = ["tab:blue", "tab:orange", "tab:green", "tab:red", "tab:purple", "tab:brown",
                "tab:pink", "tab:olive", "tab:cyan"]
     for k, (proportion, cut) in enumerate(sorted(cuts.items())):
@@ -156,8 +156,8 @@ def uncertainty_figure(entropies, probs, labels):
     ax = fig.add_subplot(1, 2, 1)
     for name, values in entropies.items():
         ax.hist(finite(values), bins=50, range=(0, np.log2(probs.shape[1])), alpha=0.5,
-                density=True, label="%s (mean %.2f%s)" % (name, values.mean(),
-                                                          not_drawn(values)))
+                density=True, histtype="stepfilled",
+                label="%s (mean %.2f%s)" % (name, values.mean(), not_drawn(values)))
     ax.set_xlabel("predictive entropy (bits)")
     ax.set_ylabel("density")
     ax.legend()

@@ -1,5 +1,11 @@
-"""The one way the tests run the package's commands: as a user does, in a subprocess, with a
-user's plain environment and signals.
+"""The two ways the tests run the package's commands.
+
+``run(CMD, *args)`` calls the command's ``run(argv, prog)`` in this process, as its program
+does (``cli.run_main``: its one-line errors, its exit status), and returns what a process would
+(``returncode``, ``stdout``, ``stderr``): a command's refusals and files are shown so in a
+fraction of the time a process takes. ``run_process`` and ``start`` run it as a user does, in a
+subprocess with a user's plain environment and signals, for the tests where the process is what
+is tested (signals, closed streams, the interpreter's variables, an installed wheel).
 
 This machine's shell (and pytest's own process, once gluon_bbb is imported) sets variables a
 user's shell does not have: PYTHONUNBUFFERED changes when a closed pipe is noticed, and the
@@ -9,23 +15,41 @@ stays. A test run started in the background (``pytest &``, a CI runner) has SIGI
 which its children would inherit; a command starts here with SIGINT's default, as from a
 terminal.
 """
+import contextlib
+import importlib
+import io
 import os
 import signal
 import struct
 import subprocess
 import sys
+import threading
+import warnings
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PYTHON = sys.executable
+
+
+class Command(list):
+    """A command's argv as a process runs it (a list, to extend with its flags), and the module
+    and name it runs under in this process."""
+
+    def __init__(self, argv, module, prog):
+        super().__init__(argv)
+        self.module, self.prog = module, prog
+
+
+def _module(name, prog=None):
+    return Command([PYTHON, "-m", "gluon_bbb.commands." + name], name,
+                   prog or "gluon-bbb " + name)
+
+
 # the wrappers at the top of a checkout, as README runs them, and the package's modules
-TRAIN = [PYTHON, os.path.join(ROOT, "train_mnist.py")]
-PRUNE = [PYTHON, os.path.join(ROOT, "prune.py")]
-EVALUATE = [PYTHON, "-m", "gluon_bbb.commands.evaluate"]
-COMPRESS = [PYTHON, "-m", "gluon_bbb.commands.compress"]
-PREDICT = [PYTHON, "-m", "gluon_bbb.commands.predict"]
-SHIFT = [PYTHON, "-m", "gluon_bbb.commands.shift"]
-REGRESSION = [PYTHON, "-m", "gluon_bbb.commands.regression"]
-SWEEP = [PYTHON, "-m", "gluon_bbb.commands.sweep"]
+TRAIN = Command([PYTHON, os.path.join(ROOT, "train_mnist.py")], "train", "train_mnist.py")
+PRUNE = Command([PYTHON, os.path.join(ROOT, "prune.py")], "prune", "prune.py")
+EVALUATE, COMPRESS, PREDICT, SHIFT, REGRESSION, SWEEP = (
+    _module(name) for name in ("evaluate", "compress", "predict", "shift", "regression",
+                               "sweep"))
 BENCH = [PYTHON, os.path.join(ROOT, "bench", "bench_train.py")]
 _NOT_IN_A_USERS_SHELL = ("OMP_NUM_THREADS", "MXNET_USE_OPERATOR_TUNING", "MXNET_ENGINE_TYPE",
                          "MXNET_MKLDNN_CACHE_NUM")
@@ -43,12 +67,75 @@ def user_env(**extra):
     return {name: value for name, value in env.items() if value is not None}
 
 
+@contextlib.contextmanager
+def _environment(changes, cwd):
+    """os.environ with ``changes`` (None removes) and the working directory ``cwd`` for the
+    block; both as they were after it, whatever the command set."""
+    saved, here = dict(os.environ), os.getcwd()
+    for name, value in (changes or {}).items():
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = str(value)
+    if cwd is not None:
+        os.chdir(str(cwd))
+    try:
+        yield
+    finally:
+        os.chdir(here)
+        os.environ.clear()
+        os.environ.update(saved)
+
+
+def _shown(message, category, filename, lineno, file=None, line=None):
+    sys.stderr.write(warnings.formatwarning(message, category, filename, lineno, line))
+
+
+def run(cmd, *args, env=None, cwd=None, timeout=None):
+    """``cmd`` (a ``Command``) with ``args`` run to its end in this process, in ROOT (or
+    ``cwd``) with ``env``'s changes, as ``captured`` runs it. Any other argv runs as a process
+    (``run_process``)."""
+    if not isinstance(cmd, Command):
+        return run_process(cmd, *args, env=env, cwd=cwd, timeout=timeout or 300)
+    argv = [str(a) for a in args]
+    module = importlib.import_module("gluon_bbb.commands." + cmd.module)
+    with _environment(env, ROOT if cwd is None else cwd):
+        status, out, err = captured(lambda: module.run(argv, prog=cmd.prog))
+    return subprocess.CompletedProcess(list(cmd) + argv, status, out, err)
+
+
+def captured(call):
+    """``(status, stdout, stderr)`` of ``call()``, a command's ``run`` or ``cli.run_main``: what
+    it wrote to sys.stdout and sys.stderr, Python's warnings shown there as a process shows
+    them, argparse's exit taken as the status; a signal the command sent itself again after it
+    ended (``cli``'s re-sent interrupt, on a timer) dropped, as the ended process would."""
+    out, err = io.StringIO(), io.StringIO()
+    with warnings.catch_warnings(), contextlib.redirect_stdout(out), \
+            contextlib.redirect_stderr(err):
+        warnings.simplefilter("default")
+        warnings.showwarning = _shown
+        try:
+            status = call()
+        except SystemExit as exc:  # argparse's refusal and --help, as the process exits
+            status = exc.code if isinstance(exc.code, int) else 1
+        finally:
+            handlers = {signum: signal.signal(signum, signal.SIG_IGN)
+                        for signum in (signal.SIGINT, signal.SIGTERM)}
+            for thread in threading.enumerate():
+                if isinstance(thread, threading.Timer):
+                    thread.join()
+            for signum, handler in handlers.items():
+                signal.signal(signum, handler)
+    return status, out.getvalue(), err.getvalue()
+
+
 def _as_from_a_terminal():
     signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def start(cmd, *args, env=None, **kwargs):
-    """``cmd`` with ``args`` started in ROOT (a ``Popen``), its output piped as text."""
+    """``cmd`` with ``args`` started as a process in ROOT (a ``Popen``), its output piped as
+    text."""
     kwargs.setdefault("stdout", subprocess.PIPE)
     kwargs.setdefault("stderr", subprocess.PIPE)
     kwargs.setdefault("cwd", ROOT)
@@ -57,13 +144,16 @@ def start(cmd, *args, env=None, **kwargs):
                             **kwargs)
 
 
-def run(cmd, *args, env=None, timeout=300, **kwargs):
-    """``cmd`` with ``args`` run to its end in ROOT, its output captured as text."""
+def run_process(cmd, *args, env=None, timeout=300, **kwargs):
+    """``cmd`` with ``args`` run as a process to its end in ROOT, its output captured as
+    text."""
     kwargs.setdefault("cwd", ROOT)
+    kwargs["cwd"] = kwargs["cwd"] or ROOT
     kwargs.setdefault("stdout", subprocess.PIPE)
     kwargs.setdefault("stderr", subprocess.PIPE)
+    kwargs.setdefault("preexec_fn", _as_from_a_terminal)
     return subprocess.run(list(cmd) + [str(a) for a in args], text=True, timeout=timeout,
-                          env=user_env(**(env or {})), preexec_fn=_as_from_a_terminal, **kwargs)
+                          env=user_env(**(env or {})), **kwargs)
 
 
 def stopped_by(prog, name):

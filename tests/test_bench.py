@@ -10,7 +10,7 @@ pytestmark = pytest.mark.slow  # end-to-end
 
 
 def test_bench_train_runs_and_prints_ratios():
-    proc = run(BENCH, "--steps", "2")
+    proc = run(BENCH, "--steps", "1", "--settle", "0")
     assert proc.returncode == 0, proc.stderr
     lines = proc.stdout.strip().splitlines()
     assert re.match(r"a/b = \d+\.\d\d$", lines[-3])
@@ -76,11 +76,11 @@ def test_bench_predict_prints_both_operator_sets_and_their_ratio_under_each_load
 
 
 def test_bench_shared_times_each_variant_under_each_load_against_its_idle_figure():
-    proc = run([PYTHON, os.path.join(ROOT, "bench", "bench_shared.py")], "--steps", "2",
-               "--samples", "2", "--loads", "idle,busy1,stream")
+    proc = run([PYTHON, os.path.join(ROOT, "bench", "bench_shared.py")], "--steps", "1",
+               "--samples", "1", "--loads", "idle,busy1,stream", "--settle", "0")
     assert proc.returncode == 0, proc.stderr
     lines = proc.stdout.strip().splitlines()
-    assert re.match(r".*, (avx512f|avx2|no avx2), \d+ cores; 2 steps a sample, 2 samples; "
+    assert re.match(r".*, (avx512f|avx2|no avx2), \d+ cores; 1 steps a sample, 1 samples; "
                     r"PyTorch: ", lines[0]), lines[0]
     rows = {tuple(line.split()[:2]): line for line in lines[2:] if len(line.split()) == 7}
     names = ["ours", "ours-fixed", "ours-1", "ours-ops", "ours-lenet", "lenet-1"]

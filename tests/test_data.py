@@ -75,6 +75,19 @@ def test_explicit_directory_without_files_says_what_is_expected(tmp_path):
     assert "some lacks train-labels-idx1-ubyte, t10k-images-idx3-ubyte" in str(info.value)
 
 
+def test_a_data_directory_that_is_a_file_or_holds_a_fifo_is_named_as_such(tmp_path):
+    from commands import TRAIN, assert_one_line_error, run
+    (tmp_path / "file").write_text("not a directory")
+    assert_one_line_error(run(TRAIN, "--data-dir", tmp_path / "file", "--out", tmp_path / "run"),
+                          "--data-dir %s is a file, not a directory of MNIST files"
+                          % (tmp_path / "file"))
+    (tmp_path / "mnist").mkdir()
+    os.mkfifo(tmp_path / "mnist" / "train-images-idx3-ubyte.gz")
+    assert_one_line_error(run(TRAIN, "--data-dir", tmp_path / "mnist", "--out", tmp_path / "run"),
+                          "train-images-idx3-ubyte.gz is a FIFO, not an IDX file")
+    assert not (tmp_path / "run").exists()
+
+
 def test_environment_directory_is_used(tmp_path, monkeypatch):
     for stem, _ in IDX_FILES.values():
         (tmp_path / (stem + ".gz")).write_bytes(b"")

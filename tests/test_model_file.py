@@ -1,5 +1,12 @@
 """shipping/model_file.py: the file's codings against NumPy written here, the NumPy operators
-against MXNet's layers, the predictor's refusals."""
+against MXNet's layers, a header believed only as far as it is checked, the predictor's
+refusals and its rule for what is unsure."""
+import json
+import lzma
+import struct
+import tracemalloc
+import zlib
+
 import numpy as np
 import pytest
 from mxnet import nd
@@ -75,3 +82,94 @@ def test_a_compressed_models_predict_refuses_a_count_of_draws_that_is_not_one(tm
         model.predict(X, num_samples=2, seed=-1)
     probs = model.predict(X, num_samples=2)
     assert probs.shape == (3, 10) and np.allclose(probs.sum(axis=1), 1.0, atol=1e-5)
+
+
+def test_a_model_file_whose_header_is_not_as_written_is_refused(tmp_path):
+    from commands import PREDICT, assert_one_line_error, run
+    from gluon_bbb.shipping.writer import compress_parameters
+    model = synthetic_model(tmp_path / "model.gbbb")
+    header, body = compressed.unpack(model.read_bytes())
+    blobs = [body]  # the arrays, back to back, as the header names them
+
+    def variant(name, change):
+        path = tmp_path / name
+        path.write_bytes(compressed.pack(change(dict(header)), blobs))  # its checksum is valid
+        return path
+    cases = (
+        (variant("no-threshold.gbbb", lambda h: {k: v for k, v in h.items()
+                                                 if k != "unsure_entropy_bits"}),
+         "'unsure_entropy_bits' is missing or not a number"),
+        (variant("list.gbbb", lambda h: list(h)), "holds no compressed model"),
+        (variant("classes.gbbb", lambda h: dict(h, classes="ten")),
+         "'classes' is missing or not a int"),
+        (variant("scale.gbbb", lambda h: dict(h, input=dict(h["input"], pixel_scale=0))),
+         "'pixel_scale' is not a positive number"),
+        (variant("tensor.gbbb", lambda h: dict(h, tensors=[dict(t, value_dtype="object")
+                                                           for t in h["tensors"]])),
+         "'value_dtype' is not as written"),
+        # a header believed only as far as it is checked: no 182 TiB of means for a network
+        # it says is that large, no classifier's prediction for a regression's likelihood
+        (variant("huge.gbbb", lambda h: dict(h, input=dict(h["input"], features=10 ** 12))),
+         "more than this reader takes (268435456)"),
+        (variant("regression.gbbb", lambda h: dict(h, likelihood="gaussian:1")),
+         "'likelihood' is 'gaussian:1': this reader predicts classes"),
+        (variant("counts.gbbb", lambda h: dict(h, tensors=[dict(t, kept=10 ** 15)
+                                                           for t in h["tensors"]])),
+         "'kept' or 'index_bytes' is not as written"))
+    digit = tmp_path / "digit.npy"
+    np.save(digit, np.zeros((28, 28)))
+    for path, expected in cases:
+        assert_one_line_error(run(PREDICT, path, digit), expected)
+        with pytest.raises(compressed.ModelFileError):
+            compressed.read(str(path))
+    # a body that expands far past what its header's arrays take is refused before it is
+    # decompressed: 256 MiB of zeros behind a valid checksum, in a file of 40 KB
+    text = json.dumps(header).encode()
+    payload = lzma.compress(struct.pack("<I", len(text)) + text + body + bytes(1 << 28),
+                            format=lzma.FORMAT_RAW, filters=[
+                                {"id": lzma.FILTER_LZMA2, "preset": 1, "dict_size": 1 << 20}])
+    bomb = compressed.MAGIC + struct.pack("<HI", compressed.VERSION, zlib.crc32(payload)) + payload
+    assert len(bomb) < 1 << 20
+    tracemalloc.start()
+    with pytest.raises(compressed.ModelFileError, match="it holds more than the "):
+        compressed.decode(bomb)
+    assert tracemalloc.get_traced_memory()[1] < 1 << 24
+    tracemalloc.stop()
+    # compress refuses to build such a file (it reads back what it writes); one written
+    # otherwise, with a valid checksum, is refused by the reader
+    network = parse_network("dense:20,relu,dense:10", 784, 10)
+    mus = [np.ones(s, np.float32) for s in network.param_shapes()]
+    mus[2][0, 0] = 7.0
+    _, written, blobs, _ = compress_parameters(network, mus, None, mus, 0.0, 0.0)
+    seven, nan = struct.pack("<f", 7.0), struct.pack("<f", np.nan)
+    assert sum(blob.count(seven) for blob in blobs) == 1
+    path = tmp_path / "nan.gbbb"
+    path.write_bytes(compressed.pack(dict(written, unsure_entropy_bits=1.0),
+                                     [blob.replace(seven, nan) for blob in blobs]))
+    assert_one_line_error(run(PREDICT, path, digit),
+                          "nan.gbbb holds non-finite means in array 2; nothing is computed")
+
+
+def test_unsure_is_an_entropy_above_the_threshold_or_a_probability_below_the_floor():
+    # entropies 0.881, 0.971, 0.993 and 0.081 bits
+    probs = np.array([[0.3, 0.7], [0.6, 0.4], [0.45, 0.55], [0.99, 0.01]])
+    np.testing.assert_array_equal(compressed.unsure(probs, 0.98), [False, False, True, False])
+    np.testing.assert_array_equal(compressed.unsure(probs, 0.9), [False, True, True, False])
+    np.testing.assert_array_equal(compressed.unsure(probs, None), [False] * 4)
+    np.testing.assert_array_equal(compressed.unsure(probs, None, 0.65),
+                                  [False, True, True, False])
+    np.testing.assert_array_equal(compressed.unsure(np.array([[0.4, 0.3, 0.3]]), 2.0), [True])
+
+
+def test_a_models_inputs_refuse_what_are_not_raw_pixels(tmp_path):
+    model = compressed.read(str(synthetic_model(tmp_path / "model.gbbb")))
+    pixels = np.random.default_rng(0).integers(0, 256, (2, 28, 28))
+    np.testing.assert_allclose(model.inputs(pixels), pixels.reshape(2, 784) / 126.0, rtol=1e-6)
+    for bad, words in ((pixels / 255.0, "as images scaled to [0, 1] do"),
+                       (pixels * 2.0, "must lie in [0, 255]"),
+                       (np.full((1, 784), np.inf), "784 of them are NaN or infinite"),
+                       (np.array([["a"] * 784]), "not numbers")):
+        with pytest.raises(ValueError, match="pixel values: .*" + words.replace("[", r"\[")
+                           .replace("]", r"\]")):
+            model.inputs(bad)
+    np.testing.assert_array_equal(model.inputs(np.zeros((1, 28, 28))), np.zeros((1, 784)))

@@ -11,10 +11,10 @@ from commands import (COMPRESS, EVALUATE, PREDICT, PRUNE, REGRESSION, SHIFT, TRA
 WIDEST = 150
 # a gated network under the log-uniform prior: every column of the epoch table, the units left,
 # the ndarray backend's two lines
-GATED = ["--network", "conv:4:5,gate,relu,pool:2,dense:20,gate,relu,dense:10",
+GATED = ["--network", "dense:20,gate,relu,dense:10",
          "--prior", "log-uniform", "--kl", "analytic", "--parametrization", "log-variance",
-         "--estimator", "lrt", "--remove-switched-off", "--validation", "5000", "--eval-train",
-         "--kl-warmup-epochs", "2", "--epochs", "2", "--train-size", "1000", "--seed", "0",
+         "--estimator", "lrt", "--remove-switched-off", "--validation", "1000", "--eval-train",
+         "--kl-warmup-epochs", "2", "--epochs", "2", "--train-size", "256", "--seed", "0",
          "--test-samples", "2", "--optimizer", "adam"]
 
 
@@ -22,18 +22,17 @@ def widest(text):
     return max((len(line) for line in text.splitlines()), default=0)
 
 
-@pytest.mark.slow
 def test_no_command_prints_a_line_longer_than_150_characters(tmp_path):
     np.save(tmp_path / "digit.npy", np.zeros((28, 28)))
     steps = [
         (TRAIN, ["--out", "run"] + GATED),
         (PRUNE, ["--checkpoint", "run"]),
-        (EVALUATE, ["--checkpoint", "run/best.params"]),
+        (EVALUATE, ["--checkpoint", "run/best.params", "--test-samples", "1"]),
         (COMPRESS, ["run", "--sigma-bits", "4", "--out", "run.gbbb"]),
         (COMPRESS, ["run", "--proportion", "0.999", "--out", "small.gbbb"]),
-        (SHIFT, ["run", "run.gbbb", "--out", "shift", "--test-size", "200"]),
+        (SHIFT, ["run", "run.gbbb", "--out", "shift", "--test-size", "50", "--test-samples", "1"]),
         (PREDICT, ["run.gbbb", "digit.npy"]),
-        (REGRESSION, ["--data", "sine", "--out", "sine", "--epochs", "200"]),
+        (REGRESSION, ["--data", "sine", "--out", "sine", "--epochs", "20", "--test-samples", "5"]),
     ]
     for cmd, args in steps:
         proc = run(cmd, *args, cwd=str(tmp_path))
@@ -42,11 +41,12 @@ def test_no_command_prints_a_line_longer_than_150_characters(tmp_path):
         assert widest(proc.stderr) <= WIDEST, proc.stderr
     # the report's JSON alone on stdout with --json, as its file holds it
     for cmd, args, written in (
-            (EVALUATE, ["--checkpoint", "run", "--json"], "run/uncertainty.json"),
+            (EVALUATE, ["--checkpoint", "run", "--json", "--test-samples", "1"],
+             "run/uncertainty.json"),
             (PRUNE, ["--checkpoint", "run", "--proportions", "0", "0.5", "--json"],
              "run/pruning.json"),
-            (SHIFT, ["run", "--out", "run/shift", "--test-size", "200", "--shift", "rotation",
-                     "--json"], "run/shift/shift-rotation.json")):
+            (SHIFT, ["run", "--out", "run/shift", "--test-size", "50", "--shift", "rotation",
+                     "--json", "--test-samples", "1"], "run/shift/shift-rotation.json")):
         proc = run(cmd, *args, cwd=str(tmp_path))
         assert proc.returncode == 0, proc.stderr
         assert proc.stdout.startswith("{"), (args, proc.stdout)

@@ -11,15 +11,14 @@ import json
 import os
 import socket
 import stat
-import subprocess
 import tempfile
-import time
 
 import pytest
 from hypothesis import example, given, strategies as st
 
-from commands import (COMPRESS, EVALUATE, PRUNE, SHIFT, SWEEP, TRAIN, assert_one_line_error,
-                      run, start)
+from commands import (COMPRESS, EVALUATE, PRUNE, ROOT, SHIFT, SWEEP, TRAIN,
+                      assert_one_line_error, run, run_process)
+from conftest import SMALL
 from gluon_bbb import OutputError, outputs
 
 RUN_CONFIG = json.dumps({"network": "mlp", "epochs": 1, "seed": 0})
@@ -233,43 +232,44 @@ def test_a_lock_file_that_is_a_link_or_a_fifo_is_refused_not_written_through(tmp
 
 # The commands.
 
-@pytest.fixture(scope="module")
-def two_runs(tmp_path_factory):
+@pytest.fixture
+def two_runs(runs, tmp_path):
     """Two small finished runs (a with validation images, b without), in one runs folder."""
-    root = tmp_path_factory.mktemp("owner")
-    for name, extra in (("a", ["--validation", "5000"]), ("b", [])):
-        proc = run(TRAIN, "--out", root / "runs" / name, "--epochs", "1", "--train-size", "1000",
-                   "--num-hidden-units", "20", "--test-samples", "2", "--seed", "0", *extra)
-        assert proc.returncode == 0, proc.stderr
+    root = tmp_path / "owner"
+    (root / "runs").mkdir(parents=True)
+    runs.copy("mlp", root / "runs", "a")
+    runs.copy("small", root / "runs", "b")
     return root
 
 
-@pytest.mark.slow
 def test_every_command_refuses_what_the_rule_refuses_and_changes_nothing(two_runs, tmp_path):
     runs = two_runs / "runs"
     a, b = str(runs / "a"), str(runs / "b")
-    os.mkfifo(tmp_path / "fifo")
-    os.mknod(tmp_path / "device", 0o600 | stat.S_IFCHR, os.makedev(1, 3))
-    (tmp_path / "link.gbbb").symlink_to(tmp_path / "device")
-    (tmp_path / "input.npy").write_bytes(b"\x93NUMPY" + b"\0" * 30)
-    (tmp_path / "reports").mkdir()
-    (tmp_path / "spec.json").write_text(json.dumps({"base": {"epochs": 1}, "grid": {"seed": [0]}}))
+    work = tmp_path / "work"
+    work.mkdir()
+    os.mkfifo(work / "fifo")
+    os.mknod(work / "device", 0o600 | stat.S_IFCHR, os.makedev(1, 3))
+    (work / "link.gbbb").symlink_to(work / "device")
+    (work / "input.npy").write_bytes(b"\x93NUMPY" + b"\0" * 30)
+    (work / "reports").mkdir()
+    (work / "a-file").write_text("not a directory")
+    (work / "spec.json").write_text(json.dumps({"base": {"epochs": 1}, "grid": {"seed": [0]}}))
     # a project's own config.json and history.json by the names a run writes
     for name, text in (("config", '{"name": "my project"}'), ("history", '[1, 2]')):
-        (tmp_path / ("project-" + name)).mkdir()
-        (tmp_path / ("project-" + name) / (name + ".json")).write_text(text)
+        (work / ("project-" + name)).mkdir()
+        (work / ("project-" + name) / (name + ".json")).write_text(text)
     cases = [
-        (TRAIN, ["--out", tmp_path / "project-config", "--epochs", "1"],
+        (TRAIN, ["--out", work / "project-config", "--epochs", "1"],
          "config.json holds something other than a run's config.json; it is never replaced"),
-        (TRAIN, ["--out", tmp_path / "project-history", "--epochs", "1"],
+        (TRAIN, ["--out", work / "project-history", "--epochs", "1"],
          "history.json holds something other than a run's history.json"),
         (EVALUATE, [a, "--out", ""], "--out must be a directory path, got ''"),
         (COMPRESS, [a, "--out", " "], "--out must be a file's path, got ' '"),
-        (COMPRESS, [a, "--proportion", "0.5", "--out", tmp_path / "fifo"], "is a FIFO"),
-        (COMPRESS, [a, "--proportion", "0.5", "--out", tmp_path / "device"],
+        (COMPRESS, [a, "--proportion", "0.5", "--out", work / "fifo"], "is a FIFO"),
+        (COMPRESS, [a, "--proportion", "0.5", "--out", work / "device"],
          "is a character device"),
-        (COMPRESS, [a, "--proportion", "0.5", "--out", tmp_path / "link.gbbb"], "is a link"),
-        (COMPRESS, [a, "--proportion", "0.5", "--out", tmp_path / "input.npy"],
+        (COMPRESS, [a, "--proportion", "0.5", "--out", work / "link.gbbb"], "is a link"),
+        (COMPRESS, [a, "--proportion", "0.5", "--out", work / "input.npy"],
          "holds something other than a compressed model"),
         (COMPRESS, [a, "--proportion", "0.5", "--out", runs / "b" / "history.json"],
          "lies inside the run directory"),
@@ -283,73 +283,116 @@ def test_every_command_refuses_what_the_rule_refuses_and_changes_nothing(two_run
          "lies inside the run directory"),
         (TRAIN, ["--out", runs / "a" / "nested", "--epochs", "1"],
          "lies inside the run directory"),
-        (SWEEP, [tmp_path / "spec.json", "--out", runs / "b" / "sweep"],
+        (SWEEP, [work / "spec.json", "--out", runs / "b" / "sweep"],
          "lies inside the run directory"),
-        (SWEEP, [tmp_path / "spec.json", "--out", tmp_path / "fifo"], "is a FIFO"),
+        (SWEEP, [work / "spec.json", "--out", work / "fifo"], "is a FIFO"),
     ]
-    before = snapshot(str(two_runs)), snapshot(str(tmp_path))
+    # an output that is a file, or lies under one, is refused before any work
+    for cmd, args in ((TRAIN, ["--epochs", "1", "--train-size", "256"]),
+                      (PRUNE, ["--checkpoint", b]), (EVALUATE, ["--checkpoint", b])):
+        cases.append((cmd, args + ["--out", work / "a-file"],
+                      "--out %s is a file, not a directory" % (work / "a-file")))
+        cases.append((cmd, args + ["--out", work / "a-file" / "out"],
+                      "--out %s cannot be written" % (work / "a-file" / "out")))
+    before = snapshot(str(two_runs)), snapshot(str(work))
     for cmd, args, words in cases:
         proc = run(cmd, *args)
         assert_one_line_error(proc, words)
         # nor says it trains or writes where it is refused
         assert proc.stdout == "", (args, proc.stdout)
-    assert (snapshot(str(two_runs)), snapshot(str(tmp_path))) == before
+    assert (snapshot(str(two_runs)), snapshot(str(work))) == before
     # a report directory takes reports on one run; another run's report is never replaced
-    proc = run(PRUNE, "--checkpoint", a, "--out", tmp_path / "reports", "--proportions", "0")
+    proc = run(PRUNE, "--checkpoint", a, "--out", work / "reports", "--proportions", "0")
     assert proc.returncode == 0, proc.stderr
-    kept = (tmp_path / "reports" / "pruning.json").read_bytes()
-    assert_one_line_error(run(PRUNE, "--checkpoint", b, "--out", tmp_path / "reports",
+    kept = (work / "reports" / "pruning.json").read_bytes()
+    assert_one_line_error(run(PRUNE, "--checkpoint", b, "--out", work / "reports",
                               "--proportions", "0"), "is a report on %s" % os.path.realpath(a))
-    assert (tmp_path / "reports" / "pruning.json").read_bytes() == kept
+    assert (work / "reports" / "pruning.json").read_bytes() == kept
     # its own run's directory, and a compressed file over one of its kind, are written
-    for args in ([a, "--proportion", "0.5", "--out", runs / "a" / "model.gbbb"],
-                 [a, "--proportion", "0.5", "--out", runs / "a" / "model.gbbb"]):
-        proc = run(COMPRESS, *args)
+    for _ in range(2):
+        proc = run(COMPRESS, a, "--proportion", "0.5", "--out", runs / "a" / "model.gbbb")
         assert proc.returncode == 0, proc.stderr
+    # a file being written by another command is refused at once
+    with outputs.locked_beside(str(work / "model.gbbb")):
+        assert_one_line_error(run(COMPRESS, b, "--proportion", "0.5", "--out",
+                                  work / "model.gbbb"), "is being written by another process")
+    assert not (work / "model.gbbb").exists()
+
+
+# A full disk and a read-only one: real filesystems, small tmpfs mounted in a private mount
+# namespace, where the commands run as processes.
+
+def on_small_disks(tmp_path, steps):
+    """Run ``steps`` (shell lines, $DISK a tmpfs of 1 MiB, $RO a read-only one) in a mount
+    namespace of their own; copy $DISK's files to tmp_path/disk afterwards. Returns
+    {step index: CompletedProcess-like (returncode, stdout, stderr)}. Skips where this machine
+    lets no test mount a filesystem (it needs root or user namespaces)."""
+    import shutil
+    import subprocess
+    if shutil.which("unshare") is None:
+        pytest.skip("no unshare command to make a small filesystem with")
+    disk, read_only, results = tmp_path / "mnt", tmp_path / "ro", tmp_path / "results"
+    for directory in (disk, read_only, results):
+        directory.mkdir()
+    script = ["set -u", "mount -t tmpfs -o size=1024k tmpfs %s || exit 97" % disk,
+              "mount -t tmpfs -o ro,size=64k tmpfs %s || exit 97" % read_only,
+              "export DISK=%s RO=%s" % (disk, read_only), "cd %s" % ROOT]
+    for i, step in enumerate(steps):
+        script.append("(%s) >%s/%d.out 2>%s/%d.err; echo $? >%s/%d.rc"
+                      % (step, results, i, results, i, results, i))
+    script.append("rm -f $DISK/filler; cp -a $DISK %s/disk" % tmp_path)
+    proc = run_process(["unshare", "-m", "bash", "-c", "\n".join(script)], timeout=600)
+    if proc.returncode == 97 or "unshare failed" in proc.stderr:
+        pytest.skip("cannot mount a small filesystem here: %s" % proc.stderr.strip()[:200])
+    assert proc.returncode == 0, proc.stderr
+    return {i: subprocess.CompletedProcess(
+        steps[i], int((results / ("%d.rc" % i)).read_text()),
+        (results / ("%d.out" % i)).read_text(), (results / ("%d.err" % i)).read_text())
+        for i in range(len(steps))}
+
+
+def fill_leaving(kb):
+    """Shell: fill $DISK, then give back ``kb`` KiB."""
+    return ("head -c 100000000 /dev/zero >$DISK/filler 2>/dev/null; "
+            "truncate -s -%dK $DISK/filler" % kb)
+
+
+def command(cmd, *args):
+    return " ".join(cmd + [str(a) for a in args])
 
 
 @pytest.mark.slow
-def test_a_second_compress_to_the_same_file_is_refused_while_the_first_runs(two_runs,
-                                                                             tmp_path):
-    out = tmp_path / "model.gbbb"
-    # choosing the proportion on 5,000 validation images takes seconds
-    first = start(COMPRESS, two_runs / "runs" / "a", "--sigma-bits", "4", "--samples", "50",
-                  "--out", out)
-    try:
-        deadline = time.time() + 60
-        while not (tmp_path / ".model.gbbb.lock").exists() and time.time() < deadline:
-            time.sleep(0.05)
-        assert first.poll() is None
-        second = run(COMPRESS, two_runs / "runs" / "b", "--proportion", "0.5", "--out", out)
-        assert_one_line_error(second, "is being written by another process")
-        _, stderr = first.communicate(timeout=300)
-        assert first.returncode == 0, stderr
-    finally:
-        first.kill()
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["model.gbbb"]
-
-
-def closed_stdout():
-    os.close(1)
-
-
-@pytest.mark.slow
-def test_commands_with_standard_output_closed_finish_quietly(two_runs, tmp_path):
-    digit = tmp_path / "digit.npy"
-    import numpy as np
-    np.save(digit, np.zeros((28, 28)))
-    model = tmp_path / "m.gbbb"
-    for cmd, args in ((TRAIN, ["--out", tmp_path / "run", "--epochs", "1", "--train-size",
-                               "500", "--num-hidden-units", "10", "--test-samples", "2"]),
-                      (PRUNE, ["--checkpoint", two_runs / "runs" / "b", "--out",
-                               tmp_path / "pruned", "--proportions", "0", "0.5"]),
-                      (COMPRESS, [two_runs / "runs" / "b", "--proportion", "0.5", "--out",
-                                  model]),
-                      (__import__("commands").PREDICT, [model, digit])):
-        proc = subprocess.run([str(c) for c in cmd + args], stdout=None, stderr=subprocess.PIPE,
-                              text=True, preexec_fn=closed_stdout,
-                              env=__import__("commands").user_env(),
-                              cwd=__import__("commands").ROOT, timeout=300)
-        assert proc.returncode == 0 and proc.stderr == "", (cmd, proc.stderr)
-    assert (tmp_path / "run" / "checkpoint.params").exists() and model.exists()
-    assert (tmp_path / "pruned" / "pruning.json").exists()
+def test_a_full_or_read_only_disk_is_one_line_naming_the_file_and_loses_nothing(tmp_path):
+    # an 8-unit network's checkpoint is about 55 kB: the second epoch's cannot be written;
+    # with no room left the lock file is the first file a command cannot write
+    out = "$DISK/run"
+    results = on_small_disks(tmp_path, [
+        command(TRAIN, "--out", out, "--epochs", "1", *SMALL),
+        fill_leaving(24),
+        command(TRAIN, "--out", out, "--resume", "--epochs", "2"),
+        command(PRUNE, "--checkpoint", out, "--out", "$DISK/pruned", "--save-pruned", "0.5"),
+        fill_leaving(0),
+        command(COMPRESS, out, "--proportion", "0.5", "--out", "$DISK/sub/m.gbbb"),
+        command(PRUNE, "--checkpoint", out, "--out", "$RO/pruned"),
+        "rm $DISK/filler",
+        command(TRAIN, "--out", out, "--resume", "--epochs", "2"),
+    ])
+    assert results[0].returncode == 0, results[0].stderr
+    assert_one_line_error(results[2], "train_mnist.py: error: cannot write %s/mnt/run/"
+                          "checkpoint.params: no space left on device" % tmp_path)
+    assert_one_line_error(results[3], "prune.py: error: cannot write %s/mnt/pruned/pruning.png: "
+                          "no space left on device" % tmp_path)
+    assert_one_line_error(results[5], "cannot write %s/mnt/sub/.m.gbbb.lock: no space left on "
+                          "device" % tmp_path)
+    assert_one_line_error(results[6], "--out %s/ro/pruned cannot be written" % tmp_path)
+    # once there is room again, the run resumes from its intact first epoch
+    assert results[8].returncode == 0, results[8].stderr
+    disk = tmp_path / "disk"
+    # what prune wrote before the disk was full is kept; the refused commands left nothing
+    assert sorted(os.listdir(disk)) == ["pruned", "run"]
+    assert sorted(os.listdir(disk / "pruned")) == [".lock", "pruning.json"]
+    with open(disk / "pruned" / "pruning.json") as f:
+        assert json.load(f)["rows"][0]["proportion"] == 0.0
+    assert not [name for name in os.listdir(disk / "run") if name.endswith(".tmp")]
+    with open(disk / "run" / "history.json") as f:
+        assert [r["epoch"] for r in json.load(f)] == [1, 2]

@@ -1,73 +1,35 @@
-"""SNR pruning against a NumPy reference, and prune.py on a short training run."""
+"""commands/prune.py: the pruning table of a run, its best epoch and a deterministic run, and
+what it refuses (SNR pruning against NumPy: test_snr.py)."""
 import json
 import os
 import shutil
-import signal
 
-import mxnet as mx
-import numpy as np
 import pytest
 from mxnet import nd
 
-from gluon_bbb import Config, train
 from gluon_bbb.analysis.snr import load_pruned
 
-from commands import PRUNE, run
+from commands import PRUNE, assert_one_line_error, run
 
 
-def np_prune(mus, sigmas, proportion):
-    """Reference: rank |mu|/sigma over all entries (ties by flat position), zero the lowest."""
-    snr = np.concatenate([(np.abs(m) / s).ravel() for m, s in zip(mus, sigmas)])
-    k = int(np.floor(proportion * snr.size + 1e-7))
-    order = np.lexsort((np.arange(snr.size), snr))
-    keep = np.ones(snr.size, dtype=bool)
-    keep[order[:k]] = False
-    out, start = [], 0
-    for m in mus:
-        out.append(np.where(keep[start:start + m.size].reshape(m.shape), m, 0))
-        start += m.size
-    return out
-
-
-def random_params(rng, shapes, ties=False):
-    mus = [rng.normal(size=s).astype(np.float32) for s in shapes]
-    sigmas = [rng.uniform(0.1, 1.0, size=s).astype(np.float32) for s in shapes]
-    if ties:  # many exactly equal SNRs, across arrays too
-        mus = [np.round(m * 2) / 2 + 0.25 for m in mus]  # never 0
-        sigmas = [np.full(s, 0.5, dtype=np.float32) for s in shapes]
-    return mus, sigmas
-
-
-@pytest.fixture(scope="module")
-def short_run(tmp_path_factory, mnist):
-    run_dir = str(tmp_path_factory.mktemp("run"))
-    train(Config(train_size=2000, epochs=1, seed=0, num_hidden_units=100), mnist, mx.cpu(),
-          out_dir=run_dir, log=lambda line: None)
-    return run_dir
-
-
-def run_prune(*args):
-    return run(PRUNE, *args)
-
-
-@pytest.mark.slow
-def test_prune_command_on_a_training_run(short_run, tmp_path):
+def test_prune_command_on_a_training_run(runs, tmp_path):
     out = tmp_path / "pruned"
-    proc = run_prune(short_run, "--out", str(out), "--ctx", "cpu:1",
-                     "--proportions", "0", "0.5", "0.95", "--save-pruned", "0.95")
+    run_dir = str(runs["mlp"])
+    proc = run(PRUNE, run_dir, "--out", out, "--ctx", "cpu:1", "--proportions", "0", "0.5",
+               "0.95", "--save-pruned", "0.95")
     assert proc.returncode == 0, proc.stderr
     table = [line for line in proc.stdout.splitlines() if line.startswith("| ")]
     assert len(table) == 4 and table[1].startswith("| 0% |") and table[3].startswith("| 95% |")
     with open(out / "pruning.json") as f:
         report = json.load(f)
     rows = report["rows"]
-    assert report["epoch"] == 1 and report["criterion"] == "snr"
-    assert report["checkpoint"] == os.path.join(short_run, "checkpoint.params")
+    assert report["epoch"] == 2 and report["criterion"] == "snr"
+    assert report["checkpoint"] == os.path.join(run_dir, "checkpoint.params")
     assert [r["proportion"] for r in rows] == [0.0, 0.5, 0.95]
-    total = 784 * 100 + 100 + 100 * 100 + 100 + 100 * 10 + 10
+    total = 784 * 50 + 50 + 50 * 50 + 50 + 50 * 10 + 10
     assert rows[0]["weights_remaining"] == total
     assert rows[2]["weights_remaining"] == total - int(0.95 * total)
-    with open(os.path.join(short_run, "history.json")) as f:
+    with open(os.path.join(run_dir, "history.json")) as f:
         assert rows[0]["test_accuracy"] == pytest.approx(json.load(f)[-1]["test_accuracy"])
     for png in ("pruning.png", "snr.png"):
         assert (out / png).read_bytes()[:4] == b"\x89PNG"
@@ -76,42 +38,35 @@ def test_prune_command_on_a_training_run(short_run, tmp_path):
         <= rows[2]["weights_remaining"]
 
 
-@pytest.mark.slow
-def test_prune_command_whose_reader_goes_away(short_run, tmp_path):
-    # as `python prune.py ... | head -0`: the pipe is closed before the table is printed
-    out = tmp_path / "piped"
-    reader, writer = os.pipe()
-    os.close(reader)
-    try:
-        proc = run(PRUNE, "--checkpoint", short_run, "--out", out, "--save-pruned", "0.5",
-                   stdout=writer)
-    finally:
-        os.close(writer)
-    assert proc.returncode == 128 + signal.SIGPIPE and proc.stderr == "", proc.stderr
-    assert sorted(os.listdir(out)) == [".lock", "pruned-0.5.params", "pruning.json",
-                                       "pruning.png", "snr.png"]
-
-
-@pytest.mark.slow
-def test_prune_command_on_the_best_validation_epoch(overshooting_run, tmp_path):
-    run_dir, history = overshooting_run
-    out = tmp_path / "best"
-    shutil.copytree(run_dir, out)
-    proc = run_prune("--checkpoint", str(out / "best.params"), "--proportions", "0", "0.5")
+def test_prune_command_on_the_best_validation_epoch_and_a_deterministic_run(runs, tmp_path):
+    out = runs.copy("overshooting", tmp_path)
+    proc = run(PRUNE, "--checkpoint", str(out / "best.params"), "--proportions", "0", "0.5")
     assert proc.returncode == 0, proc.stderr
     with open(out / "best-pruning.json") as f:
         rows = json.load(f)["rows"]
+    with open(out / "history.json") as f:
+        history = json.load(f)
     best = max(history, key=lambda record: record["validation_accuracy"])
     assert rows[0]["test_accuracy"] == pytest.approx(best["test_accuracy"], abs=1e-6)
     assert rows[0]["test_accuracy"] != pytest.approx(history[-1]["test_accuracy"], abs=1e-6)
     assert (out / "best-snr.png").is_file() and not (out / "pruning.json").exists()
     assert "wrote best-pruning.json, best-pruning.png, best-snr.png" in proc.stdout
+    deterministic = runs.copy("deterministic", tmp_path)
+    proc = run(PRUNE, "--checkpoint", deterministic, "--proportions", "0", "0.5")
+    assert proc.returncode == 0, proc.stderr
+    assert "| removed by magnitude |" in proc.stdout
+    with open(deterministic / "pruning.json") as f:
+        report = json.load(f)
+    assert report["criterion"] == "magnitude" and report["model"] == "deterministic"
 
 
-def test_prune_command_errors(short_run, tmp_path):
+def test_prune_command_errors(runs, tmp_path):
+    short_run = str(runs["small"])
     cases = [
         (["--checkpoint", short_run, "--proportions", "0.5", "1.5"],
          "--proportions must be in [0, 1], got 1.5"),
+        (["--checkpoint", short_run, "--save-pruned", "2"],
+         "prune.py: error: --save-pruned must be in [0, 1], got 2.0"),
         (["--checkpoint", str(tmp_path / "missing")], "does not exist"),
     ]
     garbage = tmp_path / "garbage"
@@ -151,7 +106,4 @@ def test_prune_command_errors(short_run, tmp_path):
         json.dump(config, f)
     cases.append((["--checkpoint", str(mismatch)], "holds parameters of shapes"))
     for args, expected in cases:
-        proc = run_prune(*args)
-        assert proc.returncode != 0, args
-        assert expected in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
-        assert len(proc.stderr.strip().splitlines()) == 1
+        assert_one_line_error(run(PRUNE, *args), expected)

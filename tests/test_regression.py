@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from mxnet import nd
 
-from commands import REGRESSION, assert_one_line_error, run
+from commands import REGRESSION, TRAIN, assert_one_line_error, run
 from gluon_bbb import Config, combined_loss_gradients
 from gluon_bbb.learning.ndarray_backend import FlatLayout, NetworkGraph
 from gluon_bbb.learning.noise import PhiloxNoise, philox_normals_reference
@@ -64,7 +64,6 @@ def test_native_backend_with_a_learned_noise_equals_autograd(ctx, native_kernels
 # median and range over seeds 0-4), checked against the bounds they are built to meet.
 
 
-@pytest.mark.slow
 def test_regression_command_writes_its_run_and_refuses_bad_input(tmp_path):
     out = tmp_path / "quartic"
     proc = run(REGRESSION, "--data", "quartic", "--model", "mcdropout", "--epochs", "200",
@@ -111,3 +110,10 @@ def test_regression_command_writes_its_run_and_refuses_bad_input(tmp_path):
         assert proc.stdout == "", proc.stdout  # not "training ..., writing to" a refused run
         assert not (tmp_path / "other").exists()
     assert math.isfinite(metrics["width_ratio"])
+    for noise in ("1e308", "1e-30", "nan", "-0"):
+        assert_one_line_error(run(REGRESSION, "--data", "sine", "--out", tmp_path / "other",
+                                  "--noise", noise), "--noise must be a standard deviation from")
+    # a regression run is not an image classifier's to resume
+    proc = run(TRAIN, "--out", out, "--resume")
+    assert_one_line_error(proc, "is a regression run (problem quartic")
+    assert "--likelihood" not in proc.stderr

@@ -2,9 +2,11 @@
 the KL warm-up and IVON's late beta2, as a ``Schedule`` and as a config builds one."""
 import math
 
+import numpy as np
 import pytest
+from hypothesis import given, strategies as st
 
-from gluon_bbb import Config
+from gluon_bbb import Config, ConfigError
 from gluon_bbb.learning.schedules import Schedule, lr_schedule
 
 
@@ -51,3 +53,21 @@ def test_kl_warm_up_and_late_beta2():
                   ivon=dict(late_beta2=0.999, late_epochs=3)).build_schedule()
     assert [ivon.beta2_at(e) for e in range(10)] == [0.99999] * 7 + [0.999] * 3
     assert Config().build_schedule().kl_factor_at(0) == 1.0
+
+
+@given(rate=st.floats(1e-40, 1.0), factor=st.floats(1e-320, 1.0, exclude_min=True),
+       every=st.integers(1, 5), epochs=st.integers(1, 60))
+def test_a_step_schedule_is_taken_exactly_when_every_epochs_rate_is_a_normal_float32(
+        rate, factor, every, epochs):
+    tiny = float(np.finfo(np.float32).tiny)
+    # the last epoch's rate, from logarithms (the product underflows)
+    last_log = math.log(rate) + ((epochs - 1) // every) * math.log(factor)
+    takes = rate >= tiny and last_log >= math.log(tiny) + 1e-9
+    borderline = abs(last_log - math.log(tiny)) < 1e-6 or abs(rate - tiny) < 1e-45
+    try:
+        Config(learning_rate=rate, lr_decay_factor=factor, lr_decay_every=every, epochs=epochs)
+    except ConfigError as exc:
+        assert not takes or borderline, str(exc)
+        assert exc.field in ("learning_rate", "lr_decay_factor")
+    else:
+        assert takes or borderline

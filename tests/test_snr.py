@@ -9,7 +9,27 @@ from gluon_bbb import Config, evaluate_accuracy
 from gluon_bbb.analysis.snr import (load_pruned, prune_weights, pruning_table, save_pruned,
                                signal_to_noise_ratio)
 
-from test_prune import np_prune, random_params
+def np_prune(mus, sigmas, proportion):
+    """Reference: rank |mu|/sigma over all entries (ties by flat position), zero the lowest."""
+    snr = np.concatenate([(np.abs(m) / s).ravel() for m, s in zip(mus, sigmas)])
+    k = int(np.floor(proportion * snr.size + 1e-7))
+    order = np.lexsort((np.arange(snr.size), snr))
+    keep = np.ones(snr.size, dtype=bool)
+    keep[order[:k]] = False
+    out, start = [], 0
+    for m in mus:
+        out.append(np.where(keep[start:start + m.size].reshape(m.shape), m, 0))
+        start += m.size
+    return out
+
+
+def random_params(rng, shapes, ties=False):
+    mus = [rng.normal(size=s).astype(np.float32) for s in shapes]
+    sigmas = [rng.uniform(0.1, 1.0, size=s).astype(np.float32) for s in shapes]
+    if ties:  # many exactly equal SNRs, across arrays too
+        mus = [np.round(m * 2) / 2 + 0.25 for m in mus]  # never 0
+        sigmas = [np.full(s, 0.5, dtype=np.float32) for s in shapes]
+    return mus, sigmas
 
 
 

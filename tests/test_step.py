@@ -220,3 +220,27 @@ def test_the_kept_gradient_array_is_written_whole(ctx, model, network):
     assert kept is step._grad_w and np.isfinite(kept.asnumpy()).all()
     np.testing.assert_array_equal(kept.asnumpy(), fresh.asnumpy())
     assert nll.asscalar() == fresh_nll.asscalar()
+
+
+@pytest.mark.parametrize("backend", ["native", "ndarray"])
+def test_a_step_of_two_samples_averages_its_two_draws(ctx, backend, request):
+    if backend == "native":
+        request.getfixturevalue("native_kernels")
+    X = nd.array(np.random.default_rng(0).uniform(size=(5, 784)), ctx=ctx)
+    y = nd.one_hot(nd.array([0, 1, 2, 3, 4], ctx=ctx), 10)
+
+    def step(num_samples, first_stream):
+        """(loss, the update of mu) of one SGD step drawing from stream ``first_stream`` on."""
+        config = Config(num_hidden_units=20, seed=0, num_samples=num_samples,
+                        learning_rate=0.01)
+        training = TrainingStep(config.build_plan(), ctx, backend=backend)
+        training.noise.stream = first_stream
+        before = training.mu.asnumpy()
+        loss = training(X, y, 0.1).asscalar()
+        return loss, training.mu.asnumpy() - before
+    two, update_two = step(2, 0)
+    (first, update_first), (second, update_second) = step(1, 0), step(1, 1)
+    assert first != second
+    assert two == pytest.approx((first + second) / 2, rel=1e-5)
+    np.testing.assert_allclose(update_two, (update_first + update_second) / 2, rtol=1e-4,
+                               atol=1e-7)

@@ -1,21 +1,25 @@
-"""Sweeps on Dask: the spec and the trials' identity, a local two-worker sweep against the same
-trials run one by one, a rerun (skipped, refused for a changed spec, finishing a trial whose
-training ended), a worker killed in the middle of a trial, the sweep itself stopped by SIGTERM
-or Ctrl-C and rerun (same figures, nothing trained twice), a trial's failure and its cause, and
-a sweep on a running ``dask scheduler`` with two ``dask worker``s."""
+"""commands/sweep.py and what a worker runs for one trial (learning/trials.py's ``run_trial``):
+the spec's and the flags' refusals, a trial trained, resumed where a worker died, skipped when
+done, pruned without training again where only its record is missing, its failure's cause; a
+changed spec refused; then, as processes, one sweep on a local Dask cluster (stopped by Ctrl-C
+and run again: the same figures as its trials run by hand, nothing trained twice) and one on a
+running ``dask scheduler`` with two ``dask worker``s."""
 import json
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
+import threading
 import time
 
 import pytest
 
-from commands import PRUNE, SWEEP, TRAIN, assert_one_line_error, run, start
+from commands import PRUNE, SWEEP, TRAIN, assert_one_line_error, run, run_process, start
+from gluon_bbb.learning import trials
 
-TINY = {"train-size": 512, "num-hidden-units": 20, "epochs": 2, "validation": 1000,
+TINY = {"train-size": 256, "num-hidden-units": 8, "epochs": 2, "validation": 1000,
         "test-samples": 0}
 
 
@@ -27,43 +31,6 @@ def write_spec(path, base, grid, proportions=(0, 0.5, 0.95)):
 def read_json(path):
     with open(path) as f:
         return json.load(f)
-
-
-# The figures of each trial run by hand, by its command lines: the tests share trials, so that
-# each is run by hand once (a module's tests run in one process).
-BY_HAND = {}
-
-
-def one_by_one(tmp_path, spec_path, directories=False):
-    """The figures of the spec's trials run one after another, one thread each, as a user
-    would run them by hand (with ``directories``: the run directories of those runs)."""
-    from gluon_bbb.learning.trials import load_spec, trial_figures, trials
-    spec = load_spec(str(spec_path))
-    proportions = ["%g" % p for p in spec["proportions"]]
-    found = {}
-    for trial in trials(spec):
-        key = (tuple(trial["train_args"]), tuple(proportions))
-        if key not in BY_HAND:
-            out = tmp_path / "by-hand" / trial["name"]
-            env = {"OMP_NUM_THREADS": "1"}
-            assert run(TRAIN, *trial["train_args"], "--out", out, env=env).returncode == 0
-            assert run(PRUNE, "--checkpoint", out, "--proportions", *proportions,
-                       env=env).returncode == 0
-            BY_HAND[key] = results(trial_figures(str(out))), out
-        found[trial["name"]] = BY_HAND[key][1 if directories else 0]
-    return found
-
-
-def results(figures):
-    """A trial's figures less its training seconds: the time a trial took is measured, not
-    reproduced, and is the one figure two runs of the same trial differ in."""
-    assert figures["seconds"] >= 0
-    return {name: value for name, value in figures.items() if name != "seconds"}
-
-
-def sweep_figures(out):
-    return {t["name"]: results(t["figures"])
-            for t in read_json(out / "sweep.json")["trials"]}
 
 
 @pytest.mark.parametrize("content, expected", [
@@ -82,6 +49,15 @@ def sweep_figures(out):
      "trial seed-0: --network must be mlp, lenet, or layers"),
     ('{"base": {"colour": "blue"}, "grid": {"seed": [0]}}',
      "trial seed-0: unrecognized arguments: --colour blue"),
+    ('{"base": {"epochs": 1}, "grid": {"seed": %s, "num-hidden-units": %s}}'
+     % (list(range(1000)), list(range(1, 101))), "the grid gives 100000 trials, more than the "
+                                                 "%d a sweep runs" % trials.MAX_TRIALS),
+    ('{"base": {}, "grid": {"seed": [0, "0"]}}', "the grid gives one trial twice: seed=0 and "
+                                                 "seed='0' train the same network (their "
+                                                 "values are equal)"),
+    ('{"base": {}, "grid": {"learning-rate": [0.001, "1e-3"], "seed": [0]}}',
+     "learning-rate=0.001, seed=0 and learning-rate=1e-3, seed=0 train the same network"),
+    ('{"base": {}, "grid": {"kl-scale": [1, 1.0]}}', "kl-scale=1 and kl-scale=1.0"),
 ])
 def test_a_bad_spec_is_one_line(tmp_path, content, expected):
     spec = tmp_path / "spec.json"
@@ -90,36 +66,31 @@ def test_a_bad_spec_is_one_line(tmp_path, content, expected):
     assert not (tmp_path / "out").exists()
 
 
-def test_bad_sweep_flags_are_one_line(tmp_path):
+def test_bad_sweep_flags_are_one_line(tmp_path, monkeypatch):
     spec = write_spec(tmp_path / "spec.json", TINY, {"seed": [0]})
-    assert_one_line_error(run(SWEEP, spec, "--out", tmp_path / "out", "--workers", "0"),
-                          "--workers must be an integer from 1 to ")
-    assert_one_line_error(run(SWEEP, spec, "--out", tmp_path / "out", "--workers",
-                              "99999999999999999999"), "per core of the ")
-    assert_one_line_error(run(SWEEP, spec, "--out", tmp_path / "out", "--threads-per-trial",
-                              "5000"), "--threads-per-trial must be an integer from 1 to 1024")
+    for args, expected in (
+            (["--workers", "0"], "--workers must be an integer from 1 to "),
+            (["--workers", "99999999999999999999"], "per core of the "),
+            (["--threads-per-trial", "5000"], "--threads-per-trial must be an integer from 1 "
+                                              "to 1024"),
+            (["--scheduler", "notanaddress"], "cannot use the Dask scheduler --scheduler "
+                                              "notanaddress: missing port number in address "
+                                              "'notanaddress'")):
+        assert_one_line_error(run(SWEEP, spec, "--out", tmp_path / "out", *args), expected)
     assert_one_line_error(run(SWEEP, tmp_path / "missing.json", "--out", tmp_path / "out"),
                           "cannot read sweep spec")
-    assert_one_line_error(run(SWEEP, spec, "--out", tmp_path / "out", "--scheduler",
-                              "notanaddress"),
-                          "cannot use the Dask scheduler --scheduler notanaddress: missing port "
-                          "number in address 'notanaddress'")
-    assert not (tmp_path / "out").exists()
-
-
-def test_a_second_sweep_into_a_working_sweeps_out_stops_at_once(tmp_path):
+    # a second sweep into a working sweep's --out stops at once
     from gluon_bbb import outputs
-    spec = write_spec(tmp_path / "spec.json", TINY, {"seed": [0]})
     with outputs.locked_beside(str(tmp_path / "out")):  # as the first sweep holds it
         assert_one_line_error(run(SWEEP, spec, "--out", tmp_path / "out"),
                               "out is being written by another process (its lock ")
     assert not (tmp_path / "out").exists()
 
 
-@pytest.mark.parametrize("mode", ["silent", "garbage"])
-def test_a_scheduler_that_is_not_one_is_said_within_its_bound(tmp_path, mode):
-    import socket
-    import threading
+@pytest.mark.parametrize("mode", [pytest.param("silent", marks=pytest.mark.slow), "garbage"])
+def test_a_scheduler_that_is_not_one_is_said_within_its_bound(tmp_path, monkeypatch, mode):
+    from gluon_bbb.commands import sweep
+    monkeypatch.setattr(sweep, "CONNECT_SECONDS", 6)  # the bound, not the wait, is tested
     server = socket.socket()
     server.bind(("127.0.0.1", 0))
     server.listen(8)
@@ -136,11 +107,11 @@ def test_a_scheduler_that_is_not_one_is_said_within_its_bound(tmp_path, mode):
                 connection.sendall(b"\xff" * 64 + b"HTTP/1.1 200 OK\r\n\r\nhello" * 10)
     threading.Thread(target=serve, daemon=True).start()
     spec = write_spec(tmp_path / "spec.json", TINY, {"seed": [0]})
-    started = time.time()
-    proc = run(SWEEP, spec, "--out", tmp_path / "out", "--scheduler",
-               "tcp://127.0.0.1:%d" % server.getsockname()[1], timeout=120)
-    server.close()
-    assert time.time() - started < 60
+    try:
+        proc = run(SWEEP, spec, "--out", tmp_path / "out", "--scheduler",
+                   "tcp://127.0.0.1:%d" % server.getsockname()[1])
+    finally:
+        server.close()
     # a peer of other bytes: Dask's parser fails on them, or (Dask before 2024) its handshake
     # waits for a frame that never comes
     assert_one_line_error(proc, "did not answer as a Dask scheduler within " if mode == "silent"
@@ -149,128 +120,79 @@ def test_a_scheduler_that_is_not_one_is_said_within_its_bound(tmp_path, mode):
     assert not (tmp_path / "out").exists()
 
 
-def test_the_sweep_imports_no_mxnet(tmp_path):
+def test_the_sweep_imports_no_mxnet():
     # what the sweep's process imports, its parsers of the trials' flags included
-    proc = run([sys.executable, "-c", "import sys, gluon_bbb.commands.sweep, gluon_bbb.learning.trials; "
-                "gluon_bbb.learning.trials.trial_config(['--preset', 'lenet']); "
-                "print(sorted(m for m in sys.modules if 'mxnet' in m))"])
+    proc = run_process([sys.executable, "-c", "import sys, gluon_bbb.commands.sweep, "
+                        "gluon_bbb.learning.trials; gluon_bbb.learning.trials.trial_config("
+                        "['--preset', 'lenet']); print(sorted(m for m in sys.modules "
+                        "if 'mxnet' in m))"])
     assert proc.returncode == 0 and proc.stdout.strip() == "[]", proc.stdout + proc.stderr
 
 
-@pytest.fixture(scope="module")
-def local_sweep(tmp_path_factory):
-    """(spec path, --out, the command's result) of a local two-worker sweep of four trials."""
-    tmp_path = tmp_path_factory.mktemp("local")
-    spec = write_spec(tmp_path / "spec.json", TINY, {"prior": ["gaussian", "scale-mixture"],
-                                                      "seed": [0, 1]})
-    out = tmp_path / "sweep"
-    return spec, out, run(SWEEP, spec, "--out", out, "--workers", "2")
+# What a worker runs for one trial, its commands run in this process.
+
+class InProcess:
+    """``subprocess`` as ``trials._run`` starts a trial's command (``python -m MODULE ...``),
+    running the command in this process instead."""
+    COMMANDS = {trials.TRAIN_MODULE: TRAIN, trials.PRUNE_MODULE: PRUNE}
+    DEVNULL, PIPE = subprocess.DEVNULL, subprocess.PIPE
+
+    @classmethod
+    def run(cls, argv, env=None, **kwargs):
+        at = argv.index("-m")
+        proc = run(cls.COMMANDS[argv[at + 1]], *argv[at + 2:])
+        return subprocess.CompletedProcess(argv, proc.returncode, None, proc.stderr)
 
 
-def trial_logs(out):
-    return {name: (out / name / "trial.log").read_text() for name in sorted(os.listdir(out))
-            if (out / name / "trial.log").exists()}
+def trial_log(trial_dir):
+    return (trial_dir / trials.TRIAL_LOG).read_text()
 
 
-@pytest.mark.slow
-def test_a_local_sweep_equals_its_trials_run_one_by_one(local_sweep, tmp_path):
-    spec, out, proc = local_sweep
-    assert proc.returncode == 0, proc.stderr
-    lines = proc.stdout.splitlines()
-    # how many trials, before they are planned, then where they run
-    assert lines[0] == "sweep: 4 trials in %s; checking each trial's flags" % spec
-    assert lines[1] == "sweep: 4 trials on a local cluster of 2 workers, 1 thread each, into %s" % out
-    assert max(len(line) for line in lines) <= 150  # a person reads them in a terminal
-    progress = [line for line in lines if line.startswith("done ")]
-    assert len(progress) == 4 and progress[-1].endswith("[done 4, running 0, waiting 0]")
-    assert sweep_figures(out) == one_by_one(tmp_path, spec)
-    table = (out / "sweep.md").read_text()
-    assert "| prior=gaussian | 2 |" in table and "| prior=scale-mixture | 2 |" in table
-    assert (out / "sweep.png").read_bytes()[:4] == b"\x89PNG"
-    # run again: every trial is skipped, nothing is trained
-    proc = run(SWEEP, spec, "--out", out, "--workers", "2")
-    assert proc.returncode == 0 and proc.stdout.count("skipped ") == 4, proc.stdout
-    for log in trial_logs(out).values():
-        assert log.count(" train") == 1 and " resume" not in log
+def test_a_trial_is_trained_resumed_where_its_worker_died_skipped_once_done_and_pruned_again(
+        tmp_path, monkeypatch):
+    from gluon_bbb.learning.rundir import RunDirectory
+    monkeypatch.setattr(trials, "subprocess", InProcess)
+    spec = trials.load_spec(str(write_spec(tmp_path / "spec.json", TINY, {"seed": [0]})))
+    trial, = trials.trials(spec)
+    args = (trial["train_args"], spec["proportions"], 1)
+    whole = tmp_path / "whole"
+    assert trials.run_trial(str(whole), *args)["status"] == "done"
+    # a worker that dies after the trial's first epoch: its rerun resumes, to the same figures
+    save_epoch = RunDirectory.save_epoch
+
+    def dies_after_the_first_epoch(self, step, history, best=False):
+        save_epoch(self, step, history, best)
+        raise KeyboardInterrupt
+    monkeypatch.setattr(RunDirectory, "save_epoch", dies_after_the_first_epoch)
+    trial_dir = tmp_path / "trial"
+    assert trials.run_trial(str(trial_dir), *args)["status"] == "failed"
+    monkeypatch.setattr(RunDirectory, "save_epoch", save_epoch)
+    record = trials.run_trial(str(trial_dir), *args)
+    assert without_seconds(record["figures"]) == without_seconds(
+        read_json(whole / trials.TRIAL_FILE)["figures"])
+    assert [r["epoch"] for r in read_json(trial_dir / "history.json")] == [1, 2]
+    log = trial_log(trial_dir)
+    assert log.count(" train") == 1 and log.count(" resume") == 1, log
+    # done: skipped, nothing run
+    assert trials.run_trial(str(trial_dir), *args) == dict(record, status="skipped")
+    assert trial_log(trial_dir) == log
+    # stopped between the end of training and the trial's record: pruned again, not trained
+    for name in (trials.TRIAL_FILE, "pruning.json", "pruning.png", "snr.png"):
+        os.remove(trial_dir / name)
+    assert trials.run_trial(str(trial_dir), *args) == record
+    assert trial_log(trial_dir).count(" train") == 1
+    assert trial_log(trial_dir).count(" resume") == 2
 
 
-@pytest.mark.slow
-def test_a_changed_spec_rerun_into_the_same_out_is_refused(local_sweep, tmp_path):
-    # the trials already in --out were trained at 0.001 (the default): a spec asking 0.0005
-    # names the flag and both values, and nothing runs
-    spec, out, _ = local_sweep
-    changed = json.loads(spec.read_text())
-    changed["base"]["learning-rate"] = 0.0005
-    changed_spec = tmp_path / "changed.json"
-    changed_spec.write_text(json.dumps(changed))
-    logs = trial_logs(out)
-    proc = run(SWEEP, changed_spec, "--out", out, "--workers", "2")
-    assert_one_line_error(proc, "%s holds a trial trained with --learning-rate 0.001; this spec "
-                                "gives it --learning-rate 0.0005: a changed spec needs another "
-                                "--out" % (out / "prior-gaussian_seed-0"))
-    assert trial_logs(out) == logs
-    # more epochs are other training too
-    changed["base"]["learning-rate"], changed["base"]["epochs"] = 0.001, 3
-    changed_spec.write_text(json.dumps(changed))
-    assert_one_line_error(run(SWEEP, changed_spec, "--out", out, "--workers", "2"),
-                          "trained with --epochs 2; this spec gives it --epochs 3")
-    # a prior's setting is named as its flag; given where a trial's prior has none, refused
-    changed["base"]["epochs"], changed["base"]["sigma-p"] = 2, 0.5
-    changed_spec.write_text(json.dumps(changed))
-    assert_one_line_error(run(SWEEP, changed_spec, "--out", out, "--workers", "2"),
-                          "trial prior-scale-mixture_seed-0: --sigma-p must be given with a "
-                          "prior that has it (gaussian; this run's: --prior scale-mixture), got 0.5")
-    changed["grid"]["prior"] = ["gaussian"]
-    changed_spec.write_text(json.dumps(changed))
-    assert_one_line_error(run(SWEEP, changed_spec, "--out", out, "--workers", "2"),
-                          "trained with --sigma-p 1.0; this spec gives it --sigma-p 0.5")
-    assert trial_logs(out) == logs
-
-
-@pytest.mark.parametrize("grid, flags", [
-    ({"seed": [0, 0]}, "seed=0 and seed=0"),
-    ({"seed": [0, "0"]}, "seed=0 and seed='0'"),
-    ({"learning-rate": [0.001, "1e-3"], "seed": [0]}, "learning-rate=0.001, seed=0 and "
-                                                       "learning-rate=1e-3, seed=0"),
-    ({"kl-scale": [1, 1.0]}, "kl-scale=1 and kl-scale=1.0"),
-])
-def test_a_trial_given_twice_is_refused(tmp_path, grid, flags):
-    spec = write_spec(tmp_path / "spec.json", TINY, grid)
-    proc = run(SWEEP, spec, "--out", tmp_path / "out")
-    assert_one_line_error(proc, "the grid gives one trial twice: %s train the same network "
-                                "(their values are equal)" % flags)
-    assert not (tmp_path / "out").exists()
-
-
-@pytest.mark.slow
-def test_a_trial_whose_training_ended_before_its_record_is_finished(local_sweep, tmp_path):
-    # stopped between the end of training and the trial's record: a rerun prunes it without
-    # training it again (its checkpoint holds all its epochs)
-    spec, out, _ = local_sweep
-    trial = one_by_one(tmp_path, spec, directories=True)["prior-gaussian_seed-1"]
-    stopped = tmp_path / "stopped"
-    shutil.copytree(trial, stopped / "prior-gaussian_seed-1")
-    for name in ("pruning.json", "pruning.png", "snr.png"):
-        os.remove(stopped / "prior-gaussian_seed-1" / name)
-    proc = run(SWEEP, spec, "--out", stopped, "--workers", "2")
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert "done prior-gaussian_seed-1: test error" in proc.stdout
-    log = (stopped / "prior-gaussian_seed-1" / "trial.log").read_text()
-    assert " train" not in log and log.count(" resume") == 1, log
-    assert [r["epoch"] for r in read_json(stopped / "prior-gaussian_seed-1" / "history.json")] \
-        == [1, 2]
-    assert sweep_figures(stopped) == one_by_one(tmp_path, spec)
-
-
-@pytest.mark.slow
-def test_a_failing_trial_is_reported_with_its_cause_and_the_others_finish(tmp_path):
-    spec = write_spec(tmp_path / "spec.json", TINY, {"learning-rate": [0.001, 1000.0]})
-    proc = run(SWEEP, spec, "--out", tmp_path / "sweep", "--workers", "2")
-    assert proc.returncode == 1
-    assert ("failed learning-rate-1000.0: gluon-bbb train: error: loss became "
-            "non-finite") in proc.stdout
-    trials = {t["name"]: t for t in read_json(tmp_path / "sweep" / "sweep.json")["trials"]}
-    assert trials["learning-rate-0.001"]["status"] == "done"
+def test_a_failing_trial_says_its_cause(tmp_path, monkeypatch):
+    monkeypatch.setattr(trials, "subprocess", InProcess)
+    spec = trials.load_spec(str(write_spec(tmp_path / "spec.json", TINY,
+                                           {"learning-rate": [1000.0]})))
+    trial, = trials.trials(spec)
+    record = trials.run_trial(str(tmp_path / "trial"), trial["train_args"], spec["proportions"],
+                              1)
+    assert record["status"] == "failed"
+    assert record["error"].startswith("train_mnist.py: error: loss became non-finite")
 
 
 MXNET_TRACEBACK = """Traceback (most recent call last):
@@ -287,18 +209,51 @@ num_hidden : 50
 
 def test_a_trial_that_crashes_is_reported_by_the_exception_not_the_last_line(tmp_path):
     # a stand-in interpreter for the trial's command: it fails as MXNet does on a bug
-    from gluon_bbb.learning.trials import failure_cause, run_trial
     fake = tmp_path / "python"
     fake.write_text("#!/bin/sh\ncat >&2 <<'EOF'\n%sEOF\nexit 1\n" % MXNET_TRACEBACK)
     fake.chmod(0o755)
-    record = run_trial(str(tmp_path / "trial"), ["--seed", "0"], [0.0], 1, python=str(fake))
+    record = trials.run_trial(str(tmp_path / "trial"), ["--seed", "0"], [0.0], 1,
+                              python=str(fake))
     assert record == {"status": "failed", "error": "train ended with status 1: MXNetError: "
                       "Error in operator fullyconnected0: Shape inconsistent, Provided = "
                       "[50,784], inferred shape=(50,10)"}
-    assert failure_cause("x.py: error: --epochs must be at least 1\n", "train", 2) == \
+    assert trials.failure_cause("x.py: error: --epochs must be at least 1\n", "train", 2) == \
         "x.py: error: --epochs must be at least 1"
-    assert failure_cause("", "prune", -9) == "prune was killed by signal 9"
+    assert trials.failure_cause("", "prune", -9) == "prune was killed by signal 9"
 
+
+def test_a_changed_spec_rerun_into_the_same_out_is_refused(tmp_path, monkeypatch):
+    # the trials already in --out were trained at 0.001 (the default): a spec asking 0.0005
+    # names the flag and both values, and nothing runs
+    monkeypatch.setattr(trials, "subprocess", InProcess)
+    base = dict(TINY, epochs=1)
+    spec = {"base": base, "grid": {"prior": ["gaussian", "scale-mixture"], "seed": [0]},
+            "proportions": [0.0]}
+    out = tmp_path / "out"
+    for trial in trials.trials(spec):
+        assert trials.run_trial(str(out / trial["name"]), trial["train_args"], [0.0],
+                                1)["status"] == "done"
+    logs = {name: trial_log(out / name) for name in os.listdir(out)}
+    changed_spec = tmp_path / "changed.json"
+    for change, expected in (
+            (dict(base={"learning-rate": 0.0005}), "%s holds a trial trained with "
+             "--learning-rate 0.001; this spec gives it --learning-rate 0.0005: a changed spec "
+             "needs another --out" % (out / "prior-gaussian_seed-0")),
+            (dict(base={"epochs": 3}), "trained with --epochs 1; this spec gives it --epochs 3"),
+            # a prior's setting is named as its flag; given where a trial's prior has none,
+            # refused
+            (dict(base={"sigma-p": 0.5}), "trial prior-scale-mixture_seed-0: --sigma-p must be "
+             "given with a prior that has it (gaussian; this run's: --prior scale-mixture), got "
+             "0.5"),
+            (dict(base={"sigma-p": 0.5}, grid={"prior": ["gaussian"], "seed": [0]}),
+             "trained with --sigma-p 1.0; this spec gives it --sigma-p 0.5")):
+        changed_spec.write_text(json.dumps(dict(spec, base=dict(base, **change["base"]),
+                                                grid=change.get("grid", spec["grid"]))))
+        assert_one_line_error(run(SWEEP, changed_spec, "--out", out), expected)
+    assert {name: trial_log(out / name) for name in os.listdir(out)} == logs
+
+
+# Sweeps as processes: a local cluster's and a running scheduler's.
 
 def processes_training(out_dir):
     """(pid, parent pid) of each training command's process writing into ``out_dir``."""
@@ -327,10 +282,6 @@ def wait_for(condition, seconds=180):
     raise AssertionError("timed out")
 
 
-SLOW = dict(TINY, **{"train-size": 3000, "num-hidden-units": 100, "epochs": 6,
-                      "num-samples": 3})
-
-
 def epochs_done(trial_dir):
     try:
         return len(read_json(trial_dir / "history.json"))
@@ -338,77 +289,73 @@ def epochs_done(trial_dir):
         return 0
 
 
-@pytest.mark.slow
-def test_a_worker_killed_mid_trial_has_its_trial_resumed_elsewhere(tmp_path):
-    spec = write_spec(tmp_path / "spec.json", SLOW, {"seed": [0, 1]})
-    out = tmp_path / "sweep"
-    sweep = start(SWEEP, spec, "--out", out, "--workers", "2")
-    try:
-        trial = out / "seed-0"
-        wait_for(lambda: 1 <= epochs_done(trial) < 6)
-        pid, worker = wait_for(lambda: processes_training(trial))[0]
-        os.kill(worker, signal.SIGKILL)  # the worker, not the trial: as a lost machine
-        stdout, stderr = sweep.communicate(timeout=600)
-    finally:
-        sweep.kill()
-    assert sweep.returncode == 0, stdout + stderr
-    log = (trial / "trial.log").read_text()
-    assert log.count(" train") == 1 and log.count(" resume") >= 1, log
-    assert [r["epoch"] for r in read_json(trial / "history.json")] == [1, 2, 3, 4, 5, 6]
-    assert sweep_figures(out) == one_by_one(tmp_path, spec)
+def by_hand(tmp_path, spec_path, name):
+    """The figures of trial ``name`` run by hand, as a user would: its commands' processes,
+    one thread each."""
+    spec = trials.load_spec(str(spec_path))
+    trial = next(t for t in trials.trials(spec) if t["name"] == name)
+    out = tmp_path / "by-hand" / name
+    env = {"OMP_NUM_THREADS": "1"}
+    assert run_process(TRAIN, *trial["train_args"], "--out", out, env=env).returncode == 0
+    assert run_process(PRUNE, "--checkpoint", out, "--proportions",
+                       *["%g" % p for p in spec["proportions"]], env=env).returncode == 0
+    return without_seconds(trials.trial_figures(str(out)))
+
+
+def without_seconds(figures):
+    """A trial's figures less its training seconds: the time a trial took is measured, not
+    reproduced, and is the one figure two runs of the same trial differ in."""
+    assert figures["seconds"] >= 0
+    return {name: value for name, value in figures.items() if name != "seconds"}
+
+
+def sweep_figures(out):
+    return {t["name"]: without_seconds(t["figures"]) for t in read_json(out / "sweep.json")["trials"]}
 
 
 @pytest.mark.slow
-def test_a_sweep_stopped_and_run_again_trains_nothing_twice(tmp_path):
-    spec = write_spec(tmp_path / "spec.json", SLOW, {"seed": [0, 1, 2]})
-    out = tmp_path / "sweep"
-    sweep = start(SWEEP, spec, "--out", out, "--workers", "2")
-    try:
-        wait_for(lambda: (out / "seed-0" / "trial.json").exists()
-                 or (out / "seed-1" / "trial.json").exists())
-        sweep.send_signal(signal.SIGTERM)
-        _, stderr = sweep.communicate(timeout=120)
-    finally:
-        sweep.kill()
-    assert sweep.returncode == 128 + signal.SIGTERM, stderr
-    assert stderr.strip().endswith("terminated by SIGTERM"), stderr
-    wait_for(lambda: not any(processes_training(out / name) for name in os.listdir(out)
-                             if (out / name).is_dir()), 60)
-    finished = {name for name in os.listdir(out) if (out / name / "trial.json").exists()}
-    assert finished and len(finished) < 3
-    # a trial stopped before it saved an epoch has nothing to resume and starts again (on a
-    # loaded machine the signal can land inside a trial's first epoch); one that saved an epoch
-    # never trains from the start again
-    started_unsaved = {name for name in ("seed-0", "seed-1", "seed-2")
-                       if (out / name / "trial.log").exists() and not epochs_done(out / name)}
-    proc = run(SWEEP, spec, "--out", out, "--workers", "2")
-    assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.count("skipped ") == len(finished)
-    for name in ("seed-0", "seed-1", "seed-2"):
-        log = (out / name / "trial.log").read_text()
-        assert log.count(" train") == 1 + (name in started_unsaved), log
-        assert [r["epoch"] for r in read_json(out / name / "history.json")] == [1, 2, 3, 4, 5, 6]
-    assert sweep_figures(out) == one_by_one(tmp_path, spec)
-
-
-@pytest.mark.slow
-def test_ctrl_c_ends_a_sweep_with_one_line(tmp_path):
+def test_a_local_sweep_stopped_by_ctrl_c_and_run_again_trains_nothing_twice(tmp_path):
     # a terminal sends SIGINT to its whole process group: the sweep, its local cluster's
-    # workers and their trials; the sweep alone speaks, and nothing is left running
-    spec = write_spec(tmp_path / "spec.json", SLOW, {"seed": [0, 1]})
+    # workers and their trials; the sweep alone speaks, nothing is left running, the completed
+    # epochs are kept; run again, the sweep finishes what is left and trains nothing twice
+    slow = dict(TINY, **{"train-size": 3000, "num-hidden-units": 100, "epochs": 6,
+                         "num-samples": 3})  # trials of seconds: two train, one waits
+    spec = write_spec(tmp_path / "spec.json", slow, {"seed": [0, 1, 2]})
     out = tmp_path / "sweep"
     sweep = start(SWEEP, spec, "--out", out, "--workers", "2", start_new_session=True)
     try:
-        wait_for(lambda: epochs_done(out / "seed-0") >= 1)
+        wait_for(lambda: epochs_done(out / "seed-0") >= 1 or epochs_done(out / "seed-1") >= 1)
         os.killpg(sweep.pid, signal.SIGINT)
         _, stderr = sweep.communicate(timeout=120)
     finally:
         sweep.kill()
     assert sweep.returncode == 128 + signal.SIGINT, stderr
     assert stderr.strip() == "gluon-bbb sweep: interrupted by SIGINT", stderr
-    wait_for(lambda: not any(processes_training(out / name) for name in ("seed-0", "seed-1")),
-             60)
-    assert epochs_done(out / "seed-0") >= 1  # its completed epochs are kept
+    names = ("seed-0", "seed-1", "seed-2")
+    wait_for(lambda: not any(processes_training(out / name) for name in names), 60)
+    finished = {name for name in names if (out / name / trials.TRIAL_FILE).exists()}
+    assert len(finished) < 3 and any(epochs_done(out / name) for name in names)
+    # a trial stopped before it saved an epoch has nothing to resume and starts again (the
+    # signal can land inside a trial's first epoch); one that saved an epoch never trains from
+    # the start again
+    started_unsaved = {name for name in names if (out / name / trials.TRIAL_LOG).exists()
+                       and not epochs_done(out / name)}
+    proc = run_process(SWEEP, spec, "--out", out, "--workers", "2")
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    # how many trials, before they are planned, then where they run
+    assert lines[0] == "sweep: 3 trials in %s; checking each trial's flags" % spec
+    assert lines[1] == "sweep: 3 trials on a local cluster of 2 workers, 1 thread each, into %s" % out
+    assert max(len(line) for line in lines) <= 150  # a person reads them in a terminal
+    assert proc.stdout.count("skipped ") == len(finished)
+    progress = [line for line in lines if line.startswith(("done ", "skipped "))]
+    assert len(progress) == 3 and progress[-1].endswith("[done 3, running 0, waiting 0]")
+    for name in names:
+        assert trial_log(out / name).count(" train") == 1 + (name in started_unsaved)
+        assert [r["epoch"] for r in read_json(out / name / "history.json")] == list(range(1, 7))
+    assert "| all | 3 |" in (out / "sweep.md").read_text()
+    assert (out / "sweep.png").read_bytes()[:4] == b"\x89PNG"
+    assert sweep_figures(out)["seed-2"] == by_hand(tmp_path, spec, "seed-2")
 
 
 @pytest.mark.slow
@@ -428,11 +375,9 @@ def test_a_sweep_on_a_running_scheduler_with_two_workers(tmp_path):
         from distributed import Client
         with Client(address, timeout="30s") as client:
             client.wait_for_workers(2, timeout=60)
-            # the trials of the local sweep's first setting
-            spec = write_spec(tmp_path / "spec.json", TINY, {"prior": ["gaussian"],
-                                                              "seed": [0, 1]})
+            spec = write_spec(tmp_path / "spec.json", dict(TINY, epochs=1), {"seed": [0, 1]})
             out = tmp_path / "sweep"
-            proc = run(SWEEP, spec, "--out", out, "--scheduler", address)
+            proc = run_process(SWEEP, spec, "--out", out, "--scheduler", address)
             assert proc.returncode == 0, proc.stderr
             assert proc.stdout.splitlines()[1] == ("sweep: connecting to the Dask scheduler at "
                                                    "%s (at most 30 s)" % address)
@@ -440,14 +385,12 @@ def test_a_sweep_on_a_running_scheduler_with_two_workers(tmp_path):
                                                           % address)
             # the workers ran the trials without importing MXNet themselves
             assert set(client.run(lambda: "mxnet" in sys.modules).values()) == {False}
-        assert sweep_figures(out) == one_by_one(tmp_path, spec)
+        assert sweep_figures(out)["seed-1"] == by_hand(tmp_path, spec, "seed-1")
     finally:
         for process in processes:
             process.terminate()
         for process in processes:
             process.wait(timeout=60)
-
-
 
 
 WORKER_LOGS = """
@@ -466,13 +409,14 @@ if __name__ == "__main__":
 """
 
 
+@pytest.mark.slow
 def test_a_local_clusters_workers_print_nothing_on_the_terminal(tmp_path):
     # what a worker logs (a heartbeat that finds the scheduler closed after Ctrl-C, with its
     # traceback) would land on the sweep's terminal before its one line; ERROR would show it
     script = tmp_path / "worker_logs.py"
     script.write_text(WORKER_LOGS)
-    quiet = run([sys.executable], script, timeout=120)
+    quiet = run_process([sys.executable], script, timeout=120)
     assert quiet.returncode == 0 and quiet.stdout.strip() == "1", quiet.stderr
     assert "a worker's error" not in quiet.stderr, quiet.stderr
-    shown = run([sys.executable], script, "ERROR", timeout=120)
+    shown = run_process([sys.executable], script, "ERROR", timeout=120)
     assert "a worker's error" in shown.stderr, shown.stderr  # the check can fail

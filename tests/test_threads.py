@@ -1,21 +1,16 @@
 """learning/threads.py: the team follows the cores other processes leave free, measured from
-/proc/stat, and a count the user sets holds."""
+/proc/stat, and a count the user sets holds; every measurement here is a fake machine's (the
+real ones: bench/bench_shared.py)."""
 import ctypes
-import json
 import os
-import subprocess
 import sys
-import time
 
+import mxnet as mx
 import pytest
 
-from commands import TRAIN, run
-from gluon_bbb import cpus_granted
+from commands import run
 from gluon_bbb.learning import threads
 from gluon_bbb.learning.threads import Threads, busy_seconds, team_size
-
-BUSY = [sys.executable, "-c", "while True: pass"]
-
 
 @pytest.mark.parametrize("granted, elsewhere, expected", [
     (2, 0.0, 2), (2, 0.49, 2), (2, 0.51, 1), (2, 1.0, 1), (2, 2.0, 1), (2, 5.0, 1),
@@ -112,66 +107,42 @@ def test_a_count_the_user_set_holds_whatever_the_load():
     assert not Threads(2, True, machine.clock, lambda: None).adapt
 
 
-def child_cpu_seconds(pid):
-    """The CPU seconds process ``pid`` has used (/proc/PID/stat's utime and stime)."""
-    with open("/proc/%d/stat" % pid) as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+def test_busy_seconds_reads_every_processs_time_and_this_ones(tmp_path):
+    """The first line of /proc/stat: user, nice, system, idle, iowait, irq, softirq and steal
+    ticks; all but idle and iowait are busy."""
+    stat = tmp_path / "stat"
+    stat.write_text("cpu  4705 356 584 3699176 23060 0 277 9 0 0\ncpu0 1 2 3 4 5 6 7 8 0 0\n")
+    before = sum(os.times()[:2])
+    total, own = busy_seconds(str(stat))
+    assert total == (4705 + 356 + 584 + 0 + 277 + 9) / os.sysconf("SC_CLK_TCK")
+    assert before <= own <= sum(os.times()[:2])
+    stat.write_text("intr 5\n")
+    assert busy_seconds(str(stat)) is None and busy_seconds(str(tmp_path / "none")) is None
 
 
-def test_busy_seconds_counts_another_process_and_this_ones_own():
-    """What a busy child uses shows as used elsewhere, and this process's busy half second as
-    its own (other tests may run beside: the bounds are the child's and this process's own
-    counts)."""
-    busy = subprocess.Popen(BUSY)
+def test_a_run_records_its_team_epoch_by_epoch(mnist, monkeypatch):
+    # beside a process that keeps a core busy (a fake machine's measurements), a run's
+    # history says from which batch of each epoch its team was smaller
+    from gluon_bbb import Config, train
+    machine, before = FakeMachine(), omp_max_threads()
+
+    def followed(cls, ctx):
+        threads._set_team(2)
+        return Threads(2, True, machine.clock, machine.measure)
+    update, steps = threads.Threads.step, []
+
+    def step(self):  # the first step idle, then a core busy elsewhere
+        machine.advance(0.3, 1.0 if steps else 0.0)
+        steps.append(1)
+        update(self)
+    monkeypatch.setattr(Threads, "for_process", classmethod(followed))
+    monkeypatch.setattr(Threads, "step", step)
     try:
-        time.sleep(0.3)
-        (total, own), child, started = busy_seconds(), child_cpu_seconds(busy.pid), \
-            time.monotonic()
-        end = started + 0.5
-        while time.monotonic() < end:  # this process busy for half the time
-            pass
-        time.sleep(0.5)
-        (total_after, own_after), elapsed = busy_seconds(), time.monotonic() - started
-        child_cores = (child_cpu_seconds(busy.pid) - child) / elapsed
+        result = train(Config(train_size=512, epochs=2, num_hidden_units=8, seed=0), mnist,
+                       mx.cpu(), log=lambda line: None, progress=False)
     finally:
-        busy.kill()
-        busy.wait()
-    own_cores = (own_after - own) / elapsed
-    elsewhere = ((total_after - total) - (own_after - own)) / elapsed
-    assert child_cores > 0.3 and 0.1 <= own_cores <= 0.6, (child_cores, own_cores)
-    assert child_cores - 0.15 <= elsewhere <= os.cpu_count() - own_cores + 0.15, elsewhere
-
-
-@pytest.mark.slow
-@pytest.mark.skipif(cpus_granted() < 2, reason="one core: no team to follow the load")
-def test_training_beside_a_busy_process_takes_the_free_core_and_records_it(tmp_path):
-    """A run of 2 epochs of 20,000 images (1.3 s each idle on two cores) beside a busy process: its team drops
-    to one thread within a second and its history says from which batch; with OMP_NUM_THREADS
-    set it keeps that many."""
-    args = ["--epochs", "2", "--train-size", "20000", "--test-samples", "0", "--seed", "0"]
-    busy = subprocess.Popen(BUSY)
-    try:
-        # OMP_NUM_THREADS unset as in a user's shell (pytest's workers set their share)
-        followed = run(TRAIN, "--out", tmp_path / "followed", *args,
-                       env={"OMP_NUM_THREADS": None})
-        fixed = run(TRAIN, "--out", tmp_path / "fixed", *args,
-                    env={"OMP_NUM_THREADS": str(cpus_granted())})
-    finally:
-        busy.kill()
-        busy.wait()
-    assert followed.returncode == 0 and fixed.returncode == 0, followed.stderr + fixed.stderr
-    granted = cpus_granted()
-    history = json.loads((tmp_path / "followed" / "history.json").read_text())
-    segments = [segment for record in history for segment in record["threads"]]
-    # the first epoch starts on the cores granted, or, where its first window closed before
-    # the first batch (the setup took longer than a window beside the load), on what it left
-    assert segments[0][0] == 0 and 1 <= segments[0][1] <= granted, segments
-    assert [0, granted] != segments[-1], segments
-    assert all(0 <= batch < 157 and 1 <= count < granted for batch, count in segments[1:])
-    assert history[-1]["test_accuracy"] > 0.9
-    history = json.loads((tmp_path / "fixed" / "history.json").read_text())
-    assert [record["threads"] for record in history] == [[[0, granted]]] * 2
+        threads._set_team(before)
+    assert [record["threads"] for record in result.history] == [[[0, 2], [1, 1]], [[0, 1]]]
 
 
 @pytest.mark.parametrize("env, expected", [
@@ -182,32 +153,3 @@ def test_a_team_that_follows_has_mxnet_make_its_onednn_primitives_anew(env, expe
                 "print(os.environ.get('MXNET_MKLDNN_CACHE_NUM', 'unset'))"], env=env)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.split() == [expected]
-
-
-LENET_ON_ONE = """
-import os, time
-import mxnet as mx
-from mxnet import nd
-from gluon_bbb import Config
-from gluon_bbb.learning import threads
-from gluon_bbb.learning.step import TrainingStep
-step = TrainingStep(Config(network="lenet", seed=0, batch_size=64).build_plan(), mx.cpu())
-step.threads.adapt = False
-X, y = nd.random.uniform(shape=(64, 784)), nd.one_hot(nd.arange(64) % 10, 10)
-for _ in range(3):  # the convolutions' primitives made on a team of two
-    step(X, y, 0.01).wait_to_read()
-threads._set_team(1)
-start, cpu = time.perf_counter(), sum(os.times()[:2])
-for _ in range(15):
-    step(X, y, 0.01).wait_to_read()
-print((sum(os.times()[:2]) - cpu) / (time.perf_counter() - start))
-"""
-
-
-@pytest.mark.skipif(cpus_granted() < 2, reason="one core: no team of two to leave")
-def test_a_convolutional_step_runs_on_the_team_of_the_moment():
-    # made on two threads, a LeNet's oneDNN convolutions ran on two after the team was one
-    # (1.98 cores busy where one was asked for)
-    proc = run([sys.executable, "-c", LENET_ON_ONE], env={"OMP_NUM_THREADS": None})
-    assert proc.returncode == 0, proc.stderr
-    assert float(proc.stdout.split()[-1]) < 1.3

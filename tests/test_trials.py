@@ -71,3 +71,23 @@ def test_a_trial_chooses_its_own_engine_unless_the_user_chose_one(monkeypatch, c
     monkeypatch.setattr(trials, "_ENGINE_CHOSEN_HERE", chosen_here)
     env = trials.trial_environment({"MXNET_ENGINE_TYPE": "NaiveEngine"}, 1)
     assert ("MXNET_ENGINE_TYPE" in env) == (not chosen_here)
+
+
+def test_a_sweep_plans_with_one_parser_and_counts_its_trials_first(monkeypatch):
+    from gluon_bbb.commands import train as train_mnist
+    from gluon_bbb.learning import trials
+    built = []
+    real = train_mnist.build_parser
+
+    def counted(*args, **kwargs):
+        built.append(1)
+        return real(*args, **kwargs)
+    monkeypatch.setattr(train_mnist, "build_parser", counted)
+    spec = {"base": {"epochs": 1}, "grid": {"seed": list(range(400)),
+                                            "lr-decay-every": [0, 1, 2]}}
+    found, configs = trials.plan(spec)
+    assert len(found) == len(configs) == trials.trial_count(spec) == 1200
+    assert len(built) == 1  # linear: one parser reads every trial's flags
+    spec["grid"]["learning-rate"] = [0.001, 1e-3]
+    with pytest.raises(trials.SpecError, match="the grid gives one trial twice"):
+        trials.plan(spec)

@@ -182,8 +182,8 @@ def test_the_tutorials_own_loop_trains_with_the_librarys_functions(mnist):
     """The tutorial's cells as a notebook user keeps them, its definitions replaced by the
     library's: its float ``num_batches``, its (inputs, outputs) weights from its own shape
     list, ``sample_epsilons`` without a context, its ``evaluate_accuracy(data_iterator, net,
-    params)`` and its SGD on the summed loss. One epoch on 20,000 images with the tutorial's
-    settings: 90.7% measured (seeds 0)."""
+    params)`` and its SGD on the summed loss. One epoch on 4,000 images with the tutorial's
+    settings: 81.1% measured (seed 0)."""
     import mxnet as mx
     from gluon_bbb import (combined_loss, evaluate_accuracy, gaussian_prior,
                            log_softmax_likelihood, net, sample_epsilons,
@@ -193,7 +193,7 @@ def test_the_tutorials_own_loop_trains_with_the_librarys_functions(mnist):
     ctx = mx.cpu()
     mx.random.seed(0)
     np.random.seed(0)  # the DataLoader's shuffle
-    num_train = 20000
+    num_train = 4000
     train_data = mx.gluon.data.DataLoader(mx.gluon.data.ArrayDataset(
         mnist.train_images[:num_train], mnist.train_labels[:num_train].astype(np.float32)),
         config["batch_size"], shuffle=True)
@@ -240,7 +240,7 @@ def test_the_tutorials_own_loop_trains_with_the_librarys_functions(mnist):
             losses.append(float(loss.asscalar()))
     assert np.all(np.isfinite(losses)) and np.mean(losses[-20:]) < np.mean(losses[:20])
     test_accuracy = evaluate_accuracy(test_data, net, mus)
-    assert 0.88 < test_accuracy <= 1.0
+    assert 0.75 < test_accuracy <= 1.0
     # the library's own call gives the same figure on the same means
     assert evaluate_accuracy(mnist.test_images, mnist.test_labels, mus) == pytest.approx(
         test_accuracy, abs=1e-6)
@@ -280,3 +280,37 @@ def test_the_functions_refuse_what_has_no_meaning(ctx):
     params = [nd.ones((3, 4), ctx=ctx), nd.zeros(3, ctx=ctx)]
     with pytest.raises(ValueError, match="5 examples with 4 labels: one label each"):
         evaluate_accuracy(np.zeros((5, 4), np.float32), np.zeros(4), params)
+
+
+def test_the_tutorials_functions_refuse_what_they_cannot_take(ctx):
+    from gluon_bbb import (combined_loss, gaussian_prior, init_variational_params,
+                           layer_param_shapes, log_softmax_likelihood, sample_epsilons,
+                           transform_gaussian_samples, transform_rhos)
+    shapes = layer_param_shapes(784, 20, 1, 10)
+    mus, rhos = init_variational_params(shapes, ctx, seed=0)
+    sigmas, eps = transform_rhos(rhos), sample_epsilons(shapes, ctx)
+    output, labels = nd.zeros((2, 10), ctx=ctx), nd.one_hot(nd.array([1, 2], ctx=ctx), 10)
+    prior = lambda w: gaussian_prior(w, 1.0)  # noqa: E731
+    for call, words in (
+            (lambda: transform_gaussian_samples(mus, sigmas[:1], eps),
+             "mus, sigmas, epsilons must hold one array per parameter each, got 4 mus, "
+             "1 sigmas, 4 epsilons"),
+            (lambda: transform_gaussian_samples(mus, [-s for s in sigmas], eps),
+             "sigmas must be finite standard deviations >= 0"),
+            (lambda: transform_gaussian_samples(mus, [s * np.nan for s in sigmas], eps),
+             "sigmas[0] holds NaN"),
+            (lambda: combined_loss(output, labels, mus[:2], mus, sigmas, prior,
+                                   log_softmax_likelihood, num_batches=10),
+             "params, mus, sigmas must hold one array per parameter each"),
+            (lambda: combined_loss(output, labels, mus, mus, [s * 0 for s in sigmas], prior,
+                                   log_softmax_likelihood, num_batches=10),
+             "sigmas must be finite standard deviations > 0"),
+            (lambda: layer_param_shapes(784, 0), "num_hidden must be an integer >= 1, got 0"),
+            (lambda: init_variational_params(shapes, ctx, mu_scale=-1), "mu_scale must be")):
+        with pytest.raises(ValueError) as info:
+            call()
+        assert words in str(info.value) and "\n" not in str(info.value), str(info.value)
+    # what they take, they compute as before
+    loss = combined_loss(output, labels, mus, mus, sigmas, prior, log_softmax_likelihood,
+                         num_batches=10)
+    assert np.isfinite(loss.asscalar())

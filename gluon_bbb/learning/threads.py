@@ -11,11 +11,11 @@ WINDOW_SECONDS = 0.25  # the steps over which the load is measured
 PAUSE_SECONDS = 1.0    # a gap between steps that starts the window afresh
 
 
-def busy_seconds():
-    """(CPU seconds every process has used, steal included, and this process's), from
-    /proc/stat and ``os.times``; None where /proc/stat cannot be read."""
+def busy_seconds(stat="/proc/stat"):
+    """(CPU seconds every process has used, steal included, and this process's), from the
+    kernel's ``stat`` file and ``os.times``; None where it cannot be read."""
     try:
-        with open("/proc/stat") as f:
+        with open(stat) as f:
             fields = f.readline().split()
     except OSError:
         return None
