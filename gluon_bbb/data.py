@@ -15,12 +15,10 @@ from .outputs import path_problem
 
 PIXEL_SCALE = 126.0
 IMAGE_SHAPE = (28, 28)
-IDX_FILES = {
-    "train_images": ("train-images-idx3-ubyte", 60000),
-    "train_labels": ("train-labels-idx1-ubyte", 60000),
-    "test_images": ("t10k-images-idx3-ubyte", 10000),
-    "test_labels": ("t10k-labels-idx1-ubyte", 10000),
-}
+# the four files of an MNIST-format dataset: MNIST's 60,000 and 10,000 images, or as many as
+# another dataset of 28x28 images holds (Fashion-MNIST's, EMNIST's digits)
+IDX_FILES = {"train_images": "train-images-idx3-ubyte", "train_labels": "train-labels-idx1-ubyte",
+             "test_images": "t10k-images-idx3-ubyte", "test_labels": "t10k-labels-idx1-ubyte"}
 DEFAULT_DATA_DIR = os.path.join("~", ".mxnet", "datasets", "mnist")
 _IDX_MAGIC = {1: 0x00000801, 3: 0x00000803}
 
@@ -75,12 +73,12 @@ def find_idx_file(directory, stem):
 
 def idx_paths(directory):
     """The paths of the MNIST files present in ``directory``."""
-    paths = [find_idx_file(directory, stem) for stem, _ in IDX_FILES.values()]
+    paths = [find_idx_file(directory, stem) for stem in IDX_FILES.values()]
     return [path for path in paths if path]
 
 
 def _has_all_files(directory):
-    return all(find_idx_file(directory, stem) for stem, _ in IDX_FILES.values())
+    return all(find_idx_file(directory, stem) for stem in IDX_FILES.values())
 
 
 def resolve_data_dir(data_dir=None, download=True):
@@ -105,7 +103,7 @@ def resolve_data_dir(data_dir=None, download=True):
             return default_dir
     else:
         problem = "a directory named explicitly is not downloaded into"
-    stems = [stem for stem, _ in IDX_FILES.values()]
+    stems = list(IDX_FILES.values())
     partly = [d for d in searched if os.path.isdir(d) and idx_paths(d)]
     if partly:  # a directory of some of the files: which it lacks
         problem = "%s lacks %s" % (partly[0], ", ".join(
@@ -145,24 +143,29 @@ def _download_with_gluon(root):
 
 
 def load_mnist(data_dir=None, download=True):
-    """Load and check MNIST; returns ``MNIST(train_images, train_labels, test_images, test_labels,
-    directory, fingerprint)``."""
+    """Load and check an MNIST-format dataset (MNIST's, or another's of 28x28 images and labels
+    0-9: each split's images and labels as many); returns ``MNIST(train_images, train_labels,
+    test_images, test_labels, directory, fingerprint)``."""
     directory = resolve_data_dir(data_dir, download)
-    arrays = {}
+    arrays, counts = {}, {}
     # the four files' contents (gzipped or not), which a run records, so that the commands
     # that read it can tell other files of the same shapes (Fashion-MNIST's, say) from its own
     contents = hashlib.sha256()
-    for key, (stem, count) in IDX_FILES.items():
+    for key, stem in IDX_FILES.items():
         path = find_idx_file(directory, stem)
         is_images = key.endswith("images")
         array = read_idx(path, ndim=3 if is_images else 1)
         contents.update(np.array(array.shape, dtype=">u4").tobytes() + array.tobytes())
-        if array.shape[0] != count:
-            raise DataError("%s: holds %d items, expected %d", path, array.shape[0], count)
+        split = key.split("_")[0]
+        if array.shape[0] == 0:
+            raise DataError("%s: holds no %s", path, "images" if is_images else "labels")
+        if counts.setdefault(split, (array.shape[0], path))[0] != array.shape[0]:
+            raise DataError("%s: holds %d labels, %s %d images: one label each", path,
+                            array.shape[0], counts[split][1], counts[split][0])
         if is_images:
             if array.shape[1:] != IMAGE_SHAPE:
                 raise DataError("%s: images are %s, expected 28x28", path, array.shape[1:])
-            array = array.reshape(count, 784).astype(np.float32) / np.float32(PIXEL_SCALE)
+            array = array.reshape(-1, 784).astype(np.float32) / np.float32(PIXEL_SCALE)
         else:
             if array.max() > 9:
                 raise DataError("%s: label %d outside 0..9", path, array.max())

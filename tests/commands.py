@@ -174,7 +174,7 @@ def mnist_copy(directory, changed_pixel=False):
     of MNIST's shapes and other contents, as Fashion-MNIST's are."""
     from gluon_bbb.data import IDX_FILES, find_idx_file, read_idx
     os.makedirs(directory)
-    for stem, _ in IDX_FILES.values():
+    for stem in IDX_FILES.values():
         path = find_idx_file(os.environ["GLUON_BBB_DATA"], stem)
         if changed_pixel and stem.startswith("t10k-images"):
             images = read_idx(path, ndim=3).copy()

@@ -22,6 +22,7 @@ if int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")) > 1:
 else:
     os.environ.setdefault("OMP_NUM_THREADS", str(len(os.sched_getaffinity(0))))
 
+import numpy as np  # noqa: E402
 import gluon_bbb  # noqa: E402  (before MXNet: its thread and engine settings are read as it loads)
 mx = gluon_bbb.require_mxnet()
 import pytest  # noqa: E402
@@ -40,34 +41,52 @@ settings.load_profile("gluon_bbb")
 CTX = mx.cpu(1)
 
 
+# The MNIST-format dataset the tests read (the full one is the learning checks'): MNIST's first
+# 6,000 training and 1,000 test images
+SMALL_MNIST = {"train": 6000, "t10k": 1000}
+
+
 @pytest.fixture(scope="session", autouse=True)
-def uncompressed_mnist(tmp_path_factory):
-    """$GLUON_BBB_DATA's four files uncompressed, once for every worker of the run (in the
-    directory pytest-xdist's workers share), and $GLUON_BBB_DATA naming them for every test and
-    the commands it runs: a command then reads MNIST in a tenth of a second, not in one."""
+def mnist_dirs(tmp_path_factory):
+    """(full, small): $GLUON_BBB_DATA's four files uncompressed, and the dataset of their
+    first ``SMALL_MNIST`` images, made once for every worker of the run (in the directory
+    pytest-xdist's workers share); $GLUON_BBB_DATA then names the small one for every test and
+    the commands it runs: a command reads it in a hundredth of a second, and scores a test set
+    of 1,000 images."""
     import fcntl
     import gzip
     import shutil
+    import struct
     source = mnist_dir()
     if not source:
-        return None
+        return None, None
     from gluon_bbb.data import IDX_FILES, find_idx_file
-    shared = tmp_path_factory.getbasetemp().parent / "mnist"
-    with open(str(shared) + ".lock", "w") as lock:
+    shared = tmp_path_factory.getbasetemp().parent
+    full, small = shared / "mnist", shared / "mnist-small"
+    with open(str(shared / "mnist.lock"), "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        if not shared.exists():
-            made = shared.with_name("mnist.partial")
-            shutil.rmtree(made, ignore_errors=True)
-            made.mkdir()
-            for stem, _ in IDX_FILES.values():
+        if not small.exists():
+            for made in (full, small):
+                shutil.rmtree(str(made) + ".partial", ignore_errors=True)
+                os.makedirs(str(made) + ".partial")
+            for stem in IDX_FILES.values():
                 path = find_idx_file(source, stem)
                 if path is None:  # the tests that need MNIST say what is missing
-                    return None
+                    return None, None
                 with (gzip.open if path.endswith(".gz") else open)(path, "rb") as f:
-                    (made / stem).write_bytes(f.read())
-            made.rename(shared)
-    os.environ["GLUON_BBB_DATA"] = str(shared)
-    return str(shared)
+                    content = f.read()
+                with open(os.path.join(str(full) + ".partial", stem), "wb") as f:
+                    f.write(content)
+                ndim, count = content[3], SMALL_MNIST[stem.split("-")[0]]
+                shape = (count,) + struct.unpack(">%dI" % ndim, content[4:4 + 4 * ndim])[1:]
+                size = int(np.prod(shape))
+                with open(os.path.join(str(small) + ".partial", stem), "wb") as f:
+                    f.write(content[:4] + struct.pack(">%dI" % ndim, *shape)
+                            + content[4 + 4 * ndim:4 + 4 * ndim + size])
+            for made in (full, small):
+                os.rename(str(made) + ".partial", str(made))
+    os.environ["GLUON_BBB_DATA"] = str(small)
+    return str(full), str(small)
 
 
 @pytest.fixture
@@ -80,13 +99,27 @@ def mnist_dir():
 
 
 @pytest.fixture(scope="session")
-def mnist(uncompressed_mnist):
-    """The real MNIST files named by $GLUON_BBB_DATA (CI sets it to ../shared/mnist)."""
+def mnist(mnist_dirs):
+    """The small dataset of real MNIST images (``SMALL_MNIST``)."""
     from gluon_bbb import load_mnist
-    directory = uncompressed_mnist or mnist_dir()
-    if not directory:
+    if not mnist_dirs[1]:
         pytest.fail(_NO_MNIST)
-    return load_mnist(directory)
+    return load_mnist(mnist_dirs[1])
+
+
+@pytest.fixture(scope="session")
+def full_mnist_dir(mnist_dirs):
+    """The directory of the whole of MNIST (uncompressed), which the learning checks read."""
+    if not mnist_dirs[0]:
+        pytest.fail(_NO_MNIST)
+    return mnist_dirs[0]
+
+
+@pytest.fixture(scope="session")
+def full_mnist(full_mnist_dir):
+    """All of MNIST: $GLUON_BBB_DATA's files (CI sets it to ../shared/mnist)."""
+    from gluon_bbb import load_mnist
+    return load_mnist(full_mnist_dir)
 
 
 @pytest.fixture

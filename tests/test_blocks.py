@@ -285,11 +285,12 @@ def test_each_estimator_gives_a_block_the_posteriors_output_distribution(ctx, es
     x = np.array([1.0, -2.0, 0.5])
     X = nd.array(np.stack([x, x]), ctx=ctx)
     mx.random.seed(3)
-    draws = np.stack([layer(X).asnumpy() for _ in range(4000)])  # (draws, 2 examples, 2)
+    draws = np.stack([layer(X).asnumpy() for _ in range(1000)])  # (draws, 2 examples, 2)
     sigma, sigma_b = np.log1p(np.exp(rho)), np.log1p(np.exp(-5.0))
-    np.testing.assert_allclose(draws.mean(axis=0)[0], x @ mu.T + [0.5, -0.5], atol=0.08)
+    # within 3.5 standard errors of 1,000 draws
+    np.testing.assert_allclose(draws.mean(axis=0)[0], x @ mu.T + [0.5, -0.5], atol=0.1)
     np.testing.assert_allclose(draws.var(axis=0)[0], (x ** 2) @ (sigma ** 2).T + sigma_b ** 2,
-                               rtol=0.1)
+                               rtol=0.15)
     correlation = np.corrcoef(draws[:, 0, 0], draws[:, 1, 0])[0, 1]
     assert (correlation > 0.999) if estimator == "sample" else abs(correlation) < 0.1
     with use_mean_weights(layer):  # every estimator: the mean network

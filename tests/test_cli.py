@@ -139,6 +139,7 @@ def test_a_signal_before_the_first_epoch_claims_nothing_saved(tmp_path, monkeypa
     assert proc.stdout.startswith("training on") and not out.exists()
 
 
+@pytest.mark.slow
 def test_a_signal_from_a_terminal_ends_training_after_an_epoch_and_resume_goes_on(tmp_path):
     # the process as a user's terminal stops it: SIGINT to its process group, mid-run
     out = tmp_path / "run"
@@ -215,6 +216,7 @@ def test_an_environment_mxnet_or_matplotlib_would_stop_on_is_one_line(tmp_path, 
     assert not out.exists()
 
 
+@pytest.mark.slow
 def test_warnings_as_errors_another_backend_and_an_ascii_terminal_train_as_ever(tmp_path):
     # the interpreter's own variables, read as it starts: a path the terminal's encoding cannot
     # show is printed with escapes
@@ -244,6 +246,7 @@ def test_a_full_standard_output_is_named_not_the_disk(tmp_path):
         "gluon-bbb predict: error: cannot write to standard output: No space left on device\n")
 
 
+@pytest.mark.slow
 def test_commands_with_standard_output_closed_or_gone_finish_quietly(tmp_path, runs):
     digit = tmp_path / "digit.npy"
     np.save(digit, np.zeros((28, 28)))

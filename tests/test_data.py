@@ -89,7 +89,7 @@ def test_a_data_directory_that_is_a_file_or_holds_a_fifo_is_named_as_such(tmp_pa
 
 
 def test_environment_directory_is_used(tmp_path, monkeypatch):
-    for stem, _ in IDX_FILES.values():
+    for stem in IDX_FILES.values():
         (tmp_path / (stem + ".gz")).write_bytes(b"")
     monkeypatch.setenv("GLUON_BBB_DATA", str(tmp_path))
     assert resolve_data_dir() == str(tmp_path)
@@ -104,7 +104,8 @@ def test_missing_everywhere_without_download(tmp_path, monkeypatch):
     assert str(tmp_path / "home") in str(info.value)
 
 
-def test_real_mnist(mnist):
+def test_real_mnist(full_mnist):
+    mnist = full_mnist
     assert mnist.train_images.shape == (60000, 784) and mnist.test_images.shape == (10000, 784)
     assert mnist.train_images.dtype == np.float32
     assert mnist.train_labels.shape == (60000,) and mnist.test_labels.shape == (10000,)
@@ -119,7 +120,7 @@ def test_real_mnist(mnist):
 
 def test_fingerprint_is_the_sha256_of_the_files_shapes_and_bytes(mnist, tmp_path):
     expected = hashlib.sha256()
-    for stem, _ in IDX_FILES.values():
+    for stem in IDX_FILES.values():
         path = find_idx_file(mnist.directory, stem)
         with (gzip.open if path.endswith(".gz") else open)(path, "rb") as f:
             content = f.read()
@@ -134,9 +135,17 @@ def test_fingerprint_is_the_sha256_of_the_files_shapes_and_bytes(mnist, tmp_path
     assert np.sum(changed.test_images != mnist.test_images) == 1
 
 
-def test_load_mnist_rejects_wrong_counts(tmp_path):
-    for key, (stem, _) in IDX_FILES.items():
-        shape = (2, 28, 28) if key.endswith("images") else (2,)
-        write(str(tmp_path / stem), idx_bytes(np.zeros(shape)))
-    with pytest.raises(DataError, match="holds 2 items, expected 60000"):
+def test_load_mnist_takes_any_count_of_images_with_one_label_each(tmp_path):
+    for key, stem in IDX_FILES.items():
+        shape = (3 if key.startswith("train") else 2,) + ((28, 28) if key.endswith("images")
+                                                           else ())
+        write(str(tmp_path / stem), idx_bytes(np.full(shape, 7)))
+    data = load_mnist(str(tmp_path))
+    assert data.train_images.shape == (3, 784) and data.test_labels.tolist() == [7, 7]
+    write(str(tmp_path / IDX_FILES["test_labels"]), idx_bytes(np.zeros(3)))
+    with pytest.raises(DataError, match="t10k-labels-idx1-ubyte: holds 3 labels, .*"
+                                        "t10k-images-idx3-ubyte 2 images: one label each"):
+        load_mnist(str(tmp_path))
+    write(str(tmp_path / IDX_FILES["test_labels"]), idx_bytes(np.zeros(0)))
+    with pytest.raises(DataError, match="holds no labels"):
         load_mnist(str(tmp_path))

@@ -1,7 +1,7 @@
 """IVON (``learning/ivon.py``): its update against NumPy written here from the method's
 equations, over random states, gradients and settings (Hypothesis); a run of ``--model ivon``
-that learns, stores its posterior for every reader and resumes to the same parameters; the
-prior's density in the update; and the optimizer in a user's own ``gluon.Trainer``."""
+that learns and stores its posterior for every reader; the prior's density in the update; and
+the optimizer in a user's own ``gluon.Trainer``."""
 import math
 
 import mxnet as mx
@@ -433,7 +433,8 @@ IVON_RUN = dict(model="ivon", parametrization="log_variance", prior="none", num_
 
 
 @pytest.mark.slow
-def test_an_ivon_run_learns_stores_its_posterior_and_resumes_to_the_same(tmp_path, mnist, ctx):
+def test_an_ivon_run_learns_and_stores_its_posterior(tmp_path, full_mnist, ctx):
+    mnist = full_mnist
     config = Config(epochs=4, **IVON_RUN)
     whole = train(config, mnist, ctx, out_dir=str(tmp_path / "whole"), **QUIET)
     # 0.886 measured (a deterministic network, Adam at 1e-3, the same: 0.891)
@@ -443,41 +444,36 @@ def test_an_ivon_run_learns_stores_its_posterior_and_resumes_to_the_same(tmp_pat
     hessian = state["optimizer_states"][0][1].asnumpy()
     sigma = np.concatenate([s.asnumpy().ravel() for s in whole.sigmas])
     np.testing.assert_allclose(sigma, 1 / np.sqrt(3000 * (hessian + 1e-4)), rtol=1e-5)
-    # stopped after two epochs and resumed: the same parameters (the cosine schedule's rates
-    # follow the run's length, so the same config stops early)
-    class Stopped(Exception):
-        pass
-
-    def stop_after_two(text):
-        if any(line.startswith("epoch 2/") for line in text.splitlines()):
-            raise Stopped
-    with pytest.raises(Stopped):
-        train(config, mnist, ctx, out_dir=str(tmp_path / "split"), log=stop_after_two,
-              progress=False)
-    resumed = train(config, mnist, ctx, out_dir=str(tmp_path / "split"), resume=True,
-                    **QUIET)
-    for a, b in zip(whole.mus + whole.rhos, resumed.mus + resumed.rhos):
-        np.testing.assert_array_equal(a.asnumpy(), b.asnumpy())
 
 
-@pytest.mark.slow
-def test_every_reader_takes_an_ivon_run(tmp_path):
-    from commands import COMPRESS, EVALUATE, PRUNE, SHIFT, TRAIN, run
-    out = tmp_path / "ivon"
-    proc = run(TRAIN, "--out", out, "--model", "ivon", "--parametrization", "log-variance",
-               "--prior", "none", "--learning-rate", "0.5", "--lr-schedule", "cosine",
-               "--epochs", "2", "--train-size", "2000", "--validation", "5000",
-               "--num-hidden-units", "30", "--test-samples", "3", "--seed", "0")
-    assert proc.returncode == 0, proc.stderr
-    assert "backend: native (C kernels" in proc.stdout
+def test_every_reader_takes_an_ivon_run(runs, tmp_path):
+    from commands import COMPRESS, EVALUATE, PRUNE, SHIFT, run
+    out = runs.copy("ivon", tmp_path)
+    assert "ivon" in (out / "config.json").read_text()
     for cmd, args in ((PRUNE, ["--checkpoint", out, "--proportions", "0", "0.5"]),
                       (EVALUATE, ["--checkpoint", out, "--test-samples", "3"]),
-                      (COMPRESS, [out, "--sigma-bits", "4", "--out", tmp_path / "m.gbbb"]),
-                      (SHIFT, [out, "--out", out / "shift", "--test-size", "100",
-                               "--shift", "rotation"])):
+                      (COMPRESS, [out, "--sigma-bits", "4", "--proportion", "0.5", "--out",
+                                  tmp_path / "m.gbbb"]),
+                      (SHIFT, [out, "--out", out / "shift", "--test-size", "50",
+                               "--test-samples", "1", "--shift", "rotation"])):
         proc = run(cmd, *args)
         assert proc.returncode == 0, (cmd, proc.stderr)
     assert "removed by snr" in run(PRUNE, "--checkpoint", out, "--proportions", "0").stdout
+
+
+def test_a_trainer_of_ivon_refuses_what_it_cannot_take():
+    net = gluon.nn.Dense(3, in_units=4)
+    net.initialize()
+    assert type(gluon.Trainer(net.collect_params(), "ivon", {"ess": 100})._optimizer) is IVON
+    for settings, words in (({"learning_rate": float("nan")}, "learning_rate must be a finite "
+                             "number in (0, 1e+06], got nan"),
+                            ({"learning_rate": -1}, "learning_rate must be a finite number in "
+                             "(0, 1e+06], got -1"),
+                            ({"ess": True}, "ivon_ess must be a number > 0, got True")):
+        with pytest.raises(ValueError) as info:
+            gluon.Trainer(net.collect_params(), "ivon", settings)._init_optimizer("ivon",
+                                                                                  settings)
+        assert str(info.value) == words
 
 
 def test_sampled_params_refuses_what_it_cannot_draw():
@@ -521,7 +517,6 @@ def _first_step_is_ivons(net, trainer, loss_fn, X, y):
         np.testing.assert_allclose(param.data().asnumpy(), mu, rtol=1e-4, atol=1e-6)
 
 
-@pytest.mark.slow
 def test_ivon_in_a_users_gluon_trainer(ctx, mnist):
     mx.random.seed(0)
     net = gluon.nn.HybridSequential()
@@ -530,12 +525,12 @@ def test_ivon_in_a_users_gluon_trainer(ctx, mnist):
     trainer = gluon.Trainer(net.collect_params(), "ivon",
                             {"learning_rate": 0.2, "ess": 5000, "hess_init": 0.1})
     loss_fn = gluon.loss.SoftmaxCrossEntropyLoss()
-    X = nd.array(mnist.train_images[:5000], ctx=ctx)
-    y = nd.array(mnist.train_labels[:5000], ctx=ctx)
+    X = nd.array(mnist.train_images[:500], ctx=ctx)
+    y = nd.array(mnist.train_labels[:500], ctx=ctx)
     _first_step_is_ivons(net, trainer, loss_fn, X[:100], y[:100])
     before = [p.data().copy() for p in net.collect_params().values()]
-    for epoch in range(3):
-        for i in range(0, 5000, 100):
+    for epoch in range(2):
+        for i in range(0, 500, 100):
             with sampled_params(trainer):
                 with autograd.record():
                     loss = loss_fn(net(X[i:i + 100]), y[i:i + 100])
@@ -548,8 +543,6 @@ def test_ivon_in_a_users_gluon_trainer(ctx, mnist):
                                   num_samples=5)
     assert probs.shape == (1000, 10)
     np.testing.assert_allclose(probs.sum(axis=1).asnumpy(), 1, rtol=1e-5)
-    accuracy = float((probs.argmax(axis=1).asnumpy() == mnist.test_labels[:1000]).mean())
-    assert accuracy > 0.85  # 0.91 measured
     for a, b in zip(after, [p.data() for p in net.collect_params().values()]):
         np.testing.assert_array_equal(a.asnumpy(), b.asnumpy())  # the predictive draws restore
 
@@ -589,12 +582,12 @@ def test_a_gluon_trainers_step_takes_the_prior_at_its_draws(ctx):
 
 
 @pytest.mark.slow
-def test_the_gluon_example_runs_as_a_script(mnist):
+def test_the_gluon_example_runs_as_a_script(full_mnist_dir):
     import os
     from commands import PYTHON, ROOT, run
     # the data from $GLUON_BBB_DATA, as the test session's (``mnist``)
-    proc = run([PYTHON, os.path.join(ROOT, "examples", "ivon_gluon.py")], "--epochs", "3",
-               "--train-size", "5000")
+    proc = run([PYTHON, os.path.join(ROOT, "examples", "ivon_gluon.py")], "--epochs", "2",
+               "--train-size", "3000", env={"GLUON_BBB_DATA": full_mnist_dir})
     assert proc.returncode == 0, proc.stderr
     accuracy = float(proc.stdout.split()[-1])
-    assert accuracy > 0.88, proc.stdout  # 0.913 measured
+    assert accuracy > 0.8, proc.stdout  # 0.829 measured

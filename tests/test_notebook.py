@@ -8,7 +8,6 @@ import nbformat
 import pytest
 from nbclient import NotebookClient
 
-from conftest import _NO_MNIST, mnist_dir
 
 NOTEBOOK = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
                         "examples", "bayes_by_backprop.ipynb")
@@ -21,9 +20,7 @@ def test_notebook_is_committed_without_outputs():
 
 
 @pytest.mark.slow
-def test_notebook_runs_top_to_bottom(tmp_path, monkeypatch):
-    if not mnist_dir():
-        pytest.fail(_NO_MNIST)
+def test_notebook_runs_top_to_bottom(tmp_path, monkeypatch, full_mnist_dir):
     # a kernel spec naming this interpreter, so the kernel is this environment's and not
     # whatever "python3" a Jupyter install elsewhere on the machine points at
     spec_dir = tmp_path / "jupyter" / "kernels" / "gluon-bbb-test"
@@ -33,6 +30,7 @@ def test_notebook_runs_top_to_bottom(tmp_path, monkeypatch):
         "display_name": "gluon-bbb test", "language": "python"}))
     monkeypatch.setenv("JUPYTER_PATH", str(tmp_path / "jupyter"))
     monkeypatch.setenv("MPLBACKEND", "agg")
+    monkeypatch.setenv("GLUON_BBB_DATA", full_mnist_dir)
     nb = nbformat.read(NOTEBOOK, as_version=4)
     # raises CellExecutionError, naming the cell, on any error
     NotebookClient(nb, kernel_name="gluon-bbb-test", timeout=300,

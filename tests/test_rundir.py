@@ -181,7 +181,8 @@ def test_resume_takes_the_runs_settings_and_refuses_others(tmp_path, runs):
     before = (run_dir / "checkpoint.params").read_bytes()
     for args, words in (
             (["--num-hidden-units", "30"], "it was trained with --num-hidden-units 8, not 30"),
-            (["--preset", "paper-2x400"], "it was trained with --num-hidden-units 8, not 400")):
+            (["--preset", "paper-2x400", "--validation", "1000"],
+             "it was trained with --num-hidden-units 8, not 400")):
         proc = run(TRAIN, "--out", run_dir, "--resume", "--epochs", "2", *args)
         assert_one_line_error(proc, "cannot resume %s: %s" % (run_dir, words))
         assert proc.stdout == ""  # a refused run never says it trains or writes there
@@ -400,8 +401,8 @@ def test_a_run_directory_in_use_is_refused_naming_its_holder(tmp_path, runs):
                                        "parameters (--num-hidden-layers 2, --num-hidden-units "
                                        "200000) needs about "),
     (["--num-samples", "1000000"], "--num-samples must be an integer in [1, 1000], got 1000000"),
-    (["--validation", "60000"], "--validation must be less than the 60000 training images, "
-                                "got 60000"),
+    (["--validation", "6000"], "--validation must be less than the 6000 training images, "
+                               "got 6000"),
     (["--batch-size", "1000", "--train-size", "500"],
      "--batch-size must be at most the 500 training images (after --train-size and "
      "--validation), got 1000"),

@@ -102,13 +102,14 @@ def test_numbers_float32_cannot_hold_are_one_line_without_warnings(tmp_path, fla
 
 def test_the_paper_preset_with_overrides(tmp_path):
     out = tmp_path / "paper"
-    proc = run(TRAIN, "--preset", "paper-2x1200", "--out", out, "--epochs", "1", *SMALL)
+    proc = run(TRAIN, "--preset", "paper-2x1200", "--out", out, "--epochs", "1", *SMALL,
+               "--validation", "1000")
     assert proc.returncode == 0, proc.stderr
     config = read_json(out / "config.json")
     assert config["num_hidden_units"] == 8 and config["prior"] == "scale_mixture"
     assert config["prior_settings"] == dict(pi=0.25, sigma_p1=1.0,
                                             sigma_p2=pytest.approx(np.exp(-6)))
-    assert config["validation"] == 10000 and "sigma_p" not in config and "ivon" not in config
+    assert config["validation"] == 1000 and "sigma_p" not in config and "ivon" not in config
     assert config["optimizer"] == "adam" and config["learning_rate"] == 3e-4
     assert config["rho_offset"] == -5.0 and config["lr_decay_every"] == 200
     assert config["epochs"] == 1  # the flag beats the preset's 291
