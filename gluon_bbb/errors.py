@@ -75,7 +75,8 @@ class TrainingDiverged(GluonBBBError):
 
     # the settings that set the first loss, which ``changed`` picks from
     START_FIELDS = ("mu_scale", "rho_offset", "gate_rho_offset", "sigma_p", "sigma_p1",
-                    "sigma_p2", "kl_scale", "ivon_hess_init", "ivon_ess", "num_hidden_layers")
+                    "sigma_p2", "kl_scale", "ivon_hess_init", "ivon_ess", "ivon_weight_decay",
+                    "num_hidden_layers")
 
     def __init__(self, epoch, batch, value, updates=None, learning_rate=None, first_loss=None,
                  parameter=None, since_batch=None, changed=()):
@@ -94,7 +95,7 @@ class TrainingDiverged(GluonBBBError):
         kept = "The last checkpoint (if any) is from an earlier epoch and is intact. "
         start = ("the initial weights ({mu_scale}, {rho_offset}, {gate_rho_offset}), the prior "
                  "({sigma_p}, {sigma_p1}, {sigma_p2}), the KL term's scale ({kl_scale}), IVON's "
-                 "start ({ivon_hess_init}, {ivon_ess}) or the network's depth "
+                 "({ivon_hess_init}, {ivon_ess}, {ivon_weight_decay}) or the network's depth "
                  "({num_hidden_layers})")
         if changed:
             start = "%s (this run's, of %s)" % (_changed_words(changed), start)
@@ -144,18 +145,76 @@ class Interrupted(KeyboardInterrupt):
         self.signal_name, self.saved, self.resumable = signal_name, saved, resumable
 
 
+# The one rule of each kind of number a flag, a file or a public function takes. Parameters and
+# their updates are float32: a setting must be a number float32 holds as it is (0, or of
+# magnitude from its smallest normal number to its largest: numpy.finfo(numpy.float32)), and a
+# NumPy scalar is a number like any other.
+FLOAT32_TINY = 1.1754943508222875e-38
+FLOAT32_MAX = 3.4028234663852886e38
+
+
 def is_real(value):
-    """Whether ``value`` is a Python int or float (not a bool)."""
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
+    """Whether ``value`` is a real number: a Python or NumPy int or float, not a bool."""
+    import numbers
+    return (isinstance(value, numbers.Real) and not isinstance(value, bool)
+            and type(value).__name__ != "bool_")
 
 
 def is_whole(value):
-    """Whether ``value`` is a Python int (not a bool)."""
-    return isinstance(value, int) and not isinstance(value, bool)
+    """Whether ``value`` is a whole number: a Python or NumPy integer, not a bool."""
+    import numbers
+    return (isinstance(value, numbers.Integral) and not isinstance(value, bool)
+            and type(value).__name__ != "bool_")
+
+
+def is_float32(value):
+    """Whether ``value`` is a real number float32 holds as it is: 0, or a finite magnitude
+    from float32's smallest normal number to its largest."""
+    return is_real(value) and (value == 0 or FLOAT32_TINY <= abs(value) <= FLOAT32_MAX)
+
+
+def require_real(field, value, low=-FLOAT32_MAX, high=FLOAT32_MAX, low_open=False,
+                 high_open=False, words=None):
+    """``float(value)``; ConfigError naming ``field`` unless it is a float32 number (``is_float32``)
+    in the interval from ``low`` to ``high`` (open at either end as asked), said as ``words``
+    where given."""
+    if not (is_float32(value) and (low < value if low_open else low <= value)
+            and (value < high if high_open else value <= high)):
+        if words is None:
+            bounds = "%s%s, %s%s" % ("(" if low_open else "[", _bound(low), _bound(high),
+                                     ")" if high_open else "]")
+            words = ("a finite number (within float32's range, %.3g)" % FLOAT32_MAX
+                     if (low, high) == (-FLOAT32_MAX, FLOAT32_MAX) else "in %s" % bounds)
+        raise ConfigError(field, value, words)
+    return float(value)
+
+
+def require_positive(field, value, high=FLOAT32_MAX):
+    """``float(value)``; ConfigError naming ``field`` unless it is a float32 number > 0 and at
+    most ``high``."""
+    return require_real(field, value, 0.0, high, low_open=True, words=(
+        "a finite number > 0 (from %.3g to %.3g: float32's normal numbers)"
+        % (FLOAT32_TINY, FLOAT32_MAX) if high == FLOAT32_MAX else
+        "a number > 0 and at most %g" % high))
+
+
+def require_whole(field, value, low=0, high=None):
+    """``int(value)``; ConfigError naming ``field`` unless it is a whole number from ``low``
+    (to ``high``)."""
+    if not (is_whole(value) and value >= low and (high is None or value <= high)):
+        raise ConfigError(field, value, "an integer >= %d" % low if high is None
+                          else "an integer in [%d, %d]" % (low, high))
+    return int(value)
 
 
 def check_proportion(proportion, field="proportions"):
-    """``proportion``; ConfigError naming ``field`` unless it is a number in [0, 1]."""
+    """``float(proportion)``; ConfigError naming ``field`` unless it is a probability: a
+    number in [0, 1]."""
     if not (is_real(proportion) and 0.0 <= proportion <= 1.0):
         raise ConfigError(field, proportion, "in [0, 1]")
-    return proportion
+    return float(proportion)
+
+
+def _bound(value):
+    return {FLOAT32_MAX: "float32's largest", -FLOAT32_MAX: "float32's lowest"}.get(
+        value, "%g" % value)

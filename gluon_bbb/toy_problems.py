@@ -12,7 +12,7 @@ import numpy as np
 from .learning.config import MAX_EPOCHS, MAX_TEST_SAMPLES, Config
 from . import outputs
 from .errors import CheckpointError, ConfigError, NonFiniteResult
-from .family.elementwise import FLOAT32_MAX, FLOAT32_TINY
+from .errors import FLOAT32_MAX, FLOAT32_TINY
 from .family.likelihoods import NAMED_NOISES
 from .family.model_kinds import MODEL_KINDS, model_kind
 from .learning.rundir import CHECKPOINT_FILE, CONFIG_FILE, REGRESSION_METRICS_FILE, RunDirectory

@@ -9,18 +9,11 @@ from .family.likelihoods import gaussian_log_likelihood, log_softmax_likelihood 
 from .networks.layers import flipout_parts, lrt_parts, mlp, mlp_of
 from .family.priors import (GaussianPrior, ScaleMixturePrior, gaussian_prior,  # noqa: F401
                             scale_mixture_prior)
+from .errors import require_positive, require_real, require_whole
 
 
-# each function checks its arguments and names the wrong one in a one-line ValueError
-
-def _check_count(name, value, minimum):
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < minimum:
-        raise ValueError("%s must be an integer >= %d, got %r" % (name, minimum, value))
-
-
-def _is_number(value):
-    return isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, bool)
-
+# each function checks its arguments by the numbers' rules (errors.py) and names the wrong one
+# in a one-line ValueError
 
 def _check_lengths(**lists):
     """ValueError unless the lists (one array per parameter) have one length."""
@@ -53,21 +46,18 @@ def _check_sigmas(sigmas, zero_allowed=False, name="sigmas"):
 
 def layer_param_shapes(num_inputs=784, num_hidden=400, num_layers=2, num_outputs=10):
     """Shapes ``[W1 (hidden, in), b1 (hidden,), ..., W_out (out, hidden), b_out (out,)]``."""
-    _check_count("num_inputs", num_inputs, 1)
-    _check_count("num_hidden", num_hidden, 1)
-    _check_count("num_layers", num_layers, 0)
-    _check_count("num_outputs", num_outputs, 1)
-    return mlp(num_inputs, num_hidden, num_layers, num_outputs).param_shapes()
+    return mlp(require_whole("num_inputs", num_inputs, 1),
+               require_whole("num_hidden", num_hidden, 1),
+               require_whole("num_layers", num_layers, 0),
+               require_whole("num_outputs", num_outputs, 1)).param_shapes()
 
 
 def init_variational_params(shapes, ctx, mu_scale=0.1, rho_offset=-3.0, seed=None):
     """Initial ``(mus, rhos)``: mu ~ N(0, mu_scale^2), rho = rho_offset, one array per shape."""
-    if not (_is_number(mu_scale) and 0 < mu_scale < float("inf")):
-        raise ValueError("mu_scale must be a finite number > 0, got %r" % (mu_scale,))
-    if not (_is_number(rho_offset) and np.isfinite(rho_offset)):
-        raise ValueError("rho_offset must be a finite number, got %r" % (rho_offset,))
+    mu_scale = require_positive("mu_scale", mu_scale)
+    rho_offset = require_real("rho_offset", rho_offset)
     if seed is not None:
-        _check_count("seed", seed, 0)
+        seed = require_whole("seed", seed, 0)
     rng = np.random.default_rng(seed)
     mus = [nd.array(rng.normal(0.0, mu_scale, size=shape), ctx=ctx, dtype="float32")
            for shape in shapes]
@@ -138,10 +128,9 @@ def combined_loss(output, label_one_hot, params, mus, sigmas, log_prior, log_lik
     """Mini-batch loss (1/M)(sum log q(w|mu,sigma) - sum log P(w)) - sum_i log P(y_i|x_i,w)."""
     _check_lengths(params=params, mus=mus, sigmas=sigmas)
     # M is any positive number: the tutorial's own is num_train / batch_size, a float
-    if not (_is_number(num_batches) and 0 < num_batches < float("inf")):
-        raise ValueError("num_batches must be a finite number > 0, got %r" % (num_batches,))
-    if kl_weight is not None and not (_is_number(kl_weight) and 0 <= kl_weight < float("inf")):
-        raise ValueError("kl_weight must be a finite number >= 0, got %r" % (kl_weight,))
+    num_batches = require_positive("num_batches", num_batches)
+    if kl_weight is not None:
+        kl_weight = require_real("kl_weight", kl_weight, 0.0)
     _check_sigmas(sigmas)
     weight = 1.0 / num_batches if kl_weight is None else kl_weight
     log_likelihood_sum = nd.sum(log_likelihood(output, label_one_hot))
@@ -200,11 +189,25 @@ def _batched_outputs(data, labels, layer_params, batch_size, network):
     if labels.shape[0] != data.shape[0]:
         raise ValueError("%d examples with %d labels: one label each" % (data.shape[0],
                                                                          labels.shape[0]))
+    outputs = (network or mlp_of(layer_params)).num_outputs
+    _check_values("data", data, lambda values: np.isfinite(values).all(),
+                  "finite numbers (these hold NaN or infinity)")
+    _check_values("labels", labels, lambda values: ((values == np.round(values))
+                                                    & (values >= 0) & (values < outputs)).all(),
+                  "whole numbers from 0 to %d, one of the network's %d outputs"
+                  % (outputs - 1, outputs))
     network = network.without_dropout() if network is not None else None
     for start in range(0, data.shape[0], batch_size):
         X = as_nd(data[start:start + batch_size], ctx)
         y = as_nd(labels[start:start + batch_size], ctx).astype("float32")
         yield net(X, layer_params, network=network), y
+
+
+def _check_values(name, array, holds, words):
+    """ValueError unless ``holds`` the values of ``array`` (NumPy or NDArray), read once."""
+    values = array.asnumpy() if isinstance(array, nd.NDArray) else np.asarray(array)
+    if not (np.issubdtype(values.dtype, np.number) and holds(values)):
+        raise ValueError("%s must be %s" % (name, words))
 
 
 def as_nd(array, ctx):

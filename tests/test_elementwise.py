@@ -48,7 +48,7 @@ def test_log_gaussian(ctx):
                                    "1.0", None])
 def test_a_positive_setting_is_a_float32_normal_number(value):
     from gluon_bbb.errors import ConfigError
-    from gluon_bbb.family.elementwise import FLOAT32_MAX, FLOAT32_TINY, require_positive
+    from gluon_bbb.errors import FLOAT32_MAX, FLOAT32_TINY, require_positive
     with pytest.raises(ConfigError) as caught:
         require_positive("sigma_p", value)
     assert caught.value.field == "sigma_p" and caught.value.value is value

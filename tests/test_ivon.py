@@ -469,7 +469,8 @@ def test_a_trainer_of_ivon_refuses_what_it_cannot_take():
                              "number in (0, 1e+06], got nan"),
                             ({"learning_rate": -1}, "learning_rate must be a finite number in "
                              "(0, 1e+06], got -1"),
-                            ({"ess": True}, "ivon_ess must be a number > 0, got True")):
+                            ({"ess": True}, "ivon_ess must be a number > 0 and at most 1e+12, "
+                                            "got True")):
         with pytest.raises(ValueError) as info:
             gluon.Trainer(net.collect_params(), "ivon", settings)._init_optimizer("ivon",
                                                                                   settings)

@@ -62,7 +62,8 @@ def test_a_step_schedule_is_taken_exactly_when_every_epochs_rate_is_a_normal_flo
     tiny = float(np.finfo(np.float32).tiny)
     # the last epoch's rate, from logarithms (the product underflows)
     last_log = math.log(rate) + ((epochs - 1) // every) * math.log(factor)
-    takes = rate >= tiny and last_log >= math.log(tiny) + 1e-9
+    # the factor itself a number float32 holds, whether or not the run reaches it
+    takes = rate >= tiny and factor >= tiny and last_log >= math.log(tiny) + 1e-9
     borderline = abs(last_log - math.log(tiny)) < 1e-6 or abs(rate - tiny) < 1e-45
     try:
         Config(learning_rate=rate, lr_decay_factor=factor, lr_decay_every=every, epochs=epochs)

@@ -64,8 +64,11 @@ def test_a_run_writes_its_files_and_says_what_it_measured(tmp_path):
     (["--prior", "laplace"], "argument --prior: invalid choice: 'laplace'"),
     (["--epochs", "ten"], "argument --epochs: invalid int value: 'ten'"),
     (["--data-dir", "/nonexistent/mnist"], "MNIST not found in /nonexistent/mnist ("),
-    (["--lr-decay-every", "1", "--lr-decay-factor", "1e-300", "--epochs", "3"],
-     "under the step schedule epoch 3's would be 0"),
+    (["--lr-decay-every", "1", "--lr-decay-factor", "1e-30", "--epochs", "3"],
+     "under the step schedule epoch 3's would be 1e-63"),
+    (["--lr-decay-factor", "1e-320"], "--lr-decay-factor must be in (0, 1], got 1e-320"),
+    (["--rho-offset", "1e-320"], "--rho-offset must be a finite number (within float32's "
+                                 "range, 3.4e+38), got 1e-320"),
     (["--network", "pool:1,flatten,flatten,dense:10"], "pool:1 pools images (channels, height, "
                                                        "width), a conv layer's output; its input "
                                                        "here is flat, (784,): put a conv layer "

@@ -4,7 +4,8 @@
 sum of all entries."""
 import math
 
-from ..errors import ConfigError, is_real
+from ..errors import require_positive  # noqa: F401 (where a user's prior finds it)
+
 
 LOG_SQRT_2PI = 0.5 * math.log(2.0 * math.pi)
 # rho is floored here in softplus and sigmoid, as in the C kernels (_fused.c): sigma bottoms
@@ -13,18 +14,6 @@ SOFTPLUS_FLOOR = -80.0
 # added to every variance the local reparametrization takes the square root of: a unit
 # whose inputs and bias noise are all 0 has variance 0, where sqrt's gradient is infinite
 LRT_VARIANCE_FLOOR = 1e-8
-# float32's smallest normal number and its largest (numpy.finfo(numpy.float32)): parameters and
-# their updates are float32, where a positive setting outside is 0 or infinity
-FLOAT32_TINY = 1.1754943508222875e-38
-FLOAT32_MAX = 3.4028234663852886e38
-
-
-def require_positive(field, value):
-    """``value``; ConfigError naming ``field`` unless it is a positive float32 normal number."""
-    if not (is_real(value) and FLOAT32_TINY <= value <= FLOAT32_MAX):
-        raise ConfigError(field, value, "a finite number > 0 (from %.3g to %.3g: float32's "
-                          "normal numbers)" % (FLOAT32_TINY, FLOAT32_MAX))
-    return value
 
 
 def operators(F=None):

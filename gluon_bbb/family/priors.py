@@ -5,9 +5,9 @@ log-uniform prior and ``NoPrior`` (a KL term of 0, for weights under gates), and
 import inspect
 import math
 
-from ..errors import check_proportion
+from ..errors import check_proportion, require_positive
 from ..native import table
-from .elementwise import LOG_SQRT_2PI, operators, require_positive, sigmoid, softplus, total
+from .elementwise import LOG_SQRT_2PI, operators, sigmoid, softplus, total
 from .formulas import Keyed, accelerates, holds
 from .choices import Registry
 

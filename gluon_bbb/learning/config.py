@@ -8,9 +8,9 @@ import sys
 from dataclasses import dataclass
 from typing import Optional, Union
 
-from ..errors import ConfigError, is_real, is_whole
+from ..errors import (FLOAT32_TINY, ConfigError, require_positive, require_real,
+                      require_whole)
 from ..family import parametrizations
-from ..family.elementwise import FLOAT32_MAX, FLOAT32_TINY, require_positive
 from ..family.estimators import estimator
 from ..family.kl import kl_estimate, kl_weighting
 from ..family.likelihoods import parse_likelihood
@@ -18,7 +18,7 @@ from ..family.model_kinds import model_kind
 from ..family.priors import (KNOWN as PRIORS, GatedPrior, Prior, describe_prior, prior_kind,
                              prior_words)
 from ..networks.layers import MAX_LAYERS, Dropout, Network, mlp, parse_network
-from .plan import IvonSettings, Plan, check_ivon_numbers
+from .plan import MAX_ESS, IvonSettings, Plan, check_ivon_numbers
 from .schedules import Schedule, lr_schedule
 
 
@@ -46,6 +46,13 @@ MAX_SAMPLES = 1000
 MAX_EPOCHS = 10 ** 6
 # as many draws as a Monte Carlo predictive may average: each is a pass over the test set
 MAX_TEST_SAMPLES = 1000
+# the whole-number fields: (name, least, most or None); those that may be None (unset)
+WHOLE_FIELDS = (("num_inputs", 1, None), ("num_outputs", 1, None), ("num_hidden_units", 1, None),
+                ("batch_size", 1, None), ("num_samples", 1, MAX_SAMPLES),
+                ("num_hidden_layers", 0, MAX_LAYERS // 2 - 1), ("epochs", 0, MAX_EPOCHS),
+                ("validation", 0, None), ("lr_decay_every", 0, None),
+                ("kl_warmup_epochs", 0, None), ("train_size", 1, None), ("seed", 0, None))
+OPTIONAL_FIELDS = ("train_size", "seed")
 
 
 @dataclass
@@ -108,33 +115,11 @@ class Config:
         self.estimator = self.estimator_kind.name
         self.parametrization = self.parametrization_kind.name
         self._record_classes()
-        for name in ("num_inputs", "num_outputs", "num_hidden_units", "batch_size"):
-            _require_int(name, getattr(self, name), minimum=1)
-        _require_int("num_samples", self.num_samples, minimum=1, maximum=MAX_SAMPLES)
-        _require_int("num_hidden_layers", self.num_hidden_layers, minimum=0,
-                     maximum=MAX_LAYERS // 2 - 1)
-        _require_int("epochs", self.epochs, minimum=0, maximum=MAX_EPOCHS)
-        _require_int("validation", self.validation, minimum=0)
-        _require_int("lr_decay_every", self.lr_decay_every, minimum=0)
-        _require_int("kl_warmup_epochs", self.kl_warmup_epochs, minimum=0)
+        self._take_numbers()
         if self.init_from is not None and not (isinstance(self.init_from, str)
                                                and self.init_from.strip()):
             raise ConfigError("init_from", self.init_from, "the path of a run directory or a "
                               "parameter file")
-        if not (is_real(self.lr_decay_factor) and 0.0 < self.lr_decay_factor <= 1.0):
-            raise ConfigError("lr_decay_factor", self.lr_decay_factor, "in (0, 1]")
-        if self.train_size is not None:
-            _require_int("train_size", self.train_size, minimum=1)
-        if self.seed is not None:
-            _require_int("seed", self.seed, minimum=0)
-        for name in ("learning_rate", "mu_scale", "kl_scale"):
-            require_positive(name, getattr(self, name))
-        if not (is_real(self.dropout) and Dropout.RATES[0] <= self.dropout <= Dropout.RATES[1]):
-            raise ConfigError("dropout", self.dropout, "in (0, 1) (from %.3g to 1 - 2^-24, "
-                              "as MXNet takes it)" % Dropout.RATES[0])
-        if not (is_real(self.rho_offset) and abs(self.rho_offset) <= FLOAT32_MAX):
-            raise ConfigError("rho_offset", self.rho_offset, "a finite number (within "
-                              "float32's range, %.3g)" % FLOAT32_MAX)
         _require_choice("optimizer", self.optimizer, OPTIMIZERS)
         kl_weighting(self.kl_weighting)  # ConfigError where it names none
         self.lr_schedule = self.lr_schedule_kind.name
@@ -146,8 +131,6 @@ class Config:
                                   "without gates (it is the prior of the gate layers' "
                                   "factors)")
         if self.gate_rho_offset is not None:
-            if not (is_real(self.gate_rho_offset) and math.isfinite(self.gate_rho_offset)):
-                raise ConfigError("gate_rho_offset", self.gate_rho_offset, "a finite number")
             if not network.gate_positions():
                 raise ConfigError("gate_rho_offset", self.gate_rho_offset, "left unset for a "
                                   "network without gates (it is the gates' initial rho)")
@@ -157,6 +140,23 @@ class Config:
         self._check_remove_switched_off()
         self._check_init_best_units(network)
         self._check_ivon()
+
+    def _take_numbers(self):
+        """Each number field checked by its kind's rule (``errors.py``) and kept as the Python
+        number it is (a NumPy scalar taken as one), as config.json holds it."""
+        for name, low, high in WHOLE_FIELDS:
+            value = getattr(self, name)
+            if value is not None or name not in OPTIONAL_FIELDS:
+                setattr(self, name, require_whole(name, value, low, high))
+        for name in ("learning_rate", "mu_scale", "kl_scale"):
+            setattr(self, name, require_positive(name, getattr(self, name)))
+        self.lr_decay_factor = require_real("lr_decay_factor", self.lr_decay_factor, 0.0, 1.0,
+                                            low_open=True)
+        self.dropout = require_real("dropout", self.dropout, *Dropout.RATES, words=(
+            "in (0, 1) (from %.3g to 1 - 2^-24, as MXNet takes it)" % Dropout.RATES[0]))
+        self.rho_offset = require_real("rho_offset", self.rho_offset)
+        if self.gate_rho_offset is not None:
+            self.gate_rho_offset = require_real("gate_rho_offset", self.gate_rho_offset)
 
     def _check_last_rate(self):
         """ConfigError where the schedule takes the learning rate below float32's smallest
@@ -198,15 +198,22 @@ class Config:
         ivon = self.ivon
         if ivon is None:
             return
-        if ivon.ess is not None:
-            _require_int("ivon_ess", ivon.ess, minimum=1)  # a count of examples
-        check_ivon_numbers(ivon.ess or 1, ivon.hess_init, ivon.beta1, ivon.beta2,
-                           ivon.weight_decay, math.inf if ivon.clip_radius is None
-                           else ivon.clip_radius)
-        _require_int("ivon_late_epochs", ivon.late_epochs, minimum=0, maximum=self.epochs)
-        if ivon.late_beta2 is not None and not (is_real(ivon.late_beta2)
-                                                and 0.0 < ivon.late_beta2 < 1.0):
-            raise ConfigError("ivon_late_beta2", ivon.late_beta2, "in (0, 1)")
+        numbers = dict(zip(("ess", "hess_init", "beta1", "beta2", "weight_decay", "clip_radius"),
+                           check_ivon_numbers(
+                               1 if ivon.ess is None else ivon.ess, ivon.hess_init, ivon.beta1,
+                               ivon.beta2, ivon.weight_decay,
+                               math.inf if ivon.clip_radius is None else ivon.clip_radius)))
+        # the effective sample size a count of examples; None: the training images
+        numbers["ess"] = (None if ivon.ess is None
+                          else require_whole("ivon_ess", ivon.ess, 1, int(MAX_ESS)))
+        if ivon.clip_radius is None:
+            numbers["clip_radius"] = None
+        numbers["late_epochs"] = require_whole("ivon_late_epochs", ivon.late_epochs, 0,
+                                               self.epochs)
+        if ivon.late_beta2 is not None:
+            numbers["late_beta2"] = require_real("ivon_late_beta2", ivon.late_beta2, 0.0, 1.0,
+                                                 low_open=True, high_open=True)
+        self.ivon = ivon = dataclasses.replace(ivon, **numbers)
         if ivon.late_beta2 is not None and not ivon.late_epochs:
             raise ConfigError("ivon_late_epochs", ivon.late_epochs, "at least 1 with "
                               "{ivon_late_beta2} (the number of last epochs it is beta2 of)")
@@ -573,12 +580,6 @@ PRIOR_SETTING_NAMES = sorted({name for kind in PRIORS.built_in() for name in kin
 FLAT_FIELDS = dict({f.name: f.type for f in dataclasses.fields(Config)},
                    **{"ivon_" + f.name: f.type for f in dataclasses.fields(IvonSettings)},
                    **{name: float for name in PRIOR_SETTING_NAMES})
-
-
-def _require_int(name, value, minimum, maximum=None):
-    if not (is_whole(value) and value >= minimum and (maximum is None or value <= maximum)):
-        raise ConfigError(name, value, "an integer >= %d" % minimum if maximum is None
-                          else "an integer in [%d, %d]" % (minimum, maximum))
 
 
 def _require_choice(name, value, choices):

@@ -7,8 +7,7 @@ import math
 import mxnet as mx
 from mxnet import nd
 
-from ..errors import ConfigError, is_real
-from ..family.elementwise import FLOAT32_TINY
+from ..errors import FLOAT32_TINY, require_positive, require_real, require_whole
 from ..family.formulas import accelerates
 from ..native import library as native
 from .noise import PhiloxNoise
@@ -42,13 +41,14 @@ class Compositions(mx.optimizer.Optimizer):
 
 
 def _check_learning_rate(rate):
-    """ConfigError unless ``rate`` is a finite number > 0 whose steps float32 can take: a NaN,
-    an infinite or a huge rate turns every mean NaN at the first update."""
-    if not (is_real(rate) and 0 < rate <= MAX_LEARNING_RATE):
-        raise ConfigError("learning_rate", rate, "a finite number in (0, %g]"
-                          % MAX_LEARNING_RATE)
+    """``float(rate)``; ConfigError unless it is a number > 0 whose steps float32 can take: a
+    NaN, an infinite or a huge rate turns every mean NaN at the first update."""
+    return require_real("learning_rate", rate, 0.0, MAX_LEARNING_RATE, low_open=True,
+                        words="a finite number in (0, %g]" % MAX_LEARNING_RATE)
 
 
+# as many draws as a Monte Carlo predictive averages (a pass over the images each)
+MAX_PREDICTIVE_SAMPLES = 1000
 # IVON's reference rates are 0.1 to 1 (the paper's and this package's preset: 0.5); a rate of
 # 1e6 already moves a mean by 1e6 times its momentum in one step
 MAX_LEARNING_RATE = 1e6
@@ -66,19 +66,26 @@ class IVON(Compositions):
     def __init__(self, learning_rate=0.1, ess=50000, hess_init=0.1, beta1=0.9, beta2=0.99999,
                  weight_decay=1e-4, clip_radius=float("inf"), prior=None, prior_scale=1.0,
                  prior_at_draws=False, native=True, **kwargs):
-        _check_learning_rate(learning_rate)
-        super().__init__(learning_rate=learning_rate, **kwargs)
-        check_ivon_numbers(ess, hess_init, beta1, beta2, weight_decay, clip_radius)
-        self.ess, self.hess_init, self.beta1, self.beta2 = ess, hess_init, beta1, beta2
-        self.ivon_weight_decay, self.clip_radius = weight_decay, clip_radius
+        super().__init__(learning_rate=_check_learning_rate(learning_rate), **kwargs)
+        (self.ess, self.hess_init, self.beta1, self.beta2, self.ivon_weight_decay,
+         self.clip_radius) = check_ivon_numbers(ess, hess_init, beta1, beta2, weight_decay,
+                                                clip_radius)
         self.native, self.prior_at_draws = native, prior_at_draws
         self._prior_version = 0  # counts changes of the prior or its weight
         self.prior, self.prior_scale = prior, prior_scale
         self._states = {}  # by parameter name, for a Gluon model's own draws
 
     def set_learning_rate(self, lr):
-        _check_learning_rate(lr)
-        super().set_learning_rate(lr)
+        super().set_learning_rate(_check_learning_rate(lr))
+
+    @property
+    def rescale_grad(self):
+        """The factor of the gradients a step takes (a Trainer's 1 / batch size)."""
+        return self._rescale_grad
+
+    @rescale_grad.setter
+    def rescale_grad(self, value):
+        self._rescale_grad = require_positive("rescale_grad", value)
 
     # the prior's terms at the means, computed once a step (at the update) or, with
     # ``prior_at_draws``, at the step's draw; a new prior or weight and ``refresh`` recompute them
@@ -308,7 +315,7 @@ def predict_probabilities(net, trainer, X, num_samples=10):
     """The Monte Carlo predictive of a Gluon model trained by ``trainer`` (IVON): the mean of
     softmax(net(X)) over ``num_samples`` draws of its weights (0: the means)."""
     from mxnet import autograd
-    if num_samples == 0:
+    if require_whole("num_samples", num_samples, 0, MAX_PREDICTIVE_SAMPLES) == 0:
         return nd.softmax(net(X), axis=1)
     total = None
     with autograd.predict_mode():

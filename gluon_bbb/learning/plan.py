@@ -5,8 +5,7 @@ import math
 from dataclasses import dataclass
 from typing import Any, Optional, Tuple
 
-from ..errors import ConfigError, is_real
-from ..family.elementwise import require_positive
+from ..errors import require_positive, require_real
 from .schedules import Schedule
 
 
@@ -27,19 +26,26 @@ class IvonSettings:
     prior_at_draws: bool = False
 
 
+# The ranges of IVON's numbers: an effective sample size of up to a trillion examples, the
+# Hessian's start and the weight decay up to a million (the reference's runs: 0.01 to 1, and
+# 1e-4 to 1e-3), so that the precision ess (h + wd) and a step's lr (h0 + wd) stay far inside
+# float32; within them a setting that makes the steps too large is named when the loss diverges
+MAX_ESS, MAX_HESS_INIT, MAX_WEIGHT_DECAY = 1e12, 1e6, 1e6
+
+
 def check_ivon_numbers(ess, hess_init, beta1, beta2, weight_decay, clip_radius):
-    """ConfigError naming the first of IVON's numbers outside its range, as ``ivon_<name>``:
-    ``ess`` > 0, ``hess_init`` and ``weight_decay`` float32 numbers > 0, the betas in (0, 1),
+    """IVON's numbers as floats; ConfigError naming the first outside its range, as
+    ``ivon_<name>``: ``ess``, ``hess_init`` and ``weight_decay`` float32 numbers > 0 up to
+    ``MAX_ESS``, ``MAX_HESS_INIT`` and ``MAX_WEIGHT_DECAY``, the betas in (0, 1),
     ``clip_radius`` one > 0 or infinity (no clipping)."""
-    if not (is_real(ess) and ess > 0):
-        raise ConfigError("ivon_ess", ess, "a number > 0")
-    require_positive("ivon_hess_init", hess_init)
-    require_positive("ivon_weight_decay", weight_decay)
-    for name, value in (("beta1", beta1), ("beta2", beta2)):
-        if not (is_real(value) and 0.0 < value < 1.0):
-            raise ConfigError("ivon_" + name, value, "in (0, 1)")
-    if clip_radius != math.inf:
-        require_positive("ivon_clip_radius", clip_radius)
+    checked = [require_positive("ivon_ess", ess, MAX_ESS),
+               require_positive("ivon_hess_init", hess_init, MAX_HESS_INIT)]
+    checked += [require_real("ivon_" + name, value, 0.0, 1.0, low_open=True, high_open=True)
+                for name, value in (("beta1", beta1), ("beta2", beta2))]
+    checked.append(require_positive("ivon_weight_decay", weight_decay, MAX_WEIGHT_DECAY))
+    checked.append(math.inf if clip_radius == math.inf
+                   else require_positive("ivon_clip_radius", clip_radius))
+    return checked
 
 
 @dataclass(frozen=True, eq=False)

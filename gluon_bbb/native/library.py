@@ -11,7 +11,7 @@ import numpy as np
 
 from . import operators, table
 from .built import open_built
-from ..family.elementwise import FLOAT32_MAX
+from ..errors import FLOAT32_MAX
 from ..family.parametrizations import SOFTPLUS
 
 

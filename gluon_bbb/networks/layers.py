@@ -5,7 +5,8 @@ input_shape)`` its output for a batch ``h``."""
 import math
 
 from ..errors import ConfigError, is_real, is_whole
-from ..family.elementwise import FLOAT32_TINY, LRT_VARIANCE_FLOOR
+from ..errors import FLOAT32_TINY
+from ..family.elementwise import LRT_VARIANCE_FLOOR
 from ..family.formulas import Keyed
 
 
