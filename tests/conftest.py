@@ -61,7 +61,9 @@ def mnist_dirs(tmp_path_factory):
     if not source:
         return None, None
     from gluon_bbb.data import IDX_FILES, find_idx_file
-    shared = tmp_path_factory.getbasetemp().parent
+    shared = tmp_path_factory.getbasetemp()  # the run's, which its xdist workers' are in
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        shared = shared.parent
     full, small = shared / "mnist", shared / "mnist-small"
     with open(str(shared / "mnist.lock"), "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
