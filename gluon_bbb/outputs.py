@@ -11,9 +11,13 @@ from .errors import OutputError
 
 TEMPORARY_SUFFIX = ".tmp"
 LOCK_SUFFIX = ".lock"
-# the file that marks a run directory, and the fields every run's config.json holds
-RUN_MARKER = "config.json"
-_RUN_FIELDS = ("network", "epochs")
+# the file the package writes into every run directory it makes, beside the run's config.json:
+# a directory that holds a config.json of another's, by that name, is never taken for a run
+RUN_MARKER = ".gluon-bbb-run"
+_MARKER_TEXT = b"a run directory of gluon-bbb\n"
+# a run written before the marker: a config.json that names a network and its epochs beside a
+# checkpoint.params
+_LEGACY_FILES, _RUN_FIELDS = ("config.json", "checkpoint.params"), ("network", "epochs")
 # Below this many free bytes a failed write whose error carries no errno (MXNet's nd.save says
 # only "FileStream.Write incomplete") is put down to the full disk.
 _NEARLY_FULL = 1 << 20
@@ -104,19 +108,24 @@ COMPRESSED = FileKind("a compressed model", magic=b"GLUONBBB")
 JSON = FileKind("JSON", check=lambda data: _json_value(data) is not _NOT_JSON)
 TEXT = FileKind("text", check=_is_text)
 REPORT = FileKind("a report of gluon-bbb", check=lambda data: _report_record(data) is not None)
-# a run's own config.json and history.json: a JSON file of another's by those names is kept
-RUN_CONFIG = FileKind("a run's config.json", check=lambda data: _is_run_config(
-    _json_value(data)))
-HISTORY = FileKind("a run's history.json", check=lambda data: _is_history(_json_value(data)))
+MARKER = FileKind("gluon-bbb's run marker", magic=_MARKER_TEXT)
+
+
+class _RunFile(FileKind):
+    """A file of a run directory's own (its config.json, its history.json): one in a directory
+    the package marks as a run's, or in a run written before the marker; a JSON file of
+    another's by that name is kept."""
+
+    def holds(self, path):
+        return is_run_directory(os.path.dirname(os.path.abspath(path)))
+
+
+RUN_CONFIG = _RunFile("a run's config.json")
+HISTORY = _RunFile("a run's history.json")
 
 
 def _is_run_config(value):
     return isinstance(value, dict) and all(field in value for field in _RUN_FIELDS)
-
-
-def _is_history(value):
-    return isinstance(value, list) and all(isinstance(row, dict) and "epoch" in row
-                                           for row in value)
 
 
 def _report_record(data):
@@ -148,17 +157,33 @@ def _real(path):
 # Rule 3: runs.
 
 def is_run_directory(path):
-    """Whether the directory ``path`` holds a run: a config.json whose object names a network
-    and its epochs, as every run's does (a training run's, a regression's)."""
+    """Whether the directory ``path`` holds a run: the marker the package writes (``mark_run``),
+    or, for a run written before it, a config.json naming a network and its epochs beside a
+    checkpoint.params."""
     marker = os.path.join(path, RUN_MARKER)
-    if not os.path.isfile(marker) or os.path.islink(marker):
+    if _is_regular(marker):
+        return MARKER.holds(marker)
+    config, checkpoint = (os.path.join(path, name) for name in _LEGACY_FILES)
+    if not (_is_regular(config) and _is_regular(checkpoint)):
         return False
     try:
-        with open(marker, "rb") as f:
+        with open(config, "rb") as f:
             value = _json_value(f.read(_KIND_READ_LIMIT))
     except OSError:
         return False
     return _is_run_config(value)
+
+
+def _is_regular(path):
+    found = _lstat(path)
+    return found is not None and stat.S_ISREG(found.st_mode)
+
+
+def mark_run(directory):
+    """Write the marker of a run directory into ``directory`` (a run's, claimed and locked)."""
+    path = os.path.join(directory, RUN_MARKER)
+    if not _is_regular(path):
+        write_text(path, _MARKER_TEXT.decode(), MARKER)
 
 
 def enclosing_run(path):
@@ -426,7 +451,7 @@ def write_atomically(path, write, kind, sources=None):
         tmp_path = None
         fsync(directory)
     except BaseException as exc:
-        reason = _failure_reason(exc, path)
+        reason = _failure_reason(exc, path, tmp_path)
         if tmp_path is not None:
             _remove(tmp_path)
         if reason is None:
@@ -482,19 +507,37 @@ def fsync(path):
 def _reason(exc):
     if exc.errno in (errno.ENOSPC, errno.EDQUOT):
         return "no space left on device"
+    if exc.errno == errno.EFBIG:
+        return _FILE_SIZE_LIMIT % _file_size_limit()
     return (exc.strerror or str(exc)).lower()
 
 
-def _failure_reason(exc, path):
+_FILE_SIZE_LIMIT = ("file too large: the process may write files of %s bytes at most (its "
+                    "file-size limit, ulimit -f)")
+
+
+def _file_size_limit():
+    """The process's file-size limit in bytes (``RLIMIT_FSIZE``), or None where it has none."""
+    import resource
+    soft = resource.getrlimit(resource.RLIMIT_FSIZE)[0]
+    return None if soft == resource.RLIM_INFINITY else soft
+
+
+def _failure_reason(exc, path, tmp_path=None):
     """What a failed write's message should say, or None to let ``exc`` through (an interrupt,
-    a refusal, a bug)."""
+    a refusal, a bug). An error without an errno (MXNet's nd.save says only "FileStream.Write
+    incomplete") is put down to the file-size limit where the file it wrote reached it, and to
+    a full disk where there is no room left."""
     if isinstance(exc, OutputError):
         return None
     if isinstance(exc, OSError):
         return _reason(exc)
     if not isinstance(exc, Exception):
         return None
+    limit = _file_size_limit()
     try:
+        if limit is not None and tmp_path and os.path.getsize(tmp_path) >= limit - _NEARLY_FULL:
+            return _FILE_SIZE_LIMIT % limit
         stats = os.statvfs(os.path.dirname(os.path.abspath(path)))
     except OSError:
         return None

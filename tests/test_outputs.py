@@ -254,15 +254,19 @@ def test_every_command_refuses_what_the_rule_refuses_and_changes_nothing(two_run
     (work / "reports").mkdir()
     (work / "a-file").write_text("not a directory")
     (work / "spec.json").write_text(json.dumps({"base": {"epochs": 1}, "grid": {"seed": [0]}}))
-    # a project's own config.json and history.json by the names a run writes
-    for name, text in (("config", '{"name": "my project"}'), ("history", '[1, 2]')):
+    # a project's own config.json and history.json by the names a run writes, one as a run's
+    # reads (the package marks its runs' directories: outputs.RUN_MARKER)
+    for name, text in (("config", '{"name": "my project"}'), ("history", '[1, 2]'),
+                       ("config-like", '{"network": "mlp", "epochs": 3}')):
         (work / ("project-" + name)).mkdir()
-        (work / ("project-" + name) / (name + ".json")).write_text(text)
+        (work / ("project-" + name) / (name.split("-")[0] + ".json")).write_text(text)
     cases = [
         (TRAIN, ["--out", work / "project-config", "--epochs", "1"],
          "config.json holds something other than a run's config.json; it is never replaced"),
         (TRAIN, ["--out", work / "project-history", "--epochs", "1"],
          "history.json holds something other than a run's history.json"),
+        (TRAIN, ["--out", work / "project-config-like", "--epochs", "1"],
+         "config.json holds something other than a run's config.json"),
         (EVALUATE, [a, "--out", ""], "--out must be a directory path, got ''"),
         (COMPRESS, [a, "--out", " "], "--out must be a file's path, got ' '"),
         (COMPRESS, [a, "--proportion", "0.5", "--out", work / "fifo"], "is a FIFO"),
@@ -308,6 +312,13 @@ def test_every_command_refuses_what_the_rule_refuses_and_changes_nothing(two_run
     assert_one_line_error(run(PRUNE, "--checkpoint", b, "--out", work / "reports",
                               "--proportions", "0"), "is a report on %s" % os.path.realpath(a))
     assert (work / "reports" / "pruning.json").read_bytes() == kept
+    # a run's directory is marked as the package's; a run written before the marker (its
+    # config.json beside a checkpoint) is one too
+    assert (runs / "a" / outputs.RUN_MARKER).is_file()
+    assert outputs.is_run_directory(str(runs / "a"))
+    (runs / "b" / outputs.RUN_MARKER).unlink()
+    assert outputs.is_run_directory(str(runs / "b"))
+    assert not outputs.is_run_directory(str(work / "project-config-like"))
     # its own run's directory, and a compressed file over one of its kind, are written
     for _ in range(2):
         proc = run(COMPRESS, a, "--proportion", "0.5", "--out", runs / "a" / "model.gbbb")
@@ -376,6 +387,8 @@ def test_a_full_or_read_only_disk_is_one_line_naming_the_file_and_loses_nothing(
         command(PRUNE, "--checkpoint", out, "--out", "$RO/pruned"),
         "rm $DISK/filler",
         command(TRAIN, "--out", out, "--resume", "--epochs", "2"),
+        # the process's own file-size limit (a batch scheduler's): said as a full disk is
+        "ulimit -f 40; " + command(TRAIN, "--out", "$DISK/limited", "--epochs", "1", *SMALL),
     ])
     assert results[0].returncode == 0, results[0].stderr
     assert_one_line_error(results[2], "train_mnist.py: error: cannot write %s/mnt/run/"
@@ -387,6 +400,9 @@ def test_a_full_or_read_only_disk_is_one_line_naming_the_file_and_loses_nothing(
     assert_one_line_error(results[6], "--out %s/ro/pruned cannot be written" % tmp_path)
     # once there is room again, the run resumes from its intact first epoch
     assert results[8].returncode == 0, results[8].stderr
+    assert_one_line_error(results[9], "cannot write %s/mnt/limited/checkpoint.params: file too "
+                          "large: the process may write files of 40960 bytes at most (its "
+                          "file-size limit, ulimit -f)" % tmp_path)
     disk = tmp_path / "disk"
     # what prune wrote before the disk was full is kept; the refused commands left nothing
     assert sorted(os.listdir(disk)) == ["pruned", "run"]

@@ -378,6 +378,20 @@ def test_a_runs_readers_take_its_own_mnist_anywhere_and_no_other(tmp_path, runs)
     assert resumed["data_fingerprint"] == record["data_fingerprint"]
 
 
+def test_a_link_to_a_directory_is_an_out_and_a_run_like_the_directory(tmp_path):
+    (tmp_path / "real").mkdir()
+    (tmp_path / "link").symlink_to(tmp_path / "real")
+    proc = run(TRAIN, "--out", tmp_path / "link", "--epochs", "1", *SMALL)
+    assert proc.returncode == 0, proc.stderr
+    assert {"checkpoint.params", "uncertainty.json", "accuracy.png"} <= set(
+        os.listdir(tmp_path / "real"))
+    for cmd, args in ((TRAIN, ["--out", tmp_path / "link", "--resume", "--epochs", "2"]),
+                      (PRUNE, [tmp_path / "link", "--proportions", "0"])):
+        proc = run(cmd, *args)
+        assert proc.returncode == 0, proc.stderr
+    assert (tmp_path / "real" / "pruning.json").exists()
+
+
 # 5. The lock.
 
 def test_a_run_directory_in_use_is_refused_naming_its_holder(tmp_path, runs):
@@ -407,6 +421,10 @@ def test_a_run_directory_in_use_is_refused_naming_its_holder(tmp_path, runs):
      "--batch-size must be at most the 500 training images (after --train-size and "
      "--validation), got 1000"),
     (["--test-samples", "5000"], "--test-samples must be an integer in [0, 1000], got 5000"),
+    # a value beyond the data is refused, not clamped
+    (["--train-size", "5001", "--validation", "1000"], "--train-size must be at most the 5000 "
+                                                       "training images (after --validation), "
+                                                       "got 5001"),
     (["--epochs", "0"], "--epochs must be at least 1 for a new run (nothing to train)"),
     (["--resume"], "--resume needs --out naming the run to continue"),
 ])

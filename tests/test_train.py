@@ -157,7 +157,8 @@ def test_a_network_with_convolutions_says_which_defaults_it_takes(tmp_path, runs
      dict(prior="scale_mixture", learning_rate=3e-4, parametrization="log_variance")),
     (["--prior", "log-uniform"], dict(kl="analytic")),
     (["--remove-switched-off"], dict(prior="log_uniform", kl="analytic")),
-    (["--network", "lenet", "--model", "ivon"], dict(learning_rate=0.5, rho_offset=-5.0)),
+    (["--network", "lenet", "--model", "ivon"], dict(learning_rate=0.5, optimizer="sgd",
+                                                      rho_offset=-3.0)),
 ])
 def test_a_choice_takes_the_settings_it_implies_where_none_is_given(argv, expected):
     config = config_of(*argv)
@@ -175,6 +176,13 @@ def test_a_choice_takes_the_settings_it_implies_where_none_is_given(argv, expect
     (["--pi", "0.5"], "pi"),  # a setting of the scale mixture, not of the Gaussian
     (["--preset", "paper-2x1200-ivon", "--model", "bbb", "--prior", "gaussian", "--ivon-ess",
       "9"], "ivon_ess"),
+    # a flag the model leaves without effect
+    (["--model", "deterministic", "--sigma-p", "2"], "sigma_p"),
+    (["--model", "ivon", "--kl-direction", "forward"], "kl_direction"),
+    (["--model", "mcdropout", "--num-samples", "3"], "num_samples"),
+    (["--dropout", "0.2"], "dropout"),
+    # a preset's setting the flags leave wanting
+    (["--preset", "lenet-group-sparse-narrow"], "preset"),
 ])
 def test_a_flag_contrary_to_what_a_choice_needs_is_refused(argv, field):
     with pytest.raises(ConfigError) as info:

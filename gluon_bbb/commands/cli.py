@@ -116,10 +116,12 @@ def import_modules(names):
     for name in names:
         try:
             importlib.import_module(name)
-        except Exception as exc:  # the user's module: any error of its own is its
-            raise ConfigError("import_modules", name, "a module Python can import here (%s: "
-                              "%s)" % (type(exc).__name__, str(exc).splitlines()[0]
-                                       if str(exc) else "")) from None
+        except Interrupted:  # a signal, not the module
+            raise
+        except BaseException as exc:  # the user's module: whatever it raises, sys.exit too
+            raise ConfigError("import_modules", name, "a module Python can import here (%s%s)"
+                              % (type(exc).__name__, ": %s" % str(exc).splitlines()[0]
+                                 if str(exc).strip() else "")) from None
 
 
 def print_json(value):
@@ -236,12 +238,24 @@ def standard_streams_open():
             getattr(sys, name).reconfigure(errors="backslashreplace")
 
 
-def _libraries_deprecations_ignored():
+def _libraries_quiet():
     """Ignore the deprecation warnings of the libraries a command loads (MXNet's NumPy names,
     matplotlib's pyparsing calls): a user's ``PYTHONWARNINGS=error`` would otherwise stop the
-    command inside their imports, over nothing the user can change."""
+    command inside their imports, over nothing the user can change; and matplotlib's own
+    warnings (a temporary cache directory where HOME cannot take one), no news to the user."""
+    import logging
     for category in (DeprecationWarning, PendingDeprecationWarning, FutureWarning):
         warnings.filterwarnings("ignore", category=category)
+    logging.getLogger("matplotlib").setLevel(logging.ERROR)
+
+
+def _no_engine_line_at_exit():
+    """Where a signal stopped the command inside MXNet's import, before its engine started,
+    MXNet starts it at exit and writes its engine line after the command's last one: without
+    ``MXNET_ENGINE_TYPE`` (no engine matters then) it starts without a word."""
+    import gluon_bbb
+    if not gluon_bbb._engine_started:
+        os.environ.pop("MXNET_ENGINE_TYPE", None)
 
 
 def load_mxnet(ctx=None):
@@ -411,7 +425,7 @@ def run_main(main, argv=None, prog=None):
     written or read, and SIGINT or SIGTERM into one line on stderr and a non-zero status."""
     prog = prog or os.path.basename(sys.argv[0])
     standard_streams_open()
-    _libraries_deprecations_ignored()
+    _libraries_quiet()
     stdout = sys.stdout
     try:
         check_environment()
@@ -435,6 +449,7 @@ def run_main(main, argv=None, prog=None):
         message = "%s: %s (raised as an error by the Python warnings filter, PYTHONWARNINGS)" % (
             type(exc).__name__, str(exc).strip().splitlines()[0] if str(exc).strip() else "")
     except KeyboardInterrupt as exc:
+        _no_engine_line_at_exit()
         name = getattr(exc, "signal_name", "SIGINT")
         saved = getattr(exc, "saved", None)
         sys.stderr.write("\n%s: %s by %s%s%s\n" % (

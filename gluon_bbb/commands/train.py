@@ -8,13 +8,14 @@ import typing
 
 from .cli import (ArgumentParser, add_import_flag, add_json_flag, add_switch, flag_for,
                   import_modules, load_mxnet, print_json, run_command, say_for)
-from ..learning.config import (CONVOLUTION_DEFAULTS, FLAT_FIELDS, IMPLIED, MAX_SAMPLES,
-                               MAX_TEST_SAMPLES, OPTIMIZERS, PRESETS, Config, flat_defaults)
-from ..errors import CheckpointError, ConfigError
+from ..learning.config import (CONVOLUTION_DEFAULTS, EXCLUDED, FLAT_FIELDS, IMPLIED,
+                               MAX_SAMPLES, MAX_TEST_SAMPLES, OPTIMIZERS, PRESETS, Config,
+                               flat_defaults)
+from ..errors import CheckpointError, ConfigError, GluonBBBError
 from ..family.choices import names
 from ..family.estimators import ESTIMATORS
 from ..family.kl import KL_DIRECTIONS, KL_ESTIMATES, KL_WEIGHTINGS
-from ..family.model_kinds import MODEL_KINDS
+from ..family.model_kinds import MODEL_KINDS, model_kind
 from ..learning.schedules import LR_SCHEDULES
 from ..networks.layers import SPEC_HELP
 from ..family.parametrizations import KNOWN as PARAMETRIZATIONS
@@ -164,13 +165,34 @@ def config_from_args(args, run=None):
 def _config_and_defaults(args, run):
     flags = {field: getattr(args, field)
              for field in FLAGS if getattr(args, field) is not None}
-    given = dict(PRESETS[args.preset] if args.preset else {}, **flags)
+    preset = PRESETS[args.preset] if args.preset else {}
+    given = dict(preset, **flags)
     values = run.read_classifier_config().to_flat() if args.resume else {}
     taken = [] if args.resume else implied_settings(given, bool(args.preset))
     values.update(given)
     for _, settings in taken:
         values.update(settings)
-    config = Config.from_dict(values)
+    # what the model leaves without effect: a flag's refused, a preset's or an implied dropped
+    try:
+        model = model_kind(values.get("model", DEFAULTS.model)).name
+    except ConfigError:
+        model = None  # the config names the model's error
+    excluded, why = EXCLUDED.get(model, ((), ""))
+    for field in excluded:
+        if field in flags:
+            raise ConfigError(field, flags[field], "left unset with {model} %s (%s)"
+                              % (model, why))
+        if not args.resume:
+            values.pop(field, None)
+    taken = [(cause, {k: v for k, v in settings.items() if k not in excluded})
+             for cause, settings in taken]
+    taken = [(cause, settings) for cause, settings in taken if settings]
+    try:
+        config = Config.from_dict(values)
+    except ConfigError as exc:
+        if exc.field in flags or exc.field not in preset:
+            raise
+        raise PresetNeeds(args.preset, exc) from None
     # a flag that nothing of the run takes (IVON's for another model, a prior's setting for
     # other priors) is refused; a preset's is dropped
     taken_flat = config.to_flat()
@@ -185,6 +207,21 @@ def _config_and_defaults(args, run):
         raise ConfigError(field, flags[field], "given with a prior that has it (%s; this "
                           "run's: %s)" % (" or ".join(owners), priors))
     return config, taken
+
+
+class PresetNeeds(ConfigError):
+    """A setting a preset gives that the flags leave wanting, said as the preset's."""
+
+    def __init__(self, preset, error):
+        GluonBBBError.__init__(self, "{preset} %%s needs other flags: it sets {%s} %%s, which "
+                               "must be %s" % (error.field, error.requirement.replace("%", "%%")),
+                               preset, _word(error.value))
+        self.field, self.value, self.requirement = "preset", preset, error.requirement
+
+
+def _word(value):
+    """A setting as a command line spells it."""
+    return str(value).replace("_", "-") if isinstance(value, str) else str(value)
 
 
 def implied_settings(given, preset=False):

@@ -636,6 +636,21 @@ IMPLIED = (
     (("prior", "log_uniform"), dict(kl="analytic")),
     (("remove_switched_off", True), dict(prior="log_uniform")),
 )
+# the settings a model kind leaves without effect, and why: a flag given for one is refused
+# naming the model; a preset's or one a choice implies is dropped
+_PRIOR = ("prior", "gate_prior", "sigma_p", "pi", "sigma_p1", "sigma_p2", "kl", "kl_direction",
+          "kl_weighting", "kl_scale", "kl_warmup_epochs")
+_SIGMA = ("estimator", "parametrization", "rho_offset", "gate_rho_offset", "num_samples")
+EXCLUDED = {
+    "bbb": (("dropout",), "it trains no dropout layers of its own (--model mcdropout does)"),
+    "mcdropout": (("kl", "kl_direction") + _SIGMA, "it learns the mean weights alone, the prior "
+                  "as their weight decay"),
+    "deterministic": (_PRIOR + _SIGMA + ("dropout",), "it learns the weights from the data "
+                      "alone"),
+    "ivon": (("kl", "kl_direction", "kl_weighting", "optimizer", "rho_offset",
+              "gate_rho_offset", "dropout"), "IVON's update takes the prior's density, not a "
+             "KL, in place of the optimizer, and sigma from its Hessian estimate"),
+}
 # the settings a network with convolutions and no preset takes (the tutorial's leave a
 # Bayesian LeNet at 10% accuracy after an epoch: docs/NETWORKS.md)
 CONVOLUTION_DEFAULTS = dict(optimizer="adam", learning_rate=2e-3, rho_offset=-5.0)

@@ -241,6 +241,9 @@ def split_data(config, data):
         raise ConfigError("validation", config.validation,
                           "less than the %d training images" % images.shape[0])
     split = images.shape[0] - config.validation
+    if config.train_size is not None and config.train_size > split:
+        raise ConfigError("train_size", config.train_size, "at most the %d training images "
+                          "(after {validation})" % split)
     train_images = images[:split][:config.train_size]
     train_labels = labels[:split][:config.train_size]
     if config.batch_size > train_images.shape[0]:

@@ -20,7 +20,7 @@ LOCK_FILE = ".lock"
 REGRESSION_METRICS_FILE = "metrics.json"
 UNCERTAINTY_FILE = "uncertainty.json"  # the uncertainty report (analysis/report.py), unprefixed
 RUN_FILES = (CONFIG_FILE, HISTORY_FILE, CHECKPOINT_FILE, BEST_CHECKPOINT_FILE, LOCK_FILE,
-             REGRESSION_METRICS_FILE)
+             REGRESSION_METRICS_FILE, outputs.RUN_MARKER)
 # what a training run's own files hold, claimed before it writes them (``outputs.py``)
 TRAINING_FILES = {CONFIG_FILE: outputs.RUN_CONFIG, HISTORY_FILE: outputs.HISTORY,
                   CHECKPOINT_FILE: outputs.PARAMETERS, BEST_CHECKPOINT_FILE: outputs.PARAMETERS}
@@ -115,7 +115,7 @@ class RunDirectory:
         failed or was stopped before it saved anything leaves nothing behind."""
         if self.holds_run():
             return
-        for name in (CONFIG_FILE, HISTORY_FILE):
+        for name in (CONFIG_FILE, HISTORY_FILE, outputs.RUN_MARKER):
             with contextlib.suppress(OSError):
                 os.remove(self.file(name))
         self._remove_made()
@@ -208,6 +208,8 @@ class RunDirectory:
                             data.directory, self.path, found[:12], recorded[:12])
 
     def write_config(self, config, **record):
+        """Write config.json, the directory marked as a run's first (``outputs.mark_run``)."""
+        outputs.mark_run(self.path)
         outputs.write_json(self.file(CONFIG_FILE), dict(config.to_dict(), **record),
                            outputs.RUN_CONFIG)
 
@@ -352,7 +354,7 @@ def resolve_checkpoint(path, alone=False):
     checkpoint.params, or a parameter file in one (checkpoint.params, best.params), or with
     ``alone`` (only its arrays are read) anywhere."""
     problem = outputs.path_problem(path)
-    if problem and problem != "a directory":
+    if problem and not os.path.isdir(path):  # a directory, through links too, is a run's
         raise CheckpointError("%s is %s, not a run directory or a parameter file", path, problem)
     if os.path.isdir(path):
         run = RunDirectory(path)
