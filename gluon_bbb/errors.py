@@ -131,8 +131,10 @@ class ConfigError(GluonBBBError, ValueError):
 
     def __init__(self, field, value, requirement):
         self.field, self.value, self.requirement = field, value, requirement
-        # the requirement may name other fields ({train_size}); its percent signs are literal
-        super().__init__("{%s} must be %s, got %%r" % (field, requirement.replace("%", "%%")),
+        # the requirement may name other fields ({train_size}); its percent signs are literal;
+        # a field within a file's object (``input.pixel_scale``, ``tensors[0].kept``) is words
+        named = "{%s}" % field if str(field).isidentifier() else _literal(field)
+        super().__init__("%s must be %s, got %%r" % (named, requirement.replace("%", "%%")),
                          value)
 
 

@@ -84,10 +84,18 @@ class FileKind:
 
 
 def _json_value(data):
+    """The JSON value of ``data`` as the package reads every JSON file (bounded, strict), or
+    ``_NOT_JSON``."""
+    from .jsonfile import parse
     try:
-        return json.loads(data.decode("utf-8"))
-    except (UnicodeDecodeError, ValueError):
+        return parse(data, "a file", _NotJSON)
+    except _NotJSON:
         return _NOT_JSON
+
+
+class _NotJSON(Exception):
+    def __init__(self, template, *values):
+        super().__init__(template % values)
 
 
 _NOT_JSON = object()

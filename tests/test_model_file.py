@@ -9,6 +9,7 @@ import zlib
 
 import numpy as np
 import pytest
+from hypothesis import given, strategies as st
 from mxnet import nd
 
 from gluon_bbb.shipping import model_file as compressed
@@ -98,19 +99,27 @@ def test_a_model_file_whose_header_is_not_as_written_is_refused(tmp_path):
     cases = (
         (variant("no-threshold.gbbb", lambda h: {k: v for k, v in h.items()
                                                  if k != "unsure_entropy_bits"}),
-         "'unsure_entropy_bits' is missing or not a number"),
+         "its header's 'unsure_entropy_bits' is missing"),
         (variant("list.gbbb", lambda h: list(h)), "holds no compressed model"),
         (variant("classes.gbbb", lambda h: dict(h, classes="ten")),
-         "'classes' is missing or not a int"),
-        (variant("scale.gbbb", lambda h: dict(h, input=dict(h["input"], pixel_scale=0))),
-         "'pixel_scale' is not a positive number"),
+         "its header: field classes must be an integer in [2, 10000], got 'ten'"),
+        (variant("entropy.gbbb", lambda h: dict(h, unsure_entropy_bits=4.0)),
+         "'unsure_entropy_bits' is not an entropy of 10 classes (from 0 to 3.32 bits)"),
+        # a pixel scale that would make every image black, or blow its pixels up
+        (variant("scale.gbbb", lambda h: dict(h, input=dict(h["input"], pixel_scale=1e300))),
+         "field input.pixel_scale must be a finite number in [1, 10000], got 1e+300"),
+        (variant("small-scale.gbbb", lambda h: dict(h, input=dict(h["input"],
+                                                                  pixel_scale=1e-300))),
+         "field input.pixel_scale must be a finite number in [1, 10000], got 1e-300"),
         (variant("tensor.gbbb", lambda h: dict(h, tensors=[dict(t, value_dtype="object")
                                                            for t in h["tensors"]])),
-         "'value_dtype' is not as written"),
+         "value_dtype must be one of int8, int16, int32, float32, got 'object'"),
+        (variant("nested.gbbb", lambda h: dict(h, source=[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[
+            []]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]])), "it nests 34 levels deep, more than the 32"),
         # a header believed only as far as it is checked: no 182 TiB of means for a network
         # it says is that large, no classifier's prediction for a regression's likelihood
         (variant("huge.gbbb", lambda h: dict(h, input=dict(h["input"], features=10 ** 12))),
-         "more than this reader takes (268435456)"),
+         "field input.features must be an integer in [1, 268435456], got 1000000000000"),
         (variant("regression.gbbb", lambda h: dict(h, likelihood="gaussian:1")),
          "'likelihood' is 'gaussian:1': this reader predicts classes"),
         (variant("counts.gbbb", lambda h: dict(h, tensors=[dict(t, kept=10 ** 15)
@@ -159,6 +168,33 @@ def test_unsure_is_an_entropy_above_the_threshold_or_a_probability_below_the_flo
     np.testing.assert_array_equal(compressed.unsure(probs, None, 0.65),
                                   [False, True, True, False])
     np.testing.assert_array_equal(compressed.unsure(np.array([[0.4, 0.3, 0.3]]), 2.0), [True])
+
+
+@given(st.integers(0, 4), st.sampled_from(["nan", "inf", "shape", "dtype", "empty"]),
+       st.integers(0, 2 ** 32 - 1))
+def test_the_predictor_refuses_what_it_cannot_compute_on(tmp_path_factory, rows, fault, seed):
+    """``inputs``, ``predict`` and ``unsure`` on arrays of every shape and fault: a NaN, an
+    infinity, a shape that is not the model's, values that are not numbers, nothing at all;
+    each refused on one line (ValueError), never computed on; what they take, computed."""
+    model = compressed.read(str(synthetic_model(tmp_path_factory.mktemp("m") / "m.gbbb",
+                                                sigma_bits=4)))
+    rng = np.random.default_rng(seed)
+    pixels = rng.integers(0, 256, (rows + 1, 28, 28)).astype(np.float64)
+    X = model.inputs(pixels)
+    probs = model.predict(X, num_samples=2)
+    assert probs.shape == (rows + 1, 10) and model.unsure(probs).shape == (rows + 1,)
+    # one image, as (28, 28) or (784,), is one image
+    assert model.inputs(pixels[0]).shape == model.inputs(pixels[0].ravel()).shape == (1, 784)
+    bad = {"nan": lambda a: np.where(a == a.max(), np.nan, a),
+           "inf": lambda a: np.where(a == a.max(), np.inf, a),
+           "shape": lambda a: a[..., :-1] if a.ndim > 1 else a[:-1],
+           "dtype": lambda a: a.astype(str), "empty": lambda a: a[:0]}[fault]
+    for call, array in ((model.inputs, pixels), (model.predict, X), (model.unsure, probs)):
+        if fault == "empty" and call is model.inputs:
+            continue  # no image, no pixel to refuse
+        with pytest.raises(ValueError) as info:
+            call(bad(array))
+        assert "\n" not in str(info.value)
 
 
 def test_a_models_inputs_refuse_what_are_not_raw_pixels(tmp_path):

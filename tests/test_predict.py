@@ -159,7 +159,7 @@ def test_a_model_poor_everywhere_flags_its_predictions_unsure(tmp_path):
     flat = [np.zeros((20, 784), np.float32), np.zeros(20, np.float32),
             np.random.default_rng(0).normal(0, 1e-3, (10, 20)).astype(np.float32),
             np.zeros(10, np.float32)]
-    model = synthetic_model(tmp_path / "flat.gbbb", flat, unsure_entropy_bits=10.0)
+    model = synthetic_model(tmp_path / "flat.gbbb", flat, unsure_entropy_bits=np.log2(10))
     np.save(tmp_path / "digits.npy", np.random.default_rng(1).integers(0, 256, (30, 28, 28)))
     proc = run(PREDICT, model, tmp_path / "digits.npy")
     assert proc.returncode == 0, proc.stderr

@@ -12,17 +12,15 @@ from test_robustness import Fixed
 
 
 @pytest.mark.slow
-def test_the_command_on_a_run_an_ensemble_and_a_compressed_file(tmp_path):
+def test_the_command_on_a_run_an_ensemble_and_a_compressed_file(tmp_path, runs):
     from commands import COMPRESS, SHIFT, TRAIN, run
-    runs = []
-    for seed in (0, 1):
-        out = tmp_path / ("run%d" % seed)
-        proc = run(TRAIN, "--out", out, "--train-size", "10000", "--validation", "1000",
-                   "--epochs", "1", "--seed", str(seed), "--num-hidden-units", "50",
-                   "--optimizer", "adam", "--learning-rate", "2e-3", "--rho-offset", "-5",
-                   "--test-samples", "0")
-        assert proc.returncode == 0, proc.stderr
-        runs.append(out)
+    from conftest import RUNS
+    other = tmp_path / "run1"  # the shared run's network from another seed
+    flags = RUNS["mlp"][:]
+    flags[flags.index("--seed") + 1] = "1"
+    proc = run(TRAIN, "--out", other, *flags)
+    assert proc.returncode == 0, proc.stderr
+    runs = [runs["mlp"], other]
     proc = run(COMPRESS, runs[0], "--out", tmp_path / "m.gbbb", "--proportion", "0.5",
                "--sigma-bits", "4")
     assert proc.returncode == 0, proc.stderr
@@ -37,15 +35,15 @@ def test_the_command_on_a_run_an_ensemble_and_a_compressed_file(tmp_path):
     for models, extra in (([runs[0]], ["--temperature-scale", "--ood-data-dir", ood_dir]),
                           (runs, []), ([tmp_path / "m.gbbb"], [])):
         report_dir = tmp_path / ("report%d" % len(os.listdir(tmp_path)))
-        proc = run(SHIFT, *models, "--out", report_dir, "--test-size", "500",
+        proc = run(SHIFT, *models, "--out", report_dir, "--test-size", "300",
                    "--test-samples", "2", *extra)
         assert proc.returncode == 0, proc.stderr
         for name, count in (("rotation", 13), ("translation", 15)):
             with open(report_dir / ("shift-%s.json" % name)) as f:
                 report = json.load(f)
-            assert len(report["rows"]) == count and report["images"] == 500
+            assert len(report["rows"]) == count and report["images"] == 300
             accuracy = [row["accuracy"] for row in report["rows"]]
-            # one epoch of Adam on 10,000 images: about 0.9 unshifted, far less shifted most
+            # the shared run: about 0.85 unshifted, far less shifted most
             assert accuracy[0] > 0.7 and accuracy[-1] < accuracy[0] - 0.3, accuracy
             assert (report_dir / ("shift-%s.png" % name)).read_bytes()[:4] == b"\x89PNG"
         if extra:

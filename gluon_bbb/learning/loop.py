@@ -181,25 +181,60 @@ def _best_units_of_start(config, ctx=None):
     return [nd.array(mu, ctx=ctx) for mu in narrow]
 
 
-def available_memory_bytes():
-    """Memory the system can give a new process (Linux's MemAvailable), or None if unknown."""
+def available_memory(root="/"):
+    """``(bytes, where)``: the memory this process may still take, the least of what the
+    system can give (Linux's MemAvailable), what its address-space limit leaves (``ulimit -v``,
+    as batch schedulers set it, less what the process maps already) and what its cgroup's
+    memory limit leaves (v2's ``memory.max``, v1's ``memory.limit_in_bytes``, less their
+    usage); ``where`` names the limit that binds. (None, None) where none is known."""
+    import resource
+    found = []
+    meminfo = _read_numbers(os.path.join(root, "proc/meminfo"), "MemAvailable:")
+    if meminfo:
+        found.append((meminfo * 1024, "available"))
+    soft = resource.getrlimit(resource.RLIMIT_AS)[0]
+    mapped = _read_numbers(os.path.join(root, "proc/self/status"), "VmSize:")
+    if soft != resource.RLIM_INFINITY:
+        found.append((soft - (mapped or 0) * 1024, "left by the process's address-space limit "
+                      "(ulimit -v)"))
     try:
-        with open("/proc/meminfo") as f:
+        with open(os.path.join(root, "proc/self/cgroup")) as f:
+            lines = f.read().splitlines()
+    except OSError:
+        lines = []
+    for line in lines:
+        _, controllers, path = (line.split(":", 2) + ["", ""])[:3]
+        directory = (os.path.join(root, "sys/fs/cgroup", path.lstrip("/")) if controllers == ""
+                     else os.path.join(root, "sys/fs/cgroup", controllers, path.lstrip("/"))
+                     if "memory" in controllers.split(",") else None)
+        if directory is None:
+            continue
+        names = (("memory.max", "memory.current") if controllers == ""
+                 else ("memory.limit_in_bytes", "memory.usage_in_bytes"))
+        limit, used = (_read_numbers(os.path.join(directory, name)) for name in names)
+        if limit is not None and limit < 2 ** 60:  # v1 says "no limit" with a huge number
+            found.append((limit - (used or 0), "left by its cgroup's memory limit"))
+    return min(found) if found else (None, None)
+
+
+def _read_numbers(path, prefix=None):
+    """The first whole number of the file ``path`` (of its line starting with ``prefix``), or
+    None where there is none ("max", no such line, no such file)."""
+    try:
+        with open(path) as f:
             for line in f:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
+                if prefix is None or line.startswith(prefix):
+                    words = line[len(prefix or ""):].split()
+                    return int(words[0]) if words and words[0].isdigit() else None
+    except (OSError, ValueError):
         pass
-    try:
-        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_AVPHYS_PAGES")
-    except (ValueError, OSError, AttributeError):
-        return None
+    return None
 
 
 def check_memory(config, available=None):
     """ResourceError, before anything is allocated, where ``config``'s network needs more
-    memory than is ``available`` (default: ``available_memory_bytes()``)."""
-    available = available_memory_bytes() if available is None else available
+    memory than is ``available`` (``(bytes, where)``, default ``available_memory()``)."""
+    available, where = available_memory() if available is None else available
     needed = training_memory_bytes(config.build_plan())
     if available is not None and needed > available:
         size = sum(math.prod(shape) for shape in config.layer_shapes())
@@ -207,8 +242,9 @@ def check_memory(config, available=None):
             config.num_hidden_layers, config.num_hidden_units) if config.sized_by_fields
             else "{network} %s" % config.network.replace("%", "%%"))
         raise ResourceError("a network of %s parameters (" + shaped_by + ") needs about %.1f "
-                            "GiB of memory to train, %.1f GiB are available",
-                            "{:,}".format(size), needed / 2 ** 30, available / 2 ** 30)
+                            "GiB of memory to train, %.1f GiB are %s",
+                            "{:,}".format(size), needed / 2 ** 30, max(available, 0) / 2 ** 30,
+                            where)
 
 
 def check_data(config, data):

@@ -5,11 +5,10 @@ import contextlib
 import dataclasses
 import errno
 import fcntl
-import json
 import os
 
 from .config import Config, import_recorded_classes
-from .. import outputs
+from .. import jsonfile, outputs
 from ..errors import CheckpointError, ConfigError, DataError, OutputError, RunDirectoryBusy
 
 CONFIG_FILE = "config.json"
@@ -26,6 +25,22 @@ TRAINING_FILES = {CONFIG_FILE: outputs.RUN_CONFIG, HISTORY_FILE: outputs.HISTORY
                   CHECKPOINT_FILE: outputs.PARAMETERS, BEST_CHECKPOINT_FILE: outputs.PARAMETERS}
 # config.json's entries beside the Config's fields: how the run was made, not what it learns
 RUN_RECORD = ("ctx", "data_dir", "data_fingerprint", "problem", "scaling")
+# What config.json records beside the Config's fields (which the Config checks), and what an
+# epoch's record in history.json holds
+RECORD_SCHEMA = {"ctx": jsonfile.optional(jsonfile.text),
+                 "data_dir": jsonfile.optional(jsonfile.path_of),
+                 "data_fingerprint": jsonfile.optional(jsonfile.text),
+                 "problem": jsonfile.optional(jsonfile.text),
+                 "scaling": jsonfile.optional(jsonfile.record(
+                     {name: jsonfile.number() for name in ("x_mean", "x_sd", "y_mean", "y_sd")}))}
+_COUNT, _SHARE = jsonfile.optional(jsonfile.number(0)), jsonfile.optional(jsonfile.proportion)
+EPOCH_SCHEMA = dict(
+    loss=jsonfile.number(), learning_rate=jsonfile.number(0), epoch_seconds=_COUNT,
+    kl_factor=_SHARE, switched_off=_SHARE, multiply_adds_left=_SHARE,
+    validation_objective=jsonfile.optional(jsonfile.number()),
+    threads=jsonfile.optional(jsonfile.list_of(jsonfile.list_of(jsonfile.whole(), 2, 2))),
+    units_left=jsonfile.optional(jsonfile.list_of(jsonfile.whole())),
+    **{name: _SHARE for name in ("test_accuracy", "validation_accuracy", "train_accuracy")})
 # Fields that may differ between a run and its resumption (training longer is allowed).
 RESUMABLE_CHANGES = ("epochs",)
 # may change on resume if the epochs already trained keep their learning rates
@@ -144,15 +159,11 @@ class RunDirectory:
         path = self.file(CONFIG_FILE)
         if not os.path.lexists(path):
             raise CheckpointError("%s holds no run: %s does not exist", self.path, path)
-        try:
-            with open(path) as f:
-                values = json.load(f)
-        except (OSError, ValueError) as exc:
-            raise CheckpointError("cannot read %s: %s", path, exc) from None
-        if not isinstance(values, dict):
-            raise CheckpointError("%s is not a JSON object of a run's settings (it holds %s)",
-                                  path, type(values).__name__)
-        return values
+        problem = outputs.path_problem(path)
+        if problem:
+            raise CheckpointError("%s is %s, not a run's config.json", path, problem)
+        return jsonfile.check(jsonfile.read(path, CheckpointError), RECORD_SCHEMA, path,
+                              CheckpointError, "object of a run's settings")
 
     def read_config(self):
         """The ``Config`` the run was trained with; a bad entry is named with its file."""
@@ -222,14 +233,15 @@ class RunDirectory:
         if not os.path.lexists(path):
             raise CheckpointError("%s does not exist, but the checkpoint has %d epochs: the "
                                   "run's history is lost", path, epochs)
-        try:
-            with open(path) as f:
-                history = json.load(f)
-        except (OSError, ValueError) as exc:
-            raise CheckpointError("cannot read %s: %s", path, exc) from None
+        problem = outputs.path_problem(path)
+        if problem:
+            raise CheckpointError("%s is %s, not a run's history.json", path, problem)
+        history = jsonfile.read(path, CheckpointError)
         if not (isinstance(history, list) and all(
                 isinstance(r, dict) and r.get("epoch") == i + 1 for i, r in enumerate(history))):
             raise CheckpointError("%s is not a list of epoch records 1, 2, ...", path)
+        history = [jsonfile.check(r, EPOCH_SCHEMA, "%s, epoch %d," % (path, i + 1),
+                                  CheckpointError) for i, r in enumerate(history)]
         if len(history) < epochs:
             raise CheckpointError("%s holds %d epochs, the checkpoint %d: the run's history is "
                                   "incomplete", path, len(history), epochs)

@@ -16,7 +16,7 @@ import time
 
 from ..commands.cli import FlagError, flag_for
 from ..errors import CheckpointError, ConfigError, GluonBBBError, is_real
-from .. import _ENGINE_CHOSEN_HERE, outputs
+from .. import _ENGINE_CHOSEN_HERE, jsonfile, outputs
 from ..outputs import write_json, write_text
 from ..plots import plot_sweep
 from .rundir import (CHECKPOINT_FILE, CONFIG_FILE, HISTORY_FILE, LOCK_FILE, UNCERTAINTY_FILE,
@@ -37,6 +37,8 @@ LOCK_WAIT_SECONDS = 120.0
 CAUSE_LENGTH = 400
 # the most trials one sweep plans: each is a process, a directory and a Dask task
 MAX_TRIALS = 10000
+# a spec's size: flags and lists of values for that many trials
+MAX_SPEC_BYTES = 1 << 20
 
 
 class SpecError(GluonBBBError):
@@ -49,11 +51,7 @@ def load_spec(path):
     problem = outputs.path_problem(path)
     if problem:
         raise SpecError("cannot read sweep spec %s: it is %s, not a file", path, problem)
-    try:
-        with open(path) as f:
-            spec = json.load(f)
-    except (OSError, ValueError) as exc:
-        raise SpecError("cannot read sweep spec %s: %s", path, exc) from None
+    spec = jsonfile.read(path, SpecError, MAX_SPEC_BYTES, "sweep spec")
     if not isinstance(spec, dict) or set(spec) - {"base", "grid", "proportions"}:
         raise SpecError("%s: a sweep spec is a JSON object with base, grid and, optionally, "
                         "proportions", path)
@@ -67,6 +65,14 @@ def load_spec(path):
     for name, values in grid.items():
         if not isinstance(values, list) or not values:
             raise SpecError("%s: grid %s must be a non-empty list", path, name)
+    try:  # a flag's value is a string, a number or a switch, never a list or an object
+        for where, flags in (("base", base), ("grid", grid)):
+            for name, value in flags.items():
+                for i, item in enumerate(value if where == "grid" else [value]):
+                    jsonfile.scalar(item, "%s %s%s" % (where, name,
+                                                       "[%d]" % i if where == "grid" else ""))
+    except ConfigError as exc:
+        raise SpecError("%s: %s", path, exc.describe()) from None
     for where, flags in (("base", base), ("grid", grid)):
         spelt = {}
         for name in flags:
@@ -190,6 +196,24 @@ def _value(value):
     return str(value).replace("_", "-") if isinstance(value, str) else repr(value)
 
 
+# What the sweep reads back of a trial's files
+PRUNING_SCHEMA = {"rows": jsonfile.list_of(jsonfile.record(
+    {"proportion": jsonfile.proportion, "test_error": jsonfile.proportion}), 1)}
+REPORT_SCHEMA = {"in_distribution": jsonfile.optional(jsonfile.record(
+    {"accuracy": jsonfile.optional(jsonfile.proportion),
+     "ece": jsonfile.optional(jsonfile.proportion)}))}
+TRIAL_SCHEMA = {"status": jsonfile.one_of("done"),
+                "train_args": jsonfile.list_of(jsonfile.text),
+                "proportions": jsonfile.list_of(jsonfile.text, 1),
+                "figures": jsonfile.record(dict(
+                    epochs=jsonfile.whole(), seconds=jsonfile.number(0),
+                    test_error=jsonfile.mapping_of(jsonfile.proportion),
+                    best_validation_epoch=jsonfile.optional(jsonfile.whole(1)),
+                    **{name: jsonfile.optional(jsonfile.proportion) for name in (
+                        "best_validation_test_error", "predictive_test_error",
+                        "predictive_ece")}))}
+
+
 # What a worker runs. It imports nothing of MXNet and keeps no state: everything it knows of a
 # trial is in the trial's directory, so any worker can take a trial up where another left it.
 
@@ -225,7 +249,7 @@ def run_trial(trial_dir, train_args, proportions, threads, python=sys.executable
     proportions = ["%g" % p for p in proportions]
     with _trial_lock(trial_dir):
         result_path = os.path.join(trial_dir, TRIAL_FILE)
-        finished = _read_json(result_path)
+        finished = _read_record(result_path)
         if finished and finished.get("proportions") == proportions:
             return dict(finished, status=SKIPPED)
         if not finished:
@@ -249,12 +273,13 @@ def run_trial(trial_dir, train_args, proportions, threads, python=sys.executable
         return record
 
 
-def _read_json(path):
-    try:
-        with open(path) as f:
-            return json.load(f)
-    except (OSError, ValueError):
+def _read_record(path):
+    """A finished trial's record (``TRIAL_FILE``) as its schema takes it, or None where the
+    trial has none; SpecError naming the file and the field where it is not one."""
+    if not os.path.lexists(path):
         return None
+    return jsonfile.check(jsonfile.read(path, SpecError), TRIAL_SCHEMA, path, SpecError,
+                          "object of a trial's record")
 
 
 # Run in the child between fork and exec of the command: end the command with its parent
@@ -334,10 +359,9 @@ def trial_figures(trial_dir):
     the epochs trained and the seconds they took, the best validation epoch's test error where
     there is one, and the Monte Carlo predictive's test error and ECE where the run wrote its
     uncertainty report."""
-    with open(os.path.join(trial_dir, "pruning.json")) as f:
-        pruning = json.load(f)
-    with open(os.path.join(trial_dir, HISTORY_FILE)) as f:
-        history = json.load(f)
+    pruning = jsonfile.check(jsonfile.read(os.path.join(trial_dir, "pruning.json"), SpecError),
+                             PRUNING_SCHEMA, os.path.join(trial_dir, "pruning.json"), SpecError)
+    history = RunDirectory(trial_dir).read_history(0)
     figures = {"epochs": len(history),
                "seconds": sum(record.get("epoch_seconds", 0.0) for record in history),
                "test_error": {"%g" % row["proportion"]: row["test_error"]
@@ -348,8 +372,8 @@ def trial_figures(trial_dir):
                        best_validation_test_error=1.0 - best["test_accuracy"])
     report = os.path.join(trial_dir, UNCERTAINTY_FILE)
     if os.path.isfile(report):
-        with open(report) as f:
-            in_distribution = json.load(f).get("in_distribution", {})
+        in_distribution = jsonfile.check(jsonfile.read(report, SpecError), REPORT_SCHEMA,
+                                         report, SpecError)["in_distribution"] or {}
         if "accuracy" in in_distribution and "ece" in in_distribution:
             figures.update(predictive_test_error=1.0 - in_distribution["accuracy"],
                            predictive_ece=in_distribution["ece"])

@@ -9,7 +9,8 @@ import zlib
 import numpy as np
 
 from ..analysis.metrics import predictive_entropy as entropy_bits, softmax
-from ..errors import GluonBBBError
+from .. import jsonfile
+from ..errors import GluonBBBError, is_real, is_whole
 from ..networks.layers import parse_network
 from ..outputs import COMPRESSED, path_problem
 
@@ -27,6 +28,8 @@ MAX_HEADER_BYTES = 1 << 20
 MAX_WEIGHTS = 1 << 28
 # the most draws a Monte Carlo predictive averages (the training commands' --test-samples bound)
 MAX_PREDICTIVE_SAMPLES = 1000
+# the most classes a header may name, and its largest divisor of raw pixel values (MNIST's 126)
+MAX_CLASSES, MAX_PIXEL_SCALE = 10000, 1e4
 # A prediction whose class has a probability below this is flagged unsure in absolute terms
 # (see ``unsure``); files may name another in their header's ``unsure_probability``.
 UNSURE_PROBABILITY = 0.5
@@ -226,16 +229,29 @@ class CompressedModel:
     def unsure(self, probs):
         """Which predictive distributions (N, classes) are flagged unsure (N,): ``unsure(probs,
         self.unsure_entropy, self.unsure_probability)``."""
-        return unsure(probs, self.unsure_entropy, self.unsure_probability)
+        return unsure(_finite_matrix("probs", probs, self.num_classes), self.unsure_entropy,
+                      self.unsure_probability)
 
     def inputs(self, pixels):
-        """Raw pixel values (N, H, W) or (N, H * W), 0 to 255, as the network takes them;
-        ValueError for values that are not such pixels (``pixel_problem``)."""
+        """Raw pixel values 0 to 255 of N images (N, H, W) or (N, H * W), or of one (H, W) or
+        (H * W,), as the network takes them (N, H * W); ValueError for another shape or values
+        that are not such pixels (``pixel_problem``)."""
+        pixels = np.asarray(pixels)
+        features = self.header["input"]["features"]
+        side = int(round(math.sqrt(features)))
+        one = [(features,)] + ([(side, side)] if side * side == features else [])
+        if pixels.shape in one:
+            pixels = pixels.reshape(1, features)
+        elif not (pixels.ndim in (2, 3) and math.prod(pixels.shape[1:]) == features
+                  and pixels.shape[1:] in [(features,)] + one[1:]):
+            raise ValueError("pixels of shape %s: give N images (N, %s) or (N, %d), or one %s"
+                             % (pixels.shape, "%d, %d" % (side, side), features,
+                                " or ".join(str(shape) for shape in reversed(one))))
         problem = pixel_problem(pixels)
         if problem:
             raise ValueError("pixel values: " + problem)
-        pixels = np.asarray(pixels, dtype=np.float32)
-        return pixels.reshape(pixels.shape[0], -1) / np.float32(self.header["input"]["pixel_scale"])
+        return (pixels.reshape(pixels.shape[0], -1).astype(np.float32)
+                / np.float32(self.header["input"]["pixel_scale"]))
 
     def logits(self, X, params=None, operators=NumPyOperators):
         """The network's outputs for scaled inputs X (N, features), with the mean weights."""
@@ -246,17 +262,17 @@ class CompressedModel:
         mean network (``num_samples=0``), or the mean of ``num_samples`` draws of the kept
         weights from N(mu, sigma^2) (the file must keep sigmas), computed with ``operators``
         (``SeparateOperators``: each convolution and max pooling apart, to compare)."""
-        if not (_is_whole(num_samples) and 0 <= num_samples <= MAX_PREDICTIVE_SAMPLES):
+        if not (is_whole(num_samples) and 0 <= num_samples <= MAX_PREDICTIVE_SAMPLES):
             raise ValueError("num_samples must be an integer in [0, %d], got %r"
                              % (MAX_PREDICTIVE_SAMPLES, num_samples))
-        if not (_is_whole(batch_size) and batch_size >= 1):
+        if not (is_whole(batch_size) and batch_size >= 1):
             raise ValueError("batch_size must be an integer >= 1, got %r" % (batch_size,))
-        if not (_is_whole(seed) and seed >= 0):
+        if not (is_whole(seed) and seed >= 0):
             raise ValueError("seed must be an integer >= 0, got %r" % (seed,))
         if num_samples and self.sigmas is None:
             raise ModelFileError("this file keeps no sigmas: it predicts with its mean weights "
                                  "only (num_samples 0)")
-        X = np.asarray(X, dtype=np.float32)
+        X = _finite_matrix("X", X, math.prod(self.network.input_shape))
         if num_samples == 0:
             return np.concatenate([softmax(self.logits(X[i:i + batch_size], None, operators))
                                    for i in range(0, X.shape[0], batch_size)])
@@ -305,11 +321,31 @@ def unsure(probs, entropy_bits_above, probability_below=UNSURE_PROBABILITY):
     exceed; None for none), and those whose predicted class has a probability below
     ``probability_below`` (absolute: a model that is poor everywhere, and so calibrated to its
     own poor entropies, still says so)."""
-    probs = np.asarray(probs)
+    probs = _finite_matrix("probs", probs)
+    if np.any(probs < 0) or np.any(probs > 1):
+        raise ValueError("probs must be probabilities, in [0, 1]")
     flagged = probs.max(axis=1) < probability_below
     if entropy_bits_above is not None:
         flagged |= entropy_bits(probs) > entropy_bits_above
     return flagged
+
+
+def _finite_matrix(name, values, columns=None):
+    """``values`` as a float32 array (N, columns); ValueError for another shape, or values
+    that are not finite numbers."""
+    array = np.asarray(values)
+    if array.ndim != 2 or not array.shape[0] or (columns is not None
+                                                 and array.shape[1] != columns):
+        raise ValueError("%s must be an array (N, %s) of at least one row, got shape %s" % (
+            name, columns if columns is not None else "classes", array.shape))
+    if not np.issubdtype(array.dtype, np.number) or np.issubdtype(array.dtype,
+                                                                  np.complexfloating):
+        raise ValueError("%s must hold numbers, not %s" % (name, array.dtype))
+    array = array.astype(np.float32)
+    bad = int(np.sum(~np.isfinite(array)))
+    if bad:
+        raise ValueError("%s holds %d NaN or infinite values; nothing is computed" % (name, bad))
+    return array
 
 
 def unsure_entropy(probs):
@@ -350,7 +386,7 @@ def unpack(data, source="the file", body_limit=None):
         (length,) = struct.unpack("<I", raw[:4])
         if length > MAX_HEADER_BYTES:
             raise ValueError("its header is said to take %d bytes" % length)
-        header = json.loads(raw[4:4 + length])
+        header = jsonfile.parse(raw[4:4 + length], "its header", _header_error)
         body = raw[4 + length:]
         limit = None if body_limit is None else body_limit(header)
         if not decompressor.eof and (limit is None or len(body) <= limit):
@@ -454,46 +490,42 @@ def _body_bytes(header, shapes):
     return total
 
 
-def _is_whole(value):
-    return isinstance(value, (int, np.integer)) and not isinstance(value, bool)
-
-
-def _is_number(value):
-    return (isinstance(value, (int, float)) and not isinstance(value, bool)
-            and math.isfinite(value))
-
-
 def _check_header(header):
     """ValueError saying which entry of a header that passed its checksum is not as this
-    package writes it."""
-    needs = (("network", str), ("classes", int), ("input", dict), ("tensors", list))
-    for name, kind in needs:
-        if not isinstance(header.get(name), kind) or isinstance(header.get(name), bool):
-            raise ValueError("its header's %r is missing or not a %s" % (name, kind.__name__))
-    if header["classes"] < 2:
-        raise ValueError("its header's 'classes' is %d" % header["classes"])
+    package writes it (``HEADER_SCHEMA``, each field by its kind's rule)."""
     if header.get("likelihood", "categorical") != "categorical":
         raise ValueError("its header's 'likelihood' is %r: this reader predicts classes (the "
                          "categorical likelihood) only" % (header["likelihood"],))
-    scale, features = header["input"].get("pixel_scale"), header["input"].get("features")
-    if not _is_number(scale) or scale <= 0:
-        raise ValueError("its header's input 'pixel_scale' is not a positive number")
-    if not isinstance(features, int) or isinstance(features, bool) or features < 1:
-        raise ValueError("its header's input 'features' is not a positive integer")
-    if "unsure_entropy_bits" not in header or not (
-            header["unsure_entropy_bits"] is None or _is_number(header["unsure_entropy_bits"])):
-        raise ValueError("its header's 'unsure_entropy_bits' is missing or not a number")
-    floor = header.get("unsure_probability", UNSURE_PROBABILITY)
-    if not _is_number(floor) or not 0 <= floor < 1:
-        raise ValueError("its header's 'unsure_probability' is not a number in [0, 1)")
-    samples = header.get("predictive_samples", 0)
-    if not isinstance(samples, int) or isinstance(samples, bool) or not (
-            0 <= samples <= MAX_PREDICTIVE_SAMPLES):
-        raise ValueError("its header's 'predictive_samples' is not an integer in [0, %d]"
-                         % MAX_PREDICTIVE_SAMPLES)
-    for tensor in header["tensors"]:
-        if not isinstance(tensor, dict):
-            raise ValueError("its header's tensors are not all objects")
+    if "unsure_entropy_bits" not in header:
+        raise ValueError("its header's 'unsure_entropy_bits' is missing")
+    jsonfile.check(header, HEADER_SCHEMA, "its header", _header_error)
+    if header["unsure_entropy_bits"] is not None and not (
+            0 <= header["unsure_entropy_bits"] <= math.log2(header["classes"])):
+        raise ValueError("its header's 'unsure_entropy_bits' is not an entropy of %d classes "
+                         "(from 0 to %.3g bits)" % (header["classes"],
+                                                    math.log2(header["classes"])))
+
+
+def _header_error(template, *values):
+    return ValueError(template % values)
+
+
+# what a file's header holds, each field by its kind's rule: a header is believed only as far
+# as it is checked (a pixel scale of 1e300 would make every image black)
+_TENSOR = jsonfile.record(dict(
+    kept=jsonfile.whole(), index_bytes=jsonfile.whole(),
+    step=jsonfile.number(0.0), value_dtype=jsonfile.one_of(*VALUE_DTYPES),
+    sigma_bits=jsonfile.optional(jsonfile.whole(0, 8)),
+    log_sigma_range=jsonfile.optional(jsonfile.list_of(jsonfile.number(-200.0, 200.0), 2, 2))))
+HEADER_SCHEMA = dict(
+    network=jsonfile.text, classes=jsonfile.whole(2, MAX_CLASSES),
+    input=jsonfile.record(dict(pixel_scale=jsonfile.number(1.0, MAX_PIXEL_SCALE),
+                               features=jsonfile.whole(1, MAX_WEIGHTS))),
+    tensors=jsonfile.list_of(_TENSOR, 1),
+    unsure_entropy_bits=lambda value, name: None if value is None else jsonfile.number(0.0)(
+        value, name),
+    unsure_probability=jsonfile.optional(jsonfile.number(0.0, 1.0 - 2.0 ** -24)),
+    predictive_samples=jsonfile.optional(jsonfile.whole(0, MAX_PREDICTIVE_SAMPLES)))
 
 
 def _take(body, offset, size):
@@ -505,7 +537,7 @@ def _take(body, offset, size):
 def _decode_tensor(shape, tensor, body, offset):
     size = math.prod(shape)
     count = tensor["kept"]
-    if not isinstance(count, int) or not 0 <= count <= size or not _is_number(tensor["step"]) \
+    if not isinstance(count, int) or not 0 <= count <= size or not is_real(tensor["step"]) \
             or tensor["value_dtype"] not in VALUE_DTYPES:
         raise ValueError("a tensor's 'kept', 'step' or 'value_dtype' is not as written")
     data, offset = _take(body, offset, tensor["index_bytes"])
