@@ -3,6 +3,7 @@ import contextlib
 import gzip
 import hashlib
 import io
+import math
 import os
 import struct
 import zlib
@@ -42,14 +43,18 @@ def read_idx(path, ndim):
     except (OSError, EOFError, zlib.error) as exc:
         raise DataError("%s: cannot read (%s)", path, exc) from None
     header_size = 4 + 4 * ndim
-    if len(raw) < header_size:
-        raise DataError("%s: %d bytes is shorter than an IDX header", path, len(raw))
+    if len(raw) < 4:
+        raise DataError("%s: %d bytes is shorter than an IDX file's magic number", path,
+                        len(raw))
     magic = struct.unpack(">I", raw[:4])[0]
     if magic != _IDX_MAGIC[ndim]:
         raise DataError("%s: bad magic number 0x%08x, expected 0x%08x (not an IDX file of "
                         "%d-dimensional unsigned bytes)", path, magic, _IDX_MAGIC[ndim], ndim)
+    if len(raw) < header_size:
+        raise DataError("%s: %d bytes is shorter than the %d of its IDX header", path,
+                        len(raw), header_size)
     dims = struct.unpack(">%dI" % ndim, raw[4:header_size])
-    expected = int(np.prod(dims))
+    expected = math.prod(dims)  # Python's integers: no product of the dimensions overflows
     found = len(raw) - header_size
     if found != expected:
         what = "truncated" if found < expected else "has trailing bytes"

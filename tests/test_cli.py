@@ -219,13 +219,42 @@ def test_an_environment_mxnet_or_matplotlib_would_stop_on_is_one_line(tmp_path, 
 @pytest.mark.slow
 def test_warnings_as_errors_another_backend_and_an_ascii_terminal_train_as_ever(tmp_path):
     # the interpreter's own variables, read as it starts: a path the terminal's encoding cannot
-    # show is printed with escapes
+    # show is printed with escapes; a HOME matplotlib cannot keep its cache in says nothing
+    (tmp_path / "home").write_text("a file, not a directory")
     proc = run_process(TRAIN, "--out", tmp_path / "r\u00e9sultat", "--epochs", "1", *SMALL,
                        env={"PYTHONWARNINGS": "error", "MPLBACKEND": "svg",
-                            "OMP_NUM_THREADS": "1", "PYTHONIOENCODING": "ascii"})
+                            "OMP_NUM_THREADS": "1", "PYTHONIOENCODING": "ascii",
+                            "HOME": str(tmp_path / "home"), "MPLCONFIGDIR": None})
     assert proc.returncode == 0, proc.stderr
     assert "r\\xe9sultat" in proc.stdout and proc.stderr == ""
     assert (tmp_path / "r\u00e9sultat" / "uncertainty.png").exists()
+
+
+@pytest.mark.parametrize("body, words", [
+    ("import sys\nsys.exit(3)\n", "(SystemExit: 3)"),
+    ("raise KeyboardInterrupt\n", "(KeyboardInterrupt)"),
+    ("raise ValueError('no')\n", "(ValueError: no)")])
+def test_an_import_of_a_users_module_that_exits_or_raises_is_one_line(tmp_path, body, words):
+    (tmp_path / "users_module.py").write_text(body)
+    proc = run(TRAIN, "--import", "users_module", "--out", tmp_path / "run", cwd=tmp_path)
+    assert_one_line_error(proc, "--import must be a module Python can import here %s, got "
+                                "'users_module'" % words)
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_signal_inside_mxnets_import_leaves_no_engine_line_at_exit(monkeypatch):
+    # MXNet starts its engine at exit where no operator started it, and says so where
+    # MXNET_ENGINE_TYPE is set: after the command's last line
+    import gluon_bbb
+    from gluon_bbb.commands import cli
+    monkeypatch.setenv("MXNET_ENGINE_TYPE", "NaiveEngine")
+    monkeypatch.setattr(gluon_bbb, "_engine_started", False)
+    cli._no_engine_line_at_exit()
+    assert "MXNET_ENGINE_TYPE" not in os.environ
+    monkeypatch.setattr(gluon_bbb, "_engine_started", True)
+    monkeypatch.setenv("MXNET_ENGINE_TYPE", "NaiveEngine")
+    cli._no_engine_line_at_exit()
+    assert os.environ["MXNET_ENGINE_TYPE"] == "NaiveEngine"
 
 
 # 3. Standard output.

@@ -5,6 +5,7 @@ import struct
 
 import numpy as np
 import pytest
+from hypothesis import given, strategies as st
 
 from gluon_bbb import DataError, load_mnist, read_idx, resolve_data_dir
 from gluon_bbb.data import IDX_FILES, find_idx_file
@@ -56,8 +57,34 @@ def test_corrupt_gzip_is_named(tmp_path):
 
 def test_short_header_is_named(tmp_path):
     path = write(str(tmp_path / "tiny"), b"\x00\x00")
-    with pytest.raises(DataError, match="shorter than an IDX header"):
+    with pytest.raises(DataError, match="2 bytes is shorter than an IDX file's magic number"):
         read_idx(path, ndim=3)
+    # a valid label file of 13 bytes is a label file, not a short image file
+    path = write(str(tmp_path / "labels"), idx_bytes(np.arange(5)))
+    np.testing.assert_array_equal(read_idx(path, ndim=1), np.arange(5))
+    with pytest.raises(DataError, match="bad magic number 0x00000801, expected 0x00000803"):
+        read_idx(path, ndim=3)
+    path = write(str(tmp_path / "images"), struct.pack(">II", 0x803, 1))
+    with pytest.raises(DataError, match="8 bytes is shorter than the 16 of its IDX header"):
+        read_idx(path, ndim=3)
+
+
+@given(st.lists(st.integers(0, 2 ** 32 - 1), min_size=3, max_size=3), st.integers(0, 3000))
+def test_an_idx_header_is_held_to_the_bytes_the_file_holds(tmp_path_factory, dims, size):
+    """Any declared shape against any payload: read where they agree, else truncated or
+    trailing bytes with both counts as whole numbers (the product of the dimensions never
+    overflows)."""
+    path = write(str(tmp_path_factory.mktemp("idx") / "x"),
+                 struct.pack(">4I", 0x803, *dims) + bytes(size))
+    declared = dims[0] * dims[1] * dims[2]
+    if declared == size:
+        assert read_idx(path, ndim=3).shape == tuple(dims)
+        return
+    with pytest.raises(DataError) as info:
+        read_idx(path, ndim=3)
+    assert str(info.value).endswith(": %s: header declares %s = %d data bytes, file holds %d" % (
+        "truncated" if size < declared else "has trailing bytes", "x".join(map(str, dims)),
+        declared, size))
 
 
 def test_explicit_directory_without_files_says_what_is_expected(tmp_path):

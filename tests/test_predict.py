@@ -67,6 +67,7 @@ def test_bad_inputs_and_models_are_one_line(tmp_path):
     Image.fromarray(rng.integers(0, 255, (28, 28, 3), dtype=np.uint8)).save(tmp_path / "c.png")
     Image.fromarray(rng.integers(0, 255, (40, 30), dtype=np.uint8)).save(tmp_path / "w.png")
     (tmp_path / "notes.txt").write_text("seven")
+    (tmp_path / "text.npy").write_text("not an array")
     (tmp_path / "fake.png").write_text("not a png")
     np.save(tmp_path / "big.npy", np.full((28, 28), 300.0))
     np.save(tmp_path / "shape.npy", np.zeros((5, 5)))
@@ -81,6 +82,8 @@ def test_bad_inputs_and_models_are_one_line(tmp_path):
             (path, [tmp_path / "fake.png"], "fake.png: not a readable PNG image"),
             (path, [tmp_path / "big.npy"], "pixel values: they must lie in [0, 255]"),
             (path, [tmp_path / "shape.npy"], "an array of shape (5, 5)"),
+            (path, [tmp_path / "text.npy"], "text.npy: not a .npy array file (it does not begin "
+                                            "as NumPy's do)"),
             (tmp_path / "notes.txt", [tmp_path / "c.png"], "is not a compressed gluon-bbb "
                                                             "model"),
             (damaged, [tmp_path / "c.png"], "is damaged: its checksum does not match"),

@@ -143,6 +143,10 @@ def _read_png(path, resize):
 
 def _read_npy(path):
     import numpy as np
+    with open(path, "rb") as f:
+        if f.read(6) != b"\x93NUMPY":  # NumPy would call any other content pickled data
+            raise InputError("%s: not a .npy array file (it does not begin as NumPy's do)",
+                             path)
     try:
         array = np.load(path, allow_pickle=False)
     except (OSError, ValueError) as exc:

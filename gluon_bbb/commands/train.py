@@ -134,10 +134,12 @@ def build_parser(prog=PROG, raise_errors=False):
                         "for the out-of-distribution part of the report")
     parser.add_argument("--backend", choices=("native", "ndarray"),
                         help="native: the C kernels (CPU contexts; every estimator, the "
-                        "reverse KL, the Gaussian and scale-mixture priors, sigma = "
-                        "softplus(rho): native.table.SERVED); ndarray: MXNet "
-                        "operators (any context, everything); default: native where it serves, "
-                        "and the run says why where it does not")
+                        "reverse KL: the Monte Carlo KL with the Gaussian and scale-mixture "
+                        "priors under softplus, the closed form of the Gaussian under softplus "
+                        "and of the log-uniform prior and none under either parametrization: "
+                        "native.table.SERVED); ndarray: MXNet operators (any context, "
+                        "everything); default: native where it serves, and the run says why "
+                        "where it does not")
     add_json_flag(parser)
     add_import_flag(parser)
     for field, entry in FLAGS.items():
