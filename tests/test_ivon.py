@@ -477,6 +477,30 @@ def test_a_trainer_of_ivon_refuses_what_it_cannot_take():
         assert str(info.value) == words
 
 
+@given(st.sampled_from(["ess", "hess_init", "weight_decay", "beta1", "beta2", "rescale_grad",
+                        "learning_rate"]),
+       st.one_of(st.floats(), st.integers(-10, 10 ** 13), st.sampled_from([
+           np.float32(0.9), np.int64(200), np.float64(1e-3), True, "0.1", None])))
+def test_ivons_numbers_take_numpy_scalars_and_refuse_what_float32_cannot_keep(name, value):
+    from gluon_bbb.learning.plan import MAX_ESS, MAX_HESS_INIT, MAX_WEIGHT_DECAY
+    from gluon_bbb.errors import FLOAT32_TINY, FLOAT32_MAX
+    high = {"ess": MAX_ESS, "hess_init": MAX_HESS_INIT, "weight_decay": MAX_WEIGHT_DECAY,
+            "learning_rate": 1e6, "rescale_grad": FLOAT32_MAX}.get(name, 1.0)
+    number = (isinstance(value, (int, float, np.integer, np.floating))
+              and not isinstance(value, (bool, np.bool_)))
+    takes = number and math.isfinite(value) and FLOAT32_TINY <= value <= high and (
+        name not in ("beta1", "beta2") or value < 1.0)
+    try:
+        optimizer = IVON(**{name: value})
+    except ValueError as exc:
+        assert not takes, str(exc)
+        assert "\n" not in str(exc)
+    else:
+        assert takes, value
+        held = {"weight_decay": "ivon_weight_decay", "learning_rate": "lr"}.get(name, name)
+        assert type(getattr(optimizer, held)) is float and getattr(optimizer, held) == value
+
+
 def test_sampled_params_refuses_what_it_cannot_draw():
     net = gluon.nn.Dense(3, in_units=4)
     net.initialize(ctx=[mx.cpu(0), mx.cpu(1)])
