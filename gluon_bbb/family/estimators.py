@@ -4,10 +4,8 @@
 import math
 
 from ..errors import ConfigError
-from ..native import table
 from .choices import Choice, named
 from ..networks.layers import flipout_parts, lrt_parts
-from .formulas import Keyed
 from .choices import Registry
 
 KNOWN = Registry("estimator")
@@ -15,7 +13,6 @@ KNOWN = Registry("estimator")
 
 class Estimator(Choice):
     """How a step draws the network's noise."""
-    kernel_data_kind = None
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
@@ -45,8 +42,6 @@ class Estimator(Choice):
 class WeightSampling(Estimator):
     """w = mu + sigma * eps for every weight, the tutorial's estimator."""
     name = "sample"
-    # dNLL/dw: both gradients at once
-    kernel_data_kind = Keyed(table.DATA_TERMS["sample"], "draw", "noise_size")
 
     def noise_size(self, graph, batch_size, kl):
         return graph.layout.size
@@ -85,9 +80,6 @@ class LocalReparametrization(_NoisyNetwork):
     """Each dense or convolution layer's pre-activations drawn from their Gaussian (Kingma et
     al. 2015): per example and unit, so examples share no noise."""
     name = "lrt"
-    # dNLL/dmu and dNLL/dsigma
-    kernel_data_kind = Keyed(table.DATA_TERMS["lrt"], "draw", "noise_size", "noise_shapes",
-                             "layer_parts", "net")
 
     @property
     def net(self):
@@ -119,9 +111,6 @@ class Flipout(_NoisyNetwork):
     by random signs on each layer's inputs and outputs (Wen et al. 2018); the perturbed weights
     mu + sigma * eps are the KL's weight sample."""
     name = "flipout"
-    # dNLL/dmu and dNLL/d(sigma eps)
-    kernel_data_kind = Keyed(table.DATA_TERMS["flipout"], "draw", "noise_size",
-                             "noise_shapes", "layer_parts", "net")
 
     @property
     def net(self):

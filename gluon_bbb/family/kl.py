@@ -4,7 +4,6 @@ the closed form, either direction) and how an epoch weighs it across its mini-ba
 import math
 
 from ..errors import ConfigError
-from ..native import table
 from .choices import Choice, named, names
 from .elementwise import LOG_SQRT_2PI, total
 from .priors import prior_words
@@ -14,7 +13,6 @@ class KLEstimate(Choice):
     """How the step estimates the KL term: ``name`` (``mc``, ``analytic``), ``direction``
     (``reverse``: KL(q || P), the ELBO's; ``forward``: KL(P || q))."""
     direction = "reverse"
-    kernel_code = None
     per_draw = False
     prior_draws = False
 
@@ -39,7 +37,6 @@ class MonteCarloKL(KLEstimate):
     """log q(w) - log P(w) at the sampled weights, the tutorial's estimate; -log sigma summed
     once, the rest per draw."""
     name = "mc"
-    kernel_code = table.KL_ESTIMATES["mc"]
     per_draw = True
 
     def check(self, prior):
@@ -56,7 +53,6 @@ class MonteCarloKL(KLEstimate):
 class ClosedFormKL(KLEstimate):
     """The closed-form KL(N(mu, sigma^2) || P), for a prior that has one."""
     name = "analytic"
-    kernel_code = table.KL_ESTIMATES["analytic"]
 
     def check(self, prior):
         if not prior.has_closed_form_kl:
@@ -99,7 +95,6 @@ class ForwardMonteCarloKL(KLEstimate):
 class ForwardClosedFormKL(ClosedFormKL):
     """The closed-form KL(P || N(mu, sigma^2)), for a prior that has one."""
     direction = "forward"
-    kernel_code = None
 
     def check(self, prior):
         if not getattr(prior, "has_forward_closed_form_kl", False):

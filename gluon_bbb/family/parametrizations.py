@@ -4,9 +4,7 @@ paper's), and ``LogVariance``, rho = log sigma^2 (sparse variational dropout's, 
 2017, where sigma spans many orders of magnitude)."""
 import math
 
-from ..native import table
 from .elementwise import SOFTPLUS_FLOOR, operators, sigmoid, softplus
-from .formulas import Keyed, accelerates
 from .choices import Registry
 
 KNOWN = Registry("parametrization")
@@ -15,7 +13,6 @@ KNOWN = Registry("parametrization")
 class Parametrization:
     """sigma = f(rho) with f > 0, smooth and increasing."""
     name = None
-    kernel_code = None  # the C kernels' code for it (table.PARAMETRIZATIONS), where served
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
@@ -57,17 +54,18 @@ class Softplus(Parametrization):
     """sigma = softplus(rho) = log(1 + exp(rho)), rho floored at ``SOFTPLUS_FLOOR`` as in the C
     kernels: d sigma / d rho = sigmoid(rho)."""
     name = "softplus"
-    kernel_code = Keyed(table.PARAMETRIZATIONS["softplus"], "sigma", "sigma_gradient")
 
     def sigma(self, rho, F=None):
         return softplus(rho, F)
 
-    @accelerates("sigma")
     def sigma_gradient(self, rho, sigma, F=None):
+        if type(self) is not Softplus:  # a subclass's sigma may be another
+            return super().sigma_gradient(rho, sigma, F)
         return sigmoid(operators(F).maximum(rho, SOFTPLUS_FLOOR), F)
 
-    @accelerates("sigma")
     def rho_for(self, sigma):
+        if type(self) is not Softplus:
+            return super().rho_for(sigma)
         return math.log(math.expm1(sigma))
 
 
@@ -76,19 +74,20 @@ class LogVariance(Parametrization):
     ``2 * SOFTPLUS_FLOOR`` (sigma = exp(-80), where softplus's floor also leaves it), so that
     log sigma and 1 / sigma stay finite."""
     name = "log_variance"
-    kernel_code = Keyed(table.PARAMETRIZATIONS["log_variance"], "sigma", "sigma_gradient")
 
     def sigma(self, rho, F=None):
         F = operators(F)
         return F.exp(F.maximum(rho, 2.0 * SOFTPLUS_FLOOR) * 0.5)
 
-    @accelerates("sigma")
     def sigma_gradient(self, rho, sigma, F=None):
+        if type(self) is not LogVariance:
+            return super().sigma_gradient(rho, sigma, F)
         # zero below the floor, as the floor's own derivative is
         return sigma * 0.5 * (rho >= 2.0 * SOFTPLUS_FLOOR)
 
-    @accelerates("sigma")
     def rho_for(self, sigma):
+        if type(self) is not LogVariance:
+            return super().rho_for(sigma)
         return 2.0 * math.log(sigma)
 
 

@@ -8,7 +8,6 @@ import math
 from ..errors import check_proportion, require_positive
 from ..native import table
 from .elementwise import LOG_SQRT_2PI, operators, sigmoid, softplus, total
-from .formulas import Keyed, accelerates, holds
 from .choices import Registry
 
 KNOWN = Registry("prior")
@@ -94,15 +93,8 @@ class Prior:
 
     @property
     def has_closed_form_kl(self):
-        """Whether ``kl`` gives this prior's closed form: written, and not for a density this
-        class overrides (``formulas.accelerates``)."""
-        return holds(self, "kl")
-
-    def kernel_args(self):
-        """The C kernels' codes and scales for this prior (``native/table.py``), or None: a
-        prior they do not serve, or a subclass that overrides the formulas they were written
-        for."""
-        return None
+        """Whether ``kl`` gives this prior's closed form."""
+        return type(self).kl is not None
 
     def regions(self, size=None):
         """``[(start, stop, prior)]``: the prior of each run of entries of the flat parameter
@@ -139,9 +131,10 @@ class Prior:
 
 
 class GaussianPrior(Prior):
-    """P(w) = N(w | 0, sigma_p^2) for every weight."""
+    """P(w) = N(w | 0, sigma_p^2) for every weight. Its fast paths (the sum as a dot product,
+    the written gradients and closed forms, the sampler) are this class's own: a subclass,
+    which may change the density, takes ``Prior``'s, and a ``kl`` only where it writes one."""
     name = "gaussian"
-    has_forward_closed_form_kl = Keyed(True, "log_density")
 
     def __init__(self, sigma_p=1.0):
         self.sigma_p = require_positive("sigma_p", sigma_p)
@@ -150,40 +143,48 @@ class GaussianPrior(Prior):
         return (operators(F).square(x) * (-0.5 / self.sigma_p ** 2)
                 - (LOG_SQRT_2PI + math.log(self.sigma_p)))
 
-    @accelerates("log_density")
     def __call__(self, x, F=None):
-        if F is not None:
+        if F is not None or type(self) is not GaussianPrior:
             return super().__call__(x, F)
         # the sum of log_density in one BLAS dot of x with itself
         flat = x.reshape((-1,))
         return (_nd().dot(flat, flat) * (-0.5 / self.sigma_p ** 2)
                 - x.size * (LOG_SQRT_2PI + math.log(self.sigma_p)))
 
-    @accelerates("log_density")
+    @property
+    def has_closed_form_kl(self):
+        return type(self) is GaussianPrior or type(self).kl is not GaussianPrior.kl
+
+    @property
+    def has_forward_closed_form_kl(self):
+        return type(self) is GaussianPrior
+
     def kl(self, mu, sigma, F=None):
         """KL(N(mu, sigma^2) || N(0, sigma_p^2)) elementwise."""
         F = operators(F)
         return ((F.square(sigma) + F.square(mu)) * (0.5 / self.sigma_p ** 2) - F.log(sigma)
                 + (math.log(self.sigma_p) - 0.5))
 
-    @accelerates("log_density")
     def log_density_and_gradient(self, x):
         """(the summed log density (1,), elementwise d log P / dx)."""
+        if type(self) is not GaussianPrior:
+            return super().log_density_and_gradient(x)
         return self(x), x * (-1.0 / self.sigma_p ** 2)
 
-    @accelerates("log_density")
     def gradient_precision(self, x):
         """1 / sigma_p^2 at every x."""
+        if type(self) is not GaussianPrior:
+            return super().gradient_precision(x)
         return _nd().ones_like(x) * (1.0 / self.sigma_p ** 2)
 
-    @accelerates("kl", "log_density")
     def closed_form_kl(self, mu, sigma):
         """``kl`` with its derivatives written out: mu / sigma_p^2 and
         sigma / sigma_p^2 - 1 / sigma."""
+        if type(self) is not GaussianPrior:
+            return super().closed_form_kl(mu, sigma)
         scale = 1.0 / self.sigma_p ** 2
         return self.kl(mu, sigma), mu * scale, sigma * scale - 1.0 / sigma
 
-    @accelerates("log_density")
     def forward_closed_form_kl(self, mu, sigma):
         """KL(N(0, sigma_p^2) || N(mu, sigma^2)) elementwise, with its derivatives with respect
         to mu and sigma: (log(sigma / sigma_p) + (sigma_p^2 + mu^2) / (2 sigma^2) - 1/2,
@@ -194,19 +195,15 @@ class GaussianPrior(Prior):
         value = nd.log(sigma) + spread * inverse_variance * 0.5 - (math.log(self.sigma_p) + 0.5)
         return value, mu * inverse_variance, 1.0 / sigma - spread * inverse_variance / sigma
 
-    # standard normals one sample of the prior takes per weight
-    sample_normals = Keyed(1, "log_density")
+    @property
+    def sample_normals(self):
+        """The standard normals one sample of the prior takes per weight (None: no sampler)."""
+        return 1 if type(self) is GaussianPrior else None
 
-    @accelerates("log_density")
     def sample(self, normals, size):
         """``size`` weights drawn from the prior, from ``size * sample_normals`` standard
         normals."""
         return normals[:size] * self.sigma_p
-
-    @accelerates("log_density", "kl")
-    def kernel_args(self):
-        """(density, pi, sigma1, sigma2) as ``bbb_kl_gradients`` takes them."""
-        return table.PRIORS["gaussian"], 0.0, self.sigma_p, 0.0
 
 
 class ScaleMixturePrior(Prior):
@@ -242,17 +239,19 @@ class ScaleMixturePrior(Prior):
         larger = F.maximum(log_first, log_second)
         return larger + softplus(F.minimum(log_first, log_second) - larger, F)
 
-    @accelerates("log_density")
     def log_density_and_gradient(self, x):
         """(the summed log density (1,), elementwise d log P / dx), where
-        d log P / dx = -x (share1 / s1^2 + share2 / s2^2)."""
+        d log P / dx = -x (share1 / s1^2 + share2 / s2^2); a subclass's by autograd."""
+        if type(self) is not ScaleMixturePrior:
+            return super().log_density_and_gradient(x)
         x2 = _nd().square(x)
         return total(self._log_density_of_square(x2, _nd())), x * -self._precision_of_square(x2)
 
-    @accelerates("log_density")
     def gradient_precision(self, x):
         """share1 / s1^2 + share2 / s2^2: each component's precision weighed by its share of
         the density at x."""
+        if type(self) is not ScaleMixturePrior:
+            return super().gradient_precision(x)
         return self._precision_of_square(_nd().square(x))
 
     def _precision_of_square(self, x2):
@@ -263,19 +262,16 @@ class ScaleMixturePrior(Prior):
                      + (k2 - k1) * x2)
         return sigmoid(log_ratio) * (2.0 * k1) + sigmoid(-log_ratio) * (2.0 * k2)
 
-    sample_normals = Keyed(2, "log_density")
+    @property
+    def sample_normals(self):
+        return 2 if type(self) is ScaleMixturePrior else None
 
-    @accelerates("log_density")
     def sample(self, normals, size):
         """A normal scaled by sigma_p1 where a second normal falls below the pi-quantile
         (probability pi), by sigma_p2 otherwise."""
         import statistics
         first = normals[size:2 * size] < statistics.NormalDist().inv_cdf(self.pi)
         return normals[:size] * (first * (self.sigma_p1 - self.sigma_p2) + self.sigma_p2)
-
-    @accelerates("log_density")
-    def kernel_args(self):
-        return table.PRIORS["scale_mixture"], self.pi, self.sigma_p1, self.sigma_p2
 
 
 class LogUniformPrior(Prior):
@@ -301,15 +297,6 @@ class LogUniformPrior(Prior):
         return (self.K1 - self.K1 * sigmoid(self.K2 + self.K3 * log_alpha, F)
                 + 0.5 * softplus(-log_alpha, F))
 
-    @accelerates("kl", "log_alpha", "switched_off")
-    def kernel_args(self):
-        """The C kernels' code (``bbb_kl_gradients``' closed form, ``bbb_kept``'s rule), where
-        this prior's constants are those the kernels are compiled with; None otherwise."""
-        if any(getattr(self, name) != value
-               for name, value in table.LOG_UNIFORM_CONSTANTS.items()):
-            return None
-        return table.PRIORS["log_uniform"], 0.0, 0.0, 0.0
-
 
 class NoPrior(Prior):
     """No prior on these weights: their KL term is 0, so the ELBO's complexity term is the
@@ -321,10 +308,6 @@ class NoPrior(Prior):
 
     def kl(self, mu, sigma, F=None):
         return operators(F).zeros_like(mu)
-
-    @accelerates("kl")
-    def kernel_args(self):
-        return table.PRIORS["none"], 0.0, 0.0, 0.0
 
 
 def prior_words(prior):
@@ -406,10 +389,11 @@ class GatedPrior(Prior):
     def describe(self):
         return "%s with %s gates" % (self.weights.describe(), self.gates.describe())
 
-    @accelerates("kl", "closed_form_kl", "log_density", "_each", "_gate_mask")
     def regions(self, size=None):
         """The runs of entries each part holds: consecutive arrays of the same part make one
-        region."""
+        region (a subclass's: the whole vector, one prior)."""
+        if type(self) is not GatedPrior:
+            return super().regions(size)
         if size is not None and size != sum(self.sizes):
             raise ValueError("the gated prior holds %d parameters, not %d"
                              % (sum(self.sizes), size))

@@ -8,7 +8,6 @@ import mxnet as mx
 from mxnet import nd
 
 from ..errors import FLOAT32_TINY, require_positive, require_real, require_whole
-from ..family.formulas import accelerates
 from ..native import library as native
 from .noise import PhiloxNoise
 from .plan import check_ivon_numbers
@@ -18,26 +17,6 @@ def flushed(x):
     """``x``, 0 where its magnitude is below float32's smallest normal number, as flush-to-zero
     hardware makes it."""
     return x * (nd.abs(x) >= FLOAT32_TINY)
-
-
-class Compositions(mx.optimizer.Optimizer):
-    """What a training step asks of IVON, composed of its formulas (``draw``, ``accumulate``,
-    ``update``, ``log_variance``): the generic versions of the fast paths ``IVON`` writes for
-    its own formulas, which a subclass that overrides one of those formulas falls back to."""
-
-    def draw_weights(self, weight, state, noise):
-        """``(weight + perturbation, perturbation)``: weights drawn from the posterior with the
-        next standard normals of ``noise`` (a ``noise.py`` source), and their perturbation
-        ``draw(weight, state, normals)``."""
-        perturbation = self.draw(weight, state, noise.normal(weight.shape))
-        return weight + perturbation, perturbation
-
-    def step_one_draw(self, index, weight, state, grad, noise, log_variance):
-        """A step of one draw: ``accumulate`` the gradient ``grad`` at ``weight + noise``,
-        ``update`` ``weight``, and fill ``log_variance`` with the new ``log_variance``."""
-        self.accumulate(state, grad, noise)
-        self.update(index, weight, None, state)
-        log_variance[:] = self.log_variance(state, weight)
 
 
 def _check_learning_rate(rate):
@@ -59,9 +38,11 @@ mx.optimizer.Optimizer.opt_registry.pop("ivon", None)
 
 
 @mx.optimizer.register
-class IVON(Compositions):
+class IVON(mx.optimizer.Optimizer):
     """The IVON update of one parameter array (``update``) from the draws its step took
-    (``accumulate``); ``sigma`` and ``draw`` give the posterior."""
+    (``accumulate``); ``sigma`` and ``draw`` give the posterior. A training step's two calls,
+    ``draw_weights`` and ``step_one_draw``, take the C kernels for this exact class (a
+    subclass, which may change a formula, takes the formulas' composition)."""
 
     def __init__(self, learning_rate=0.1, ess=50000, hess_init=0.1, beta1=0.9, beta2=0.99999,
                  weight_decay=1e-4, clip_radius=float("inf"), prior=None, prior_scale=1.0,
@@ -216,22 +197,25 @@ class IVON(Compositions):
             total[:] = 0.0
         count[0] = 0
 
-    # The fast paths of a training step: the formulas above in one pass each over the flat
-    # vectors, by the C kernels (native/_fused.c: bbb_ivon_draw, bbb_ivon_update)
+    # A training step's calls: the formulas above composed, or in one pass each over the flat
+    # vectors by the C kernels (native/_fused.c: bbb_ivon_draw, bbb_ivon_update)
 
     def _kernels_take(self, *arrays):
-        return self.native and native.serves_arrays(*arrays)
+        return type(self) is IVON and self.native and native.serves_arrays(*arrays)
 
-    @staticmethod
-    def _arrays(terms):
-        return [None if isinstance(term, float) else term for term in terms]
+    def _prior_arrays(self, state, weight):
+        return [None if isinstance(term, float) else term
+                for term in self._prior_terms_of(state, weight)]
 
-    @accelerates("draw", "sigma", "precision", "prior_terms")
     def draw_weights(self, weight, state, noise):
-        prior_gradient, prior_precision = self._arrays(self._prior_terms_of(state, weight))
+        """``(weight + perturbation, perturbation)``: weights drawn from the posterior with the
+        next standard normals of ``noise`` (a ``noise.py`` source), and their perturbation
+        ``draw(weight, state, normals)``."""
+        prior_precision = self._prior_arrays(state, weight)[1]
         if not (isinstance(noise, PhiloxNoise)
                 and self._kernels_take(weight, state[1], prior_precision)):
-            return super().draw_weights(weight, state, noise)
+            perturbation = self.draw(weight, state, noise.normal(weight.shape))
+            return weight + perturbation, perturbation
         # the normals of the stream noise.normal would draw, made in the kernel's pass
         perturbation, drawn = (nd.empty(weight.shape, ctx=weight.context) for _ in range(2))
         native.ivon_draw(weight, state[1], prior_precision, self.ess, self.ivon_weight_decay,
@@ -239,13 +223,17 @@ class IVON(Compositions):
                          perturbation, drawn)
         return drawn, perturbation
 
-    @accelerates("accumulate", "update", "precision", "prior_terms", "log_variance")
     def step_one_draw(self, index, weight, state, grad, noise, log_variance):
+        """A step of one draw: ``accumulate`` the gradient ``grad`` at ``weight + noise``,
+        ``update`` ``weight``, and fill ``log_variance`` with the new ``log_variance``."""
         momentum, hessian, _, _, count, _ = state
-        prior_gradient, prior_precision = self._arrays(self._prior_terms_of(state, weight))
+        prior_gradient, prior_precision = self._prior_arrays(state, weight)
         if count[0] != 0 or not self._kernels_take(weight, momentum, hessian, grad, noise,
                                                    prior_gradient, log_variance):
-            return super().step_one_draw(index, weight, state, grad, noise, log_variance)
+            self.accumulate(state, grad, noise)
+            self.update(index, weight, None, state)
+            log_variance[:] = self.log_variance(state, weight)
+            return None
         self._update_count(index)
         lr, wd, t = self._get_lr(index), self.ivon_weight_decay, self._index_update_count[index]
         native.ivon_update(weight, momentum, hessian, grad, noise, prior_gradient,

@@ -6,7 +6,6 @@ from mxnet import nd
 
 from ..native import library as native, operators as native_operators
 from ..errors import CheckpointError, ConfigError
-from ..family.formulas import describe_lost
 from ..tutorial import init_variational_params, sample_epsilons
 from .ndarray_backend import NetworkGraph, combined_loss_gradients, draw_size
 from .noise import noise_for, seed_generator
@@ -123,8 +122,8 @@ def choose_backend(plan, ctx, backend=None):
         why_not = ("the native kernels remove switched-off weights under the log-uniform "
                    "prior's rule only")
     elif not native.serves(plan.estimator, plan.kl, plan.prior, plan.parametrization):
-        # native.table.SERVED, which the loaded C code was checked to agree with: a prior, estimator
-        # or parametrization it does not know never trains with another one's formulas
+        # native.table.SERVED of the exact built-in classes: a subclass of one, which may
+        # compute another formula, never trains with the built-in's kernels
         why_not = ("the C kernels serve no estimator %s with the %s %s KL, prior %s and "
                    "parametrization %s (native.table.SERVED)" % (
                        plan.estimator.name, plan.kl.direction, plan.kl.name,
@@ -214,16 +213,9 @@ class TrainingStep:
         self.start_epoch(0)
 
     def describe(self):
-        """The run's first lines: the backend and, where it is not native, why; then each of
-        the run's objects that overrides a formula a fast path was written for, and which fast
-        paths it does not use (``family/formulas.py``)."""
-        lines = [self.backend.describe(self.ctx, self.why_not_native, self.estimator,
-                                        self.graph.network)]
-        for chosen in (self.prior, self.parametrization, self.estimator, self.optimizer):
-            lost = describe_lost(chosen)
-            if lost:
-                lines.append("  your formula: %s" % lost)
-        return "\n".join(lines)
+        """The run's first line: the backend and, where it is not native, why."""
+        return self.backend.describe(self.ctx, self.why_not_native, self.estimator,
+                                     self.graph.network)
 
     def start_epoch(self, epoch):
         """Set the epoch's learning rate and noise: the draws of an epoch depend on the seed and

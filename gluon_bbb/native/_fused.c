@@ -39,7 +39,7 @@
 
 /* native/library.py refuses a library whose version differs from its own ABI_VERSION: raise both
  * whenever a function's signature or meaning changes. */
-#define ABI_VERSION 11
+#define ABI_VERSION 12
 #define CHUNK 8192
 #define BLOCKS_PER_CHUNK 1024 /* CHUNK / 2 words per pair of normals / 4 words per block */
 #define LOG_SQRT_2PI 0.91893853320467274178f
@@ -107,8 +107,8 @@ static inline float softplus(float rho) {
     return softplus_and_sigmoid(rho, &unused);
 }
 
-/* The priors (priors.py's kernel_args), the KL estimates (family/kl.py's kernel_code) and the
- * parametrizations of sigma (parametrizations.py's kernel_code). */
+/* The codes of native/table.py, which library.py hands for the priors, KL estimates and
+ * parametrizations of sigma it serves. */
 enum { GAUSSIAN_PRIOR = 0, SCALE_MIXTURE_PRIOR = 1, LOG_UNIFORM_PRIOR = 2, NO_PRIOR = 3 };
 enum { MONTE_CARLO_KL = 0, CLOSED_FORM_KL = 1 };
 enum { SOFTPLUS_PARAMETRIZATION = 0, LOG_VARIANCE_PARAMETRIZATION = 1 };
@@ -401,11 +401,9 @@ static void mask_gradients(int64_t n, const float *keep, float *grad_mu, float *
 }
 
 /* 1 where bbb_kl_gradients implements the data term ``kind``, the KL estimate, the prior and
- * the parametrization these codes name, 0 otherwise: a code it does not know, or the
- * closed-form KL of a prior that has none. Its answers are native/table.py's table of what the
- * kernels serve: native/library.py checks the two agree over every code when it loads this library,
- * and asks before every call. */
-int bbb_serves(int kind, int kl_estimate, int prior, int parametrization) {
+ * the parametrization these codes name, 0 otherwise: a guard, so that codes native/table.py
+ * (which declares what is served) never hands give NaN rather than another's formulas. */
+static int served(int kind, int kl_estimate, int prior, int parametrization) {
     int known = (kind == WEIGHTS_SAMPLED || kind == EPS_COEFFICIENT || kind == SIGMA_GIVEN)
         && (parametrization == SOFTPLUS_PARAMETRIZATION
             || parametrization == LOG_VARIANCE_PARAMETRIZATION);
@@ -435,7 +433,7 @@ double bbb_kl_gradients(int64_t n, const float *mu, const float *rho, const floa
                         int kind, float kl_weight, int kl_estimate, int prior,
                         int parametrization, float pi, float s1, float s2, const float *keep,
                         float *grad_mu, float *grad_rho) {
-    if (!bbb_serves(kind, kl_estimate, prior, parametrization)) {
+    if (!served(kind, kl_estimate, prior, parametrization)) {
         /* never another prior's or estimate's formulas: NaN everywhere, which stops training */
         for (int64_t i = 0; i < n; ++i) grad_mu[i] = grad_rho[i] = NAN;
         return NAN;
@@ -471,7 +469,7 @@ double bbb_kl_gradients(int64_t n, const float *mu, const float *rho, const floa
 VECTOR_CLONES
 void bbb_kept(int64_t n, float *mu, const float *rho, int prior, int parametrization,
               float *keep) {
-    if (prior != LOG_UNIFORM_PRIOR || !bbb_serves(SIGMA_GIVEN, CLOSED_FORM_KL, prior,
+    if (prior != LOG_UNIFORM_PRIOR || !served(SIGMA_GIVEN, CLOSED_FORM_KL, prior,
                                                   parametrization)) {
         for (int64_t i = 0; i < n; ++i) keep[i] = NAN;
         return;

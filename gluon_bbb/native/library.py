@@ -1,6 +1,7 @@
 """The native backend of the training step: the C kernels of ``_fused.c``, loaded with ctypes,
 an accelerator of the ndarray backend's formulas for the combinations ``table.SERVED``
-declares."""
+declares, of the exact built-in classes ``CODES`` lists (a subclass, which may compute another
+formula, trains on the ndarray backend)."""
 import ctypes
 import functools
 import math
@@ -15,7 +16,7 @@ from ..errors import FLOAT32_MAX
 from ..family.parametrizations import SOFTPLUS
 
 
-ABI_VERSION = 11          # must match ABI_VERSION in _fused.c
+ABI_VERSION = 12          # must match ABI_VERSION in _fused.c
 
 _P, _I64, _U64, _F32 = ctypes.c_void_p, ctypes.c_int64, ctypes.c_uint64, ctypes.c_float
 _SIGNATURES = {
@@ -26,7 +27,6 @@ _SIGNATURES = {
     "bbb_kl_gradients": ([_I64, _P, _P, _P, _P, _P, _P, ctypes.c_int, _F32, ctypes.c_int,
                           ctypes.c_int, ctypes.c_int, _F32, _F32, _F32, _P, _P, _P],
                          ctypes.c_double),
-    "bbb_serves": ([ctypes.c_int] * 4, ctypes.c_int),
     "bbb_perturb": ([_I64, _P, _P, _P, ctypes.c_int] + [_P] * 5, None),
     "bbb_kept": ([_I64, _P, _P, ctypes.c_int, ctypes.c_int, _P], None),
     "bbb_sgd_update": ([_I64, _P, _P, _F32, _F32, _F32], None),
@@ -52,14 +52,6 @@ def _load():
         return None, problem
     for name, (argtypes, restype) in _SIGNATURES.items():
         getattr(lib, name).argtypes, getattr(lib, name).restype = argtypes, restype
-    disagree = [codes for codes in table.codes_to_check()
-                if bool(lib.bbb_serves(*codes)) != table.serves(*codes)]
-    if disagree:
-        problem = ("%s serves other combinations than native/table.py declares (data term, KL, "
-                   "prior, parametrization codes %s; rebuild: pip install -e .)"
-                   % (lib._name, disagree[0]))
-        sys.stderr.write("gluon_bbb: warning: %s; using the ndarray backend\n" % problem)
-        return None, problem
     return lib, None
 
 
@@ -125,39 +117,73 @@ def perturb(mu, rho, eps, parametrization=SOFTPLUS, keep=None, drawn_mu=None, si
     code), ``delta`` with sigma * eps, ``w`` with mu + delta and ``drawn_mu`` with mu; with
     ``keep`` (0/1), the entries at 0 take mu and sigma as 0."""
     library().bbb_perturb(rho.size, _host_pointer(mu), _host_pointer(rho), _host_pointer(eps),
-                          parametrization.kernel_code, _optional(keep), _optional(drawn_mu, True),
+                          code(parametrization), _optional(keep), _optional(drawn_mu, True),
                           _optional(sigma, True), _optional(delta, True), _optional(w, True))
+
+
+# the kernels' code of each exact class they serve (``table.py``'s), by the class's full name
+CODES = {"gluon_bbb.family." + name: code for name, code in (
+    ("estimators.WeightSampling", table.DATA_TERMS["sample"]),
+    ("estimators.LocalReparametrization", table.DATA_TERMS["lrt"]),
+    ("estimators.Flipout", table.DATA_TERMS["flipout"]),
+    ("kl.MonteCarloKL", table.KL_ESTIMATES["mc"]),
+    ("kl.ClosedFormKL", table.KL_ESTIMATES["analytic"]),
+    ("priors.GaussianPrior", table.PRIORS["gaussian"]),
+    ("priors.ScaleMixturePrior", table.PRIORS["scale_mixture"]),
+    ("priors.LogUniformPrior", table.PRIORS["log_uniform"]),
+    ("priors.NoPrior", table.PRIORS["none"]),
+    ("parametrizations.Softplus", table.PARAMETRIZATIONS["softplus"]),
+    ("parametrizations.LogVariance", table.PARAMETRIZATIONS["log_variance"]))}
+
+
+def code(obj):
+    """The kernels' code of ``obj``, an object of a class ``CODES`` names exactly; None for
+    any other (a subclass of one, which may compute another formula, included)."""
+    return CODES.get("%s.%s" % (type(obj).__module__, type(obj).__qualname__))
+
+
+def prior_args(prior):
+    """``(code, pi, sigma1, sigma2)`` of a prior as the kernels take it, or None: not of a
+    class they serve, or a log-uniform prior whose constants are not those they are compiled
+    with."""
+    density = code(prior)
+    if density == table.PRIORS["gaussian"]:
+        return density, 0.0, prior.sigma_p, 0.0
+    if density == table.PRIORS["scale_mixture"]:
+        return density, prior.pi, prior.sigma_p1, prior.sigma_p2
+    if density == table.PRIORS["log_uniform"] and any(
+            getattr(prior, name) != value for name, value in table.LOG_UNIFORM_CONSTANTS.items()):
+        return None
+    return None if density is None else (density, 0.0, 0.0, 0.0)
 
 
 def serves_removal(prior, parametrization):
     """Whether ``kept`` serves the prior's rule of what it switches off under
     ``parametrization``."""
-    args = prior.kernel_args() if hasattr(prior, "kernel_args") else None
+    args = prior_args(prior)
     return (args is not None and args[0] == table.PRIORS["log_uniform"]
-            and parametrization.kernel_code is not None)
+            and code(parametrization) is not None)
 
 
 def kept(prior, parametrization, mu, rho, keep):
     """Fill ``keep`` with 1 where an entry stays in the network under the prior's rule
     (``priors.removed``: the log-uniform prior's log alpha at most 3 and mu not 0), 0
     elsewhere, and set those entries of ``mu`` to 0; False (nothing written) where the kernels
-    do not serve the prior's rule and ``parametrization`` (a subclass that overrides a formula
+    do not serve the prior's rule and ``parametrization`` (a subclass of a built-in
     included) or the arrays."""
     if not (serves_removal(prior, parametrization) and serves_arrays(mu, rho, keep)):
         return False
     library().bbb_kept(mu.size, _host_pointer(mu, write=True), _host_pointer(rho),
-                       prior.kernel_args()[0], parametrization.kernel_code,
+                       prior_args(prior)[0], code(parametrization),
                        _host_pointer(keep, write=True))
     return True
 
 
 def codes(estimator, kl, prior, parametrization):
-    """The kernels' codes (``native/table.py``) of a run's objects: the estimator's data term, the KL
-    estimate's, the prior's (the first of its ``kernel_args``; None for a prior without them)
-    and the parametrization's."""
-    kernel_args = prior.kernel_args() if hasattr(prior, "kernel_args") else None
-    return (estimator.kernel_data_kind, kl.kernel_code,
-            kernel_args[0] if kernel_args else None, parametrization.kernel_code)
+    """The kernels' codes of a run's objects (None for one they do not serve): the estimator's
+    data term, the KL estimate's, the prior's and the parametrization's."""
+    args = prior_args(prior)
+    return code(estimator), code(kl), args and args[0], code(parametrization)
 
 
 def _regions(prior, size=None):
@@ -173,8 +199,7 @@ def _kernel_calls(estimator, kl, prior, parametrization, size=None):
 
 
 def _all_served(calls):
-    """Whether every call's codes are a row of ``table.SERVED``, which the loaded library's
-    own answers (``bbb_serves``) were checked to equal."""
+    """Whether every call's codes are a row of ``table.SERVED``."""
     return all(table.serves(*call_codes) for _, _, call_codes, _ in calls)
 
 
@@ -194,7 +219,7 @@ def kl_gradients(mu, rho, eps, w, grad_data_mu, grad_data_sigma, estimator, kl_w
     """The KL term summed over the N entries (a float) and the loss's gradients: fills
     grad_mu = dL/dmu and grad_rho = dL/drho of L = NLL + kl_weight * KL at w = mu +
     softplus(rho) * eps, given the data term's gradients of ``kind`` (an estimator's
-    ``kernel_data_kind``): 0, dNLL/dw as both (weight sampling); 1, dNLL/dmu and the
+    code, ``table.DATA_TERMS``): 0, dNLL/dw as both (weight sampling); 1, dNLL/dmu and the
     coefficient of eps in dNLL/dsigma (Flipout); 2, dNLL/dmu and dNLL/dsigma (the local
     reparametrization)."""
     calls = _kernel_calls(estimator, kl, prior, parametrization, rho.size)
@@ -209,7 +234,7 @@ def kl_gradients(mu, rho, eps, w, grad_data_mu, grad_data_sigma, estimator, kl_w
     outputs = [_host_pointer(array, write=True) for array in (grad_mu, grad_rho)]
     total = 0.0
     for start, stop, (kind, kl_code, density, parametrization_code), part in calls:
-        _, pi, sigma1, sigma2 = part.kernel_args()
+        _, pi, sigma1, sigma2 = prior_args(part)
         total += library().bbb_kl_gradients(
             stop - start, *(_at(pointer, start) for pointer in inputs), kind, kl_weight,
             kl_code, density, parametrization_code, pi, sigma1, sigma2, _at(keep, start),
@@ -237,7 +262,7 @@ class Workspace:
 
 
 # the data term of one draw for each estimator the kernels serve: ``(nll, dNLL/dmu,
-# dNLL/dsigma or its coefficient of eps, eps, w)``, as ``kernel_data_kind`` says
+# dNLL/dsigma or its coefficient of eps, eps, w)``, as its code (``table.DATA_TERMS``) says
 
 def _drawn_mu(mu, keep, ws):
     return mu if keep is None else ws.drawn_mu
@@ -310,15 +335,14 @@ def takes_graph_operators(estimator, network):
     """Whether a native graph of ``network`` drawn by ``estimator`` (None: of given weights)
     takes ``operators.py``'s operators: the local reparametrization's and Flipout's, or a
     max pooling's."""
-    return network.accelerated_poolings or (estimator is not None and estimator.kernel_data_kind
-                                            in (table.DATA_TERMS["lrt"],
-                                                table.DATA_TERMS["flipout"]))
+    return network.accelerated_poolings or code(estimator) in (
+        table.DATA_TERMS["lrt"], table.DATA_TERMS["flipout"])
 
 
 def extra_workspace_vectors(estimator):
     """The parameter-sized vectors ``estimator``'s native data term uses beyond the five of
     every native step (0 for one the kernels do not serve)."""
-    return DATA_TERMS.get(estimator.kernel_data_kind, (None, 0))[1]
+    return DATA_TERMS.get(code(estimator), (None, 0))[1]
 
 
 def loss_gradients(X, targets, mu, rho, noise, num_samples, prior, kl_weight, graph, workspace,
@@ -330,7 +354,7 @@ def loss_gradients(X, targets, mu, rho, noise, num_samples, prior, kl_weight, gr
     ``DATA_TERMS``); ``keep`` (0/1, or None) as there (``Config.remove_switched_off``)."""
     ws = workspace
     loss = grad_mu = grad_rho = None
-    data_term = DATA_TERMS[estimator.kernel_data_kind][0]
+    data_term = DATA_TERMS[code(estimator)][0]
     for sample in range(num_samples):
         nll, data_mu, data_sigma, eps, w = data_term(estimator, graph, X, targets, mu, rho,
                                                      noise, ws, kl, parametrization, keep)
@@ -385,7 +409,7 @@ def prior_terms(prior, x, scale, with_precision=False):
     a float, scale x p(x) = the gradient of -scale log P, and scale p(x) with
     ``with_precision``, else None), p(x) = -(d log P / dx) / x the prior's precision at x
     (``Prior.gradient_precision``)."""
-    args = prior.kernel_args() if prior is not None else None
+    args = prior_args(prior)
     if args is None or args[0] not in table.DENSITIES or scale < 0 \
             or not serves_arrays(x):
         return None

@@ -1,7 +1,6 @@
 """What the C kernels (``_fused.c``, loaded by ``native/library.py``) serve, declared once: the codes
 Python hands them for each estimator's data term, KL estimate, prior and parametrization, and
 the table of the combinations they implement. Everything else trains on the ndarray backend."""
-import itertools
 
 # the data term's gradients as an estimator gives them (the C enum of that name)
 DATA_TERMS = {"sample": 0,    # WEIGHTS_SAMPLED: dNLL/dw
@@ -34,10 +33,3 @@ def serves(data_term, kl_estimate, prior, parametrization):
     """Whether the table holds these codes (None: an object the kernels do not know)."""
     return (data_term, kl_estimate, prior, parametrization) in SERVED_CODES
 
-
-def codes_to_check():
-    """Every combination of known codes, and one unknown code (-1, and one past the largest) in
-    each place: what ``native/library.py`` asks the C code about when it loads it."""
-    ranges = [range(-1, max(table.values()) + 2)
-              for table in (DATA_TERMS, KL_ESTIMATES, PRIORS, PARAMETRIZATIONS)]
-    return itertools.product(*ranges)

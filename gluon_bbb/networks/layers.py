@@ -7,7 +7,6 @@ import math
 from ..errors import ConfigError, is_real, is_whole
 from ..errors import FLOAT32_TINY
 from ..family.elementwise import LRT_VARIANCE_FLOOR
-from ..family.formulas import Keyed
 
 
 # the estimators that draw per example, for a dense or convolution layer's operator
@@ -132,12 +131,6 @@ class Dense(_Linear):
 class Conv2D(_Linear):
     """A 2-D convolution, stride 1, no padding; takes (batch, channels, height, width)."""
     convolution = True
-    # a max pooling right after it may be computed with it (``Network.run``'s ``pooled``)
-    pooled_with = Keyed(True, "__call__")
-    # its local reparametrization and Flipout may each be computed by one operator
-    # (``lrt_output``, ``flipout_output``), written for these formulas and noise shapes
-    lrt_in_one_operator = Keyed(True, "__call__", "param_shapes", "lrt_noise_shapes")
-    flipout_in_one_operator = Keyed(True, "__call__", "param_shapes", "flipout_noise_shapes")
 
     def __init__(self, channels, kernel):
         layer = "conv:%s:%s" % (channels, kernel)
@@ -162,14 +155,15 @@ class Conv2D(_Linear):
                            in_channels=input_shape[0])
 
     # Where F has them (``native.operators.Accelerated``), in one operator each: the
-    # accelerators of ``local_reparametrization`` and ``flipout`` for this class's convolution
+    # accelerators of ``local_reparametrization`` and ``flipout`` for this exact class's
+    # convolution (a subclass's formulas and noise shapes may be others)
     def lrt_output(self, F, h, mus, sigmas, noise, input_shape):
-        if self.lrt_in_one_operator and hasattr(F, "lrt_convolution"):
+        if type(self) is Conv2D and hasattr(F, "lrt_convolution"):
             return F.lrt_convolution(h, mus, sigmas, noise[0])
         return super().lrt_output(F, h, mus, sigmas, noise, input_shape)
 
     def flipout_output(self, F, h, mus, deltas, noise, input_shape):
-        if self.flipout_in_one_operator and hasattr(F, "flipout_convolution"):
+        if type(self) is Conv2D and hasattr(F, "flipout_convolution"):
             return F.flipout_convolution(h, mus, deltas, noise[0], noise[1])
         return super().flipout_output(F, h, mus, deltas, noise, input_shape)
 
@@ -214,9 +208,9 @@ def convolution(F, h, W, b, num_filter, kernel, in_channels, stride=(1, 1), pad=
 
 
 def _pooled_with(layer, kind):
-    """Whether ``layer`` is a ``kind`` whose formula (``__call__``) is its class's own
-    (``pooled_with``): what ``Network`` may reorder or compute with a pooling."""
-    return isinstance(layer, kind) and bool(layer.pooled_with)
+    """Whether ``layer`` is exactly a ``kind`` (a subclass may compute another formula): what
+    ``Network`` may reorder or compute with a pooling."""
+    return type(layer) is kind
 
 
 def _imperative(F):
@@ -238,9 +232,6 @@ def _differentiated(F):
 class MaxPool2D:
     """Max pooling over size x size windows with stride size."""
     has_weights = False
-    # computed with the convolution before it (``Network.run``'s ``pooled``), or by an
-    # operator set's ``max_pool`` (``native.operators.Accelerated``)
-    pooled_with = Keyed(True, "__call__")
 
     def __init__(self, size):
         self.size = _whole_number(size, "SIZE", "pool:%s" % (size,))
@@ -271,9 +262,6 @@ class MaxPool2D:
 
 class ReLU:
     has_weights = False
-    # commutes with a max pooling; after one, computed with it (``Network.run``: ``pooled``
-    # or ``max_pool``)
-    pooled_with = Keyed(True, "__call__")
 
     def param_shapes(self, input_shape):
         return [], input_shape
@@ -437,7 +425,7 @@ class Network:
         self._param_offsets = [sum(self._param_counts[:i]) for i in range(len(self.layers))]
         self._order = self._computing_order()
         # the convolutions ``run`` computes with the max pooling (and ReLU) after them where it is
-        # handed ``pooled``, by position; only where no layer's class changes those formulas
+        # handed ``pooled``, by position; layers of exactly those classes
         self._pooled_convolutions = {}
         following = lambda step, kind: (  # noqa: E731
             step < len(self._order) and _pooled_with(self.layers[self._order[step]], kind))
@@ -446,7 +434,7 @@ class Network:
                 fused = 3 if following(step + 2, ReLU) else 2
                 self._pooled_convolutions[position] = self._order[step + 1:step + fused]
         # the max poolings (and ReLUs after them) ``run`` computes by an operator set's
-        # ``max_pool``, by position; only where no layer's class changes those formulas
+        # ``max_pool``, by position; layers of exactly those classes
         self._accelerated_poolings = {
             position: (self._order[step + 1],) if following(step + 1, ReLU) else ()
             for step, position in enumerate(self._order) if following(step, MaxPool2D)}
