@@ -20,7 +20,7 @@ from gluon_bbb.family.parametrizations import (LogVariance, Softplus,
                                                parametrization as parametrization_named)
 from gluon_bbb.family.priors import (GatedPrior, GaussianPrior, LogUniformPrior, NoPrior, Prior,
                                      ScaleMixturePrior)
-from test_step import assert_matches
+from test_ndarray_backend import assert_matches
 
 LOG_SQRT_2PI = 0.5 * np.log(2 * np.pi)
 NETWORKS = {"dense": ("dense:5,relu,dense:3", 6),
