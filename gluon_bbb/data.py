@@ -56,6 +56,9 @@ def read_idx(path, ndim):
     dims = struct.unpack(">%dI" % ndim, raw[4:header_size])
     expected = math.prod(dims)  # Python's integers: no product of the dimensions overflows
     found = len(raw) - header_size
+    if math.prod(d for d in dims if d) > np.iinfo(np.intp).max:  # beside a 0: no data
+        raise DataError("%s: header declares %s, a shape no array holds", path,
+                        "x".join(map(str, dims)))
     if found != expected:
         what = "truncated" if found < expected else "has trailing bytes"
         raise DataError("%s: %s: header declares %s = %d data bytes, file holds %d",
