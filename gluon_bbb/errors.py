@@ -187,6 +187,8 @@ def require_real(field, value, low=-FLOAT32_MAX, high=FLOAT32_MAX, low_open=Fals
                                      ")" if high_open else "]")
             words = ("a finite number (within float32's range, %.3g)" % FLOAT32_MAX
                      if (low, high) == (-FLOAT32_MAX, FLOAT32_MAX) else "in %s" % bounds)
+            if is_real(value) and 0 < abs(value) < FLOAT32_TINY:
+                words += " (float32 holds no magnitude below %.3g)" % FLOAT32_TINY
         raise ConfigError(field, value, words)
     return float(value)
 
@@ -197,7 +199,7 @@ def require_positive(field, value, high=FLOAT32_MAX):
     return require_real(field, value, 0.0, high, low_open=True, words=(
         "a finite number > 0 (from %.3g to %.3g: float32's normal numbers)"
         % (FLOAT32_TINY, FLOAT32_MAX) if high == FLOAT32_MAX else
-        "a number > 0 and at most %g" % high))
+        "a number from %.3g (float32's smallest normal number) to %g" % (FLOAT32_TINY, high)))
 
 
 def require_whole(field, value, low=0, high=None):

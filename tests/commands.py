@@ -13,7 +13,7 @@ package's own OMP_NUM_THREADS, MXNET_USE_OPERATOR_TUNING and MXNET_ENGINE_TYPE d
 found by the command itself. ``user_env`` drops them; the data directory ($GLUON_BBB_DATA)
 stays. A test run started in the background (``pytest &``, a CI runner) has SIGINT ignored,
 which its children would inherit; a command starts here with SIGINT's default, as from a
-terminal.
+terminal (in this process too: conftest.py).
 """
 import contextlib
 import importlib

@@ -1,4 +1,10 @@
 import os
+import signal
+
+# The tests run the commands in this process as from a terminal: SIGINT raises
+# KeyboardInterrupt, also where the test run was started in the background (``pytest &``, a CI
+# runner: SIGINT ignored, which the commands would keep ignoring, as they do for a user)
+signal.signal(signal.SIGINT, signal.default_int_handler)
 
 # The tests read MNIST from $GLUON_BBB_DATA, else from where the training command downloads it
 # (~/.mxnet/datasets/mnist): a user's clone needs no variable once `python train_mnist.py` has

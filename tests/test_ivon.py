@@ -464,8 +464,10 @@ def test_a_trainer_of_ivon_refuses_what_it_cannot_take():
                              "number in (0, 1e+06], got nan"),
                             ({"learning_rate": -1}, "learning_rate must be a finite number in "
                              "(0, 1e+06], got -1"),
-                            ({"ess": True}, "ivon_ess must be a number > 0 and at most 1e+12, "
-                                            "got True")):
+                            ({"ess": True}, "ivon_ess must be a number from 1.18e-38 (float32's "
+                                            "smallest normal number) to 1e+12, got True"),
+                            ({"beta1": 1e-40}, "ivon_beta1 must be in (0, 1) (float32 holds no "
+                                               "magnitude below 1.18e-38), got 1e-40")):
         with pytest.raises(ValueError) as info:
             gluon.Trainer(net.collect_params(), "ivon", settings)._init_optimizer("ivon",
                                                                                   settings)
