@@ -185,10 +185,13 @@ def require_real(field, value, low=-FLOAT32_MAX, high=FLOAT32_MAX, low_open=Fals
         if words is None:
             bounds = "%s%s, %s%s" % ("(" if low_open else "[", _bound(low), _bound(high),
                                      ")" if high_open else "]")
-            words = ("a finite number (within float32's range, %.3g)" % FLOAT32_MAX
-                     if (low, high) == (-FLOAT32_MAX, FLOAT32_MAX) else "in %s" % bounds)
-            if is_real(value) and 0 < abs(value) < FLOAT32_TINY:
-                words += " (float32 holds no magnitude below %.3g)" % FLOAT32_TINY
+            if (low, high) == (-FLOAT32_MAX, FLOAT32_MAX):
+                words = ("a number float32 holds (0, or a magnitude from %.3g to %.3g)"
+                         % (FLOAT32_TINY, FLOAT32_MAX))
+            else:
+                words = "in %s" % bounds
+                if is_real(value) and 0 < abs(value) < FLOAT32_TINY:
+                    words += " (float32 holds no magnitude below %.3g)" % FLOAT32_TINY
         raise ConfigError(field, value, words)
     return float(value)
 

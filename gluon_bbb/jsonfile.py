@@ -107,7 +107,9 @@ def number(low=-FLOAT32_MAX, high=FLOAT32_MAX):
     """A finite number in [low, high], as a float."""
     def rule(value, name):
         if not (is_real(value) and math.isfinite(value) and low <= value <= high):
-            raise ConfigError(name, value, "a finite number in [%g, %g]" % (low, high))
+            raise ConfigError(name, value, "a finite number of magnitude at most %.3g (float32's "
+                              "largest)" % high if (low, high) == (-FLOAT32_MAX, FLOAT32_MAX)
+                              else "a finite number in [%g, %g]" % (low, high))
         return float(value)
     return rule
 

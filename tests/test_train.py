@@ -66,9 +66,10 @@ def test_a_run_writes_its_files_and_says_what_it_measured(tmp_path):
     (["--data-dir", "/nonexistent/mnist"], "MNIST not found in /nonexistent/mnist ("),
     (["--lr-decay-every", "1", "--lr-decay-factor", "1e-30", "--epochs", "3"],
      "under the step schedule epoch 3's would be 1e-63"),
-    (["--lr-decay-factor", "1e-320"], "--lr-decay-factor must be in (0, 1], got 1e-320"),
-    (["--rho-offset", "1e-320"], "--rho-offset must be a finite number (within float32's "
-                                 "range, 3.4e+38), got 1e-320"),
+    (["--lr-decay-factor", "1e-320"], "--lr-decay-factor must be in (0, 1] (float32 holds no "
+                                      "magnitude below 1.18e-38), got 1e-320"),
+    (["--rho-offset", "1e-320"], "--rho-offset must be a number float32 holds (0, or a "
+                                 "magnitude from 1.18e-38 to 3.4e+38), got 1e-320"),
     (["--network", "pool:1,flatten,flatten,dense:10"], "pool:1 pools images (channels, height, "
                                                        "width), a conv layer's output; its input "
                                                        "here is flat, (784,): put a conv layer "
@@ -156,6 +157,8 @@ def test_a_network_with_convolutions_says_which_defaults_it_takes(tmp_path, runs
     (["--preset", "paper-2x1200", "--model", "ivon"],  # the preset's settings count as given
      dict(prior="scale_mixture", learning_rate=3e-4, parametrization="log_variance")),
     (["--prior", "log-uniform"], dict(kl="analytic")),
+    (["--prior", "none"], dict(kl="analytic")),  # a prior without a density: its closed form
+    (["--preset", "paper-2x1200-ivon", "--model", "bbb"], dict(prior="none", kl="analytic")),
     (["--remove-switched-off"], dict(prior="log_uniform", kl="analytic")),
     (["--network", "lenet", "--model", "ivon"], dict(learning_rate=0.5, optimizer="sgd",
                                                       rho_offset=-3.0)),
@@ -180,6 +183,9 @@ def test_a_choice_takes_the_settings_it_implies_where_none_is_given(argv, expect
     (["--model", "deterministic", "--sigma-p", "2"], "sigma_p"),
     (["--model", "ivon", "--kl-direction", "forward"], "kl_direction"),
     (["--model", "mcdropout", "--num-samples", "3"], "num_samples"),
+    # its weight decay is the prior's density, which these have not (its KL, no flag of its)
+    (["--model", "mcdropout", "--prior", "none"], "prior"),
+    (["--model", "mcdropout", "--prior", "log-uniform"], "prior"),
     (["--dropout", "0.2"], "dropout"),
     # a preset's setting the flags leave wanting
     (["--preset", "lenet-group-sparse-narrow"], "preset"),

@@ -134,7 +134,11 @@ class Config:
             if not network.gate_positions():
                 raise ConfigError("gate_rho_offset", self.gate_rho_offset, "left unset for a "
                                   "network without gates (it is the gates' initial rho)")
-        if self.prior_defined and not self.model_kind.natural_gradient:  # IVON takes no KL
+        if self.prior_defined and self.model_kind.prior_as_weight_decay:  # no KL: a density
+            if not self.build_prior().has_log_density:
+                raise ConfigError("prior", self.prior, "one with a density with model %s (its "
+                                  "-log P(w) is the means' weight decay)" % self.model)
+        elif self.prior_defined and not self.model_kind.natural_gradient:  # IVON takes no KL
             self.kl_kind.check(self.build_prior())
         self.estimator_kind.check(network)
         self._check_remove_switched_off()
@@ -629,11 +633,13 @@ PRESETS = {
 
 
 # what a choice implies for the settings neither a flag nor the preset gives, applied until
-# none adds anything (--remove-switched-off implies the log-uniform prior, which implies its KL)
+# none adds anything (--remove-switched-off implies the log-uniform prior, which implies its KL;
+# a prior without a density, its closed-form KL)
 IMPLIED = (
     (("model", "ivon"), dict(estimator="sample", parametrization="log_variance", prior="none",
                              learning_rate=0.5, lr_schedule="cosine", mu_scale=0.02)),
     (("prior", "log_uniform"), dict(kl="analytic")),
+    (("prior", "none"), dict(kl="analytic")),
     (("remove_switched_off", True), dict(prior="log_uniform")),
 )
 # the settings a model kind leaves without effect, and why: a flag given for one is refused

@@ -240,7 +240,7 @@ class RunDirectory:
         if not (isinstance(history, list) and all(
                 isinstance(r, dict) and r.get("epoch") == i + 1 for i, r in enumerate(history))):
             raise CheckpointError("%s is not a list of epoch records 1, 2, ...", path)
-        history = [jsonfile.check(r, EPOCH_SCHEMA, "%s, epoch %d," % (path, i + 1),
+        history = [jsonfile.check(r, EPOCH_SCHEMA, "%s, epoch %d" % (path, i + 1),
                                   CheckpointError) for i, r in enumerate(history)]
         if len(history) < epochs:
             raise CheckpointError("%s holds %d epochs, the checkpoint %d: the run's history is "
