@@ -21,6 +21,11 @@ def test_the_spec_gives_one_trial_per_combination(tmp_path):
     assert found[1]["train_args"] == ["--preset", "paper-2x400", "--eval-train", "--prior",
                                       "gaussian", "--seed", "1"]
     assert found[0]["train_args"][-2:] == ["--seed", "0"]
+    # a name holds a value as written, its sign included; other characters become "-"
+    spec = load_spec(str(write_spec(tmp_path / "odd.json", {}, {"learning-rate": [1e-5, 2e+30],
+                                                               "seed": [0]})))
+    assert [t["name"] for t in trials(spec)] == ["learning-rate-1e-05_seed-0",
+                                                 "learning-rate-2e+30_seed-0"]
     # median, range, mean and sample standard deviation over the seeds of a setting, written
     # out; a figure only some trials have (the predictive's, say) is left out
     records = [{"setting": "a", "figures": {"test_error": {"0": e}, "seconds": 6000.0 * e}}

@@ -136,7 +136,7 @@ def plan(spec, where="the spec"):
         setting = ", ".join("%s=%s" % (_flag_name(k), v) for k, v in chosen.items()
                             if _flag_name(k) != "seed") or "all"
         name = "_".join("%s-%s" % (_flag_name(k), v) for k, v in chosen.items())
-        trial = {"name": re.sub(r"[^A-Za-z0-9._=-]+", "-", name), "setting": setting,
+        trial = {"name": re.sub(r"[^A-Za-z0-9._=+-]+", "-", name), "setting": setting,
                  "seed": seed, "train_args": _flag_args(dict(spec["base"], **chosen))}
         config = trial_config(trial["train_args"], where, trial["name"], parser)
         key = json.dumps(config.to_dict(), sort_keys=True)
