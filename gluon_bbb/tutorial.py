@@ -70,11 +70,23 @@ def init_variational_params(shapes, ctx, mu_scale=0.1, rho_offset=-3.0, seed=Non
 def sample_epsilons(param_shapes, ctx=None, noise=None):
     """One standard-normal NDArray per shape, on ``ctx`` (default: MXNet's current context, as
     the tutorial's call without one has it): from ``noise`` (a source of ``learning/noise.py``,
-    seeded per run) if given, else from MXNet's sampler, as in the tutorial."""
+    seeded per run) if given, else from MXNet's sampler, as in the tutorial. A shape is of whole
+    numbers >= 1, at most ``MAX_DRAW`` entries (MXNet's samplers' bound)."""
+    for shape in param_shapes:
+        size = 1
+        for side in shape:
+            size *= require_whole("param_shapes", side, 1, MAX_DRAW)
+        if size > MAX_DRAW or not len(shape):
+            raise ValueError("param_shapes must be shapes of 1 to %d entries (MXNet's "
+                             "samplers' bound), got %s" % (MAX_DRAW, tuple(shape)))
     if noise is not None:
         return [noise.normal(tuple(shape)) for shape in param_shapes]
     return [nd.random.normal(shape=tuple(shape), ctx=ctx, dtype="float32")
             for shape in param_shapes]
+
+
+# the most entries one draw of MXNet's samplers takes (2^31 - 2)
+MAX_DRAW = 2 ** 31 - 2
 
 
 def transform_rhos(rhos, F=nd):
@@ -184,6 +196,7 @@ def _tutorial_accuracy(data_iterator, net_function, layer_params):
 def _batched_outputs(data, labels, layer_params, batch_size, network):
     """(outputs, labels as float32) of ``net`` batch by batch, on the parameters' context."""
     ctx = layer_params[0].context
+    batch_size = require_whole("batch_size", batch_size, 1)
     if data.shape[0] == 0:
         raise ValueError("evaluating a network needs at least one example")
     if labels.shape[0] != data.shape[0]:

@@ -283,9 +283,9 @@ def test_the_functions_refuse_what_has_no_meaning(ctx):
 
 
 def test_the_tutorials_functions_refuse_what_they_cannot_take(ctx):
-    from gluon_bbb import (combined_loss, gaussian_prior, init_variational_params,
-                           layer_param_shapes, log_softmax_likelihood, sample_epsilons,
-                           transform_gaussian_samples, transform_rhos)
+    from gluon_bbb import (combined_loss, evaluate_accuracy, gaussian_prior,
+                           init_variational_params, layer_param_shapes, log_softmax_likelihood,
+                           sample_epsilons, transform_gaussian_samples, transform_rhos)
     shapes = layer_param_shapes(784, 20, 1, 10)
     mus, rhos = init_variational_params(shapes, ctx, seed=0)
     sigmas, eps = transform_rhos(rhos), sample_epsilons(shapes, ctx)
@@ -306,7 +306,13 @@ def test_the_tutorials_functions_refuse_what_they_cannot_take(ctx):
                                    log_softmax_likelihood, num_batches=10),
              "sigmas must be finite standard deviations > 0"),
             (lambda: layer_param_shapes(784, 0), "num_hidden must be an integer >= 1, got 0"),
-            (lambda: init_variational_params(shapes, ctx, mu_scale=-1), "mu_scale must be")):
+            (lambda: init_variational_params(shapes, ctx, mu_scale=-1), "mu_scale must be"),
+            (lambda: sample_epsilons([(3, -4)], ctx), "param_shapes must be an integer in [1, "),
+            (lambda: sample_epsilons([(2.5,)], ctx), "param_shapes must be an integer in [1, "),
+            (lambda: sample_epsilons([()], ctx), "param_shapes must be shapes of 1 to "),
+            (lambda: sample_epsilons([(2 ** 16, 2 ** 15)], ctx), "(MXNet's samplers' bound)"),
+            (lambda: evaluate_accuracy(np.zeros((2, 784)), np.zeros(2), mus, batch_size=0),
+             "batch_size must be an integer >= 1, got 0")):
         with pytest.raises(ValueError) as info:
             call()
         assert words in str(info.value) and "\n" not in str(info.value), str(info.value)
