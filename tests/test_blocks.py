@@ -235,9 +235,24 @@ def test_blocks_refuse_what_they_cannot_take(ctx):
         kl_term(plain)
     net = small_cnn(ctx)
     X = nd.ones((2, 1, 8, 8), ctx=ctx)
-    for bad in (-1, 1.5, True):
-        with pytest.raises(ValueError, match="num_samples must be a whole number >= 0"):
+    for bad in (-1, 1.5, True, 1001):
+        with pytest.raises(ValueError, match=r"num_samples must be an integer in \[0, 1000\]"):
             predict_probabilities(net, X, num_samples=bad)
+    # every number a block takes by its kind's rule; a prior is a Prior
+    for make, words in ((lambda: BayesianDense(0), "units must be an integer >= 1, got 0"),
+                        (lambda: BayesianDense(2.5), "units must be an integer >= 1"),
+                        (lambda: BayesianDense(3, in_units=-1), "in_units must be an integer"),
+                        (lambda: BayesianConv2D(3, 0), "kernel_size must be an integer >= 1"),
+                        (lambda: BayesianConv2D(3, (3, 3, 3)), "kernel_size must be a whole "
+                                                               "number or two"),
+                        (lambda: BayesianConv2D(3, 3, padding=-1), "padding must be an integer"),
+                        (lambda: BayesianDense(3, rho_offset=float("nan")), "rho_offset must be"),
+                        (lambda: BayesianDense(3, mu_scale=0), "mu_scale must be"),
+                        (lambda: to_bayesian(nn.Dense(3, in_units=2), prior="laplace"),
+                         "prior must be a Prior")):
+        with pytest.raises(ValueError) as info:
+            make()
+        assert words in str(info.value)
     conv = BayesianConv2D(3, 3, in_channels=1)
     conv.initialize(ctx=ctx)
     for recording in (False, True):

@@ -5,7 +5,8 @@ import mxnet as mx
 from mxnet import autograd, nd
 from mxnet.gluon import HybridBlock, nn
 
-from ..errors import is_whole
+from ..errors import require_positive, require_real, require_whole
+from ..family.priors import Prior
 from ..family.estimators import estimator as estimator_named
 from ..tutorial import (GaussianPrior, sample_epsilons, sampled_kl, total,
                         transform_gaussian_samples)
@@ -17,6 +18,8 @@ from ..analysis.snr import prune_weights
 # the blocks' default initial rho: sigma = softplus(-5) = 0.0067, small beside the weights a
 # Gluon initializer gives (docs/NETWORKS.md)
 DEFAULT_RHO = -5.0
+# as many draws as a Monte Carlo predictive averages (a forward pass each)
+MAX_PREDICTIVE_SAMPLES = 1000
 
 
 class BayesianLayer(HybridBlock):
@@ -31,6 +34,7 @@ class BayesianLayer(HybridBlock):
         self._fresh = False
         self._sample = True
         self.estimator = estimator_named(estimator)
+        mu_scale, rho_offset = _checked(mu_scale, rho_offset, prior)
         self.prior = prior
         self.parametrization = parametrization_named(parametrization)
         # the state of the eps in use: None until a forward pass draws them, then whether they
@@ -106,6 +110,7 @@ class BayesianDense(BayesianLayer):
     _is_convolution = False
 
     def __init__(self, units, in_units=0, activation=None, flatten=True, **kwargs):
+        units, in_units = require_whole("units", units, 1), require_whole("in_units", in_units)
         self._units, self._flatten = units, flatten
         super().__init__((units, in_units), (units,), activation, **kwargs)
 
@@ -121,9 +126,12 @@ class BayesianConv2D(BayesianLayer):
 
     def __init__(self, channels, kernel_size, in_channels=0, strides=(1, 1), padding=(0, 0),
                  dilation=(1, 1), activation=None, **kwargs):
-        kernel = _pair(kernel_size)
+        kernel = _pair(kernel_size, "kernel_size", 1)
+        channels = require_whole("channels", channels, 1)
+        in_channels = require_whole("in_channels", in_channels)
         self._conv = dict(num_filter=channels, kernel=kernel, in_channels=in_channels,
-                          stride=_pair(strides), pad=_pair(padding), dilate=_pair(dilation))
+                          stride=_pair(strides, "strides", 1), pad=_pair(padding, "padding", 0),
+                          dilate=_pair(dilation, "dilation", 1))
         super().__init__((channels, in_channels) + kernel, (channels,), activation, **kwargs)
 
     def _apply(self, F, x, weight, bias):
@@ -151,8 +159,22 @@ def finish_deferred_init(block, *args):
         block._clear_cached_op()
 
 
-def _pair(value):
-    return tuple(value) if isinstance(value, (tuple, list)) else (value, value)
+def _checked(mu_scale, rho_offset, prior):
+    """``(mu_scale, rho_offset)`` by their numbers' rules; ValueError for a prior that is not a
+    ``Prior``."""
+    if not (prior is None or isinstance(prior, Prior)):
+        raise ValueError("prior must be a Prior (gluon_bbb.family.priors) or None (N(0, 1)), "
+                         "got %r" % (prior,))
+    return (None if mu_scale is None else require_positive("mu_scale", mu_scale),
+            require_real("rho_offset", rho_offset))
+
+
+def _pair(value, name, low):
+    """``value`` (one whole number >= ``low``, or two) as a pair of ints."""
+    pair = tuple(value) if isinstance(value, (tuple, list)) else (value, value)
+    if len(pair) != 2:
+        raise ValueError("%s must be a whole number or two, got %r" % (name, value))
+    return tuple(require_whole(name, side, low) for side in pair)
 
 
 def bayesian_layers(net):
@@ -251,9 +273,7 @@ class use_mean_weights:
 def predict_probabilities(net, X, num_samples=10):
     """Mean over ``num_samples`` forward passes (each with new weights) of softmax(net(X));
     ``num_samples=0`` uses the mean weights. X on the network's context; returns (N, classes)."""
-    if not (is_whole(num_samples) and num_samples >= 0):
-        raise ValueError("num_samples must be a whole number >= 0 (0: the mean weights), got %r"
-                         % (num_samples,))
+    num_samples = require_whole("num_samples", num_samples, 0, MAX_PREDICTIVE_SAMPLES)
     with autograd.predict_mode():
         if num_samples == 0:
             with use_mean_weights(net):
@@ -276,6 +296,7 @@ def to_bayesian(net, mu_scale=None, rho_offset=DEFAULT_RHO, estimator="sample", 
     ``BayesianDense`` or ``BayesianConv2D`` of the same shape drawing with ``estimator``, with
     ``prior`` and ``parametrization`` (as ``BayesianLayer`` takes them), in place, and make
     ``net`` draw its weights whenever it is called (``sample_on_call``); returns ``net``."""
+    mu_scale, rho_offset = _checked(mu_scale, rho_offset, prior)
     settings = dict(mu_scale=mu_scale, rho_offset=rho_offset,
                     estimator=estimator_named(estimator), prior=prior,
                     parametrization=parametrization_named(parametrization))
