@@ -206,6 +206,11 @@ def test_a_signal_ends_a_command_stuck_inside_a_native_call():
     ("MXNET_CPU_WORKER_NTHREADS", "abc", "MXNET_CPU_WORKER_NTHREADS='abc' must be an integer"),
     ("MXNET_EXEC_BULK_EXEC_TRAIN", "maybe", "must be 0, 1, true or false"),
     ("MXNET_ENGINE_TYPE", "bogus", "must be one of NaiveEngine, ThreadedEngine"),
+    # OpenMP's own, which libgomp would warn of on the terminal and ignore
+    ("OMP_PROC_BIND", "bogus", "OMP_PROC_BIND='bogus' must be true, false, or a list of"),
+    ("OMP_SCHEDULE", "static;4", "must be static, dynamic, guided or auto"),
+    ("OMP_THREAD_LIMIT", "0", "must be a whole number >= 1"),
+    ("GOMP_SPINCOUNT", "x", "must be a count such as 300k, or infinite"),
     ("MPLBACKEND", "bogus", "MPLBACKEND='bogus' must be a matplotlib backend"),
 ])
 def test_an_environment_mxnet_or_matplotlib_would_stop_on_is_one_line(tmp_path, name, value,
@@ -214,6 +219,14 @@ def test_an_environment_mxnet_or_matplotlib_would_stop_on_is_one_line(tmp_path, 
     assert_one_line_error(run(TRAIN, "--out", out, "--epochs", "1", *SMALL, env={name: value}),
                           words)
     assert not out.exists()
+
+
+def test_the_values_openmp_takes_are_taken():
+    from gluon_bbb.commands.cli import check_environment
+    check_environment({"OMP_PROC_BIND": "Spread, close", "OMP_SCHEDULE": "monotonic:dynamic,4",
+                       "OMP_STACKSIZE": "4M", "OMP_PLACES": "{0:2},{2:2}", "OMP_DYNAMIC": "TRUE",
+                       "GOMP_SPINCOUNT": "infinite", "OMP_WAIT_POLICY": "passive",
+                       "OMP_THREAD_LIMIT": "8", "OMP_MAX_ACTIVE_LEVELS": "0"})
 
 
 @pytest.mark.slow

@@ -166,6 +166,24 @@ _BOOLEAN_VARIABLES = (
     "MXNET_USE_SIGNAL_HANDLER", "MXNET_STORAGE_FALLBACK_LOG_VERBOSE", "MXNET_ENABLE_GPU_P2P",
     "MXNET_MKLDNN_DEBUG", "MXNET_UPDATE_ON_KVSTORE")
 _ENGINES = ("NaiveEngine", "ThreadedEngine", "ThreadedEnginePerDevice")
+# OpenMP's own variables, as libgomp reads them (it warns on the terminal and ignores another
+# value): the pattern of what it takes, case aside, and the words for it
+_BIND = "(true|false|master|primary|close|spread)"
+_OPENMP_VARIABLES = {
+    "OMP_DYNAMIC": (r"true|false", "true or false"),
+    "OMP_NESTED": (r"true|false", "true or false"),
+    "OMP_PROC_BIND": (_BIND + r"(\s*,\s*" + _BIND + ")*", "true, false, or a list of master, "
+                      "primary, close and spread"),
+    "OMP_WAIT_POLICY": (r"active|passive", "active or passive"),
+    "OMP_SCHEDULE": (r"((non)?monotonic\s*:\s*)?(static|dynamic|guided|auto)(\s*,\s*\d+)?",
+                     "static, dynamic, guided or auto, with a chunk size"),
+    "OMP_STACKSIZE": (r"\d+\s*[bkmg]?", "a size such as 4M"),
+    "OMP_THREAD_LIMIT": (r"0*[1-9]\d*", "a whole number >= 1"),
+    "OMP_MAX_ACTIVE_LEVELS": (r"\d+", "a whole number"),
+    "OMP_PLACES": (r"(threads|cores|sockets|ll_caches|numa_domains)(\s*\(\s*\d+\s*\))?"
+                   r"|[{}\d\s,:!-]+", "threads, cores, sockets or a list of places"),
+    "GOMP_SPINCOUNT": (r"\d+\s*[kmgt]?|infinite|infinity", "a count such as 300k, or infinite"),
+}
 
 
 class EnvironmentProblem(GluonBBBError):
@@ -190,6 +208,10 @@ def check_environment(environ=os.environ):
         value = environ.get(name)
         if value is not None and value.strip().lower() not in ("0", "1", "true", "false"):
             refuse(name, "0, 1, true or false")
+    for name, (pattern, words) in _OPENMP_VARIABLES.items():
+        value = environ.get(name)
+        if value is not None and not re.fullmatch(pattern, value.strip(), re.IGNORECASE):
+            refuse(name, words)
     engine = environ.get("MXNET_ENGINE_TYPE")
     if engine is not None and engine not in _ENGINES:
         refuse("MXNET_ENGINE_TYPE", "one of %s" % ", ".join(_ENGINES))
