@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from mxnet import nd
 
-from commands import COMPRESS, PREDICT, PYTHON, assert_one_line_error, run
+from commands import COMPRESS, PYTHON, assert_one_line_error, run
 from gluon_bbb.shipping import model_file as compressed
 from gluon_bbb.shipping.writer import _stages, load_compressed, remove_units
 from gluon_bbb.tutorial import net

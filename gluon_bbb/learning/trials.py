@@ -19,7 +19,7 @@ from ..errors import CheckpointError, ConfigError, GluonBBBError, is_real
 from .. import _ENGINE_CHOSEN_HERE, jsonfile, outputs
 from ..outputs import write_json, write_text
 from ..plots import plot_sweep
-from .rundir import (CHECKPOINT_FILE, CONFIG_FILE, HISTORY_FILE, LOCK_FILE, UNCERTAINTY_FILE,
+from .rundir import (CHECKPOINT_FILE, CONFIG_FILE, LOCK_FILE, UNCERTAINTY_FILE,
                      RunDirectory, best_validation_epoch)
 
 TRAIN_MODULE, PRUNE_MODULE = "gluon_bbb.commands.train", "gluon_bbb.commands.prune"
