@@ -153,6 +153,9 @@ class Interrupted(KeyboardInterrupt):
 # NumPy scalar is a number like any other.
 FLOAT32_TINY = 1.1754943508222875e-38
 FLOAT32_MAX = 3.4028234663852886e38
+# the most draws a Monte Carlo predictive averages (a pass over the images each): the bound of
+# --test-samples, of the predictives' num_samples and of a compressed model's header
+MAX_PREDICTIVE_SAMPLES = 1000
 
 
 def is_real(value):
@@ -182,16 +185,14 @@ def require_real(field, value, low=-FLOAT32_MAX, high=FLOAT32_MAX, low_open=Fals
     where given."""
     if not (is_float32(value) and (low < value if low_open else low <= value)
             and (value < high if high_open else value <= high)):
-        if words is None:
-            bounds = "%s%s, %s%s" % ("(" if low_open else "[", _bound(low), _bound(high),
-                                     ")" if high_open else "]")
-            if (low, high) == (-FLOAT32_MAX, FLOAT32_MAX):
-                words = ("a number float32 holds (0, or a magnitude from %.3g to %.3g)"
-                         % (FLOAT32_TINY, FLOAT32_MAX))
-            else:
-                words = "in %s" % bounds
-                if is_real(value) and 0 < abs(value) < FLOAT32_TINY:
-                    words += " (float32 holds no magnitude below %.3g)" % FLOAT32_TINY
+        if words is None and (low, high) == (-FLOAT32_MAX, FLOAT32_MAX):
+            words = ("a number float32 holds (0, or a magnitude from %.3g to %.3g)"
+                     % (FLOAT32_TINY, FLOAT32_MAX))
+        elif words is None:
+            words = "in %s%s, %s%s" % ("(" if low_open else "[", _bound(low), _bound(high),
+                                       ")" if high_open else "]")
+            if is_real(value) and 0 < abs(value) < FLOAT32_TINY:
+                words += " (float32 holds no magnitude below %.3g)" % FLOAT32_TINY
         raise ConfigError(field, value, words)
     return float(value)
 

@@ -9,7 +9,7 @@ value as the package takes it or raises ``ConfigError`` naming ``name``: ``numbe
 import json
 import math
 
-from .errors import ConfigError, FLOAT32_MAX, check_proportion, is_real, is_whole
+from .errors import ConfigError, FLOAT32_MAX, check_proportion, is_real, require_whole
 
 # no file the package writes nests deeper than a few levels, or is larger than a history of
 # a million epochs
@@ -121,12 +121,7 @@ def proportion(value, name):
 
 def whole(low=0, high=None):
     """A whole number from ``low`` (to ``high``)."""
-    def rule(value, name):
-        if not (is_whole(value) and value >= low and (high is None or value <= high)):
-            raise ConfigError(name, value, "an integer >= %d" % low if high is None
-                              else "an integer in [%d, %d]" % (low, high))
-        return int(value)
-    return rule
+    return lambda value, name: require_whole(name, value, low, high)
 
 
 def text(value, name):

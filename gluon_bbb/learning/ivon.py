@@ -7,7 +7,8 @@ import math
 import mxnet as mx
 from mxnet import nd
 
-from ..errors import FLOAT32_TINY, require_positive, require_real, require_whole
+from ..errors import (FLOAT32_TINY, MAX_PREDICTIVE_SAMPLES, require_positive, require_real,
+                      require_whole)
 from ..native import library as native
 from .noise import PhiloxNoise
 from .plan import check_ivon_numbers
@@ -26,8 +27,6 @@ def _check_learning_rate(rate):
                         words="a finite number in (0, %g]" % MAX_LEARNING_RATE)
 
 
-# as many draws as a Monte Carlo predictive averages (a pass over the images each)
-MAX_PREDICTIVE_SAMPLES = 1000
 # IVON's reference rates are 0.1 to 1 (the paper's and this package's preset: 0.5); a rate of
 # 1e6 already moves a mean by 1e6 times its momentum in one step
 MAX_LEARNING_RATE = 1e6

@@ -5,7 +5,7 @@ import mxnet as mx
 from mxnet import autograd, nd
 from mxnet.gluon import HybridBlock, nn
 
-from ..errors import require_positive, require_real, require_whole
+from ..errors import MAX_PREDICTIVE_SAMPLES, require_positive, require_real, require_whole
 from ..family.priors import Prior
 from ..family.estimators import estimator as estimator_named
 from ..tutorial import (GaussianPrior, sample_epsilons, sampled_kl, total,
@@ -18,8 +18,6 @@ from ..analysis.snr import prune_weights
 # the blocks' default initial rho: sigma = softplus(-5) = 0.0067, small beside the weights a
 # Gluon initializer gives (docs/NETWORKS.md)
 DEFAULT_RHO = -5.0
-# as many draws as a Monte Carlo predictive averages (a forward pass each)
-MAX_PREDICTIVE_SAMPLES = 1000
 
 
 class BayesianLayer(HybridBlock):

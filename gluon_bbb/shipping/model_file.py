@@ -10,7 +10,7 @@ import numpy as np
 
 from ..analysis.metrics import predictive_entropy as entropy_bits, softmax
 from .. import jsonfile
-from ..errors import GluonBBBError, is_real, is_whole
+from ..errors import MAX_PREDICTIVE_SAMPLES, GluonBBBError, is_real, require_whole
 from ..networks.layers import parse_network
 from ..outputs import COMPRESSED, path_problem
 
@@ -26,8 +26,6 @@ VALUE_DTYPES = ("int8", "int16", "int32", "float32")
 # of float32 means; the package's largest network, the 2x1200 MLP, has 2.4 million)
 MAX_HEADER_BYTES = 1 << 20
 MAX_WEIGHTS = 1 << 28
-# the most draws a Monte Carlo predictive averages (the training commands' --test-samples bound)
-MAX_PREDICTIVE_SAMPLES = 1000
 # the most classes a header may name, and its largest divisor of raw pixel values (MNIST's 126)
 MAX_CLASSES, MAX_PIXEL_SCALE = 10000, 1e4
 # A prediction whose class has a probability below this is flagged unsure in absolute terms
@@ -262,13 +260,8 @@ class CompressedModel:
         mean network (``num_samples=0``), or the mean of ``num_samples`` draws of the kept
         weights from N(mu, sigma^2) (the file must keep sigmas), computed with ``operators``
         (``SeparateOperators``: each convolution and max pooling apart, to compare)."""
-        if not (is_whole(num_samples) and 0 <= num_samples <= MAX_PREDICTIVE_SAMPLES):
-            raise ValueError("num_samples must be an integer in [0, %d], got %r"
-                             % (MAX_PREDICTIVE_SAMPLES, num_samples))
-        if not (is_whole(batch_size) and batch_size >= 1):
-            raise ValueError("batch_size must be an integer >= 1, got %r" % (batch_size,))
-        if not (is_whole(seed) and seed >= 0):
-            raise ValueError("seed must be an integer >= 0, got %r" % (seed,))
+        num_samples = require_whole("num_samples", num_samples, 0, MAX_PREDICTIVE_SAMPLES)
+        batch_size, seed = require_whole("batch_size", batch_size, 1), require_whole("seed", seed)
         if num_samples and self.sigmas is None:
             raise ModelFileError("this file keeps no sigmas: it predicts with its mean weights "
                                  "only (num_samples 0)")
