@@ -28,7 +28,7 @@ from gluon_bbb import Config, load_mnist
 from gluon_bbb.family import estimators, kl as kl_estimates
 from gluon_bbb.learning.config import PRESETS  # noqa: E402
 from gluon_bbb.tutorial import init_variational_params  # noqa: E402
-from gluon_bbb.learning.ndarray_backend import NetworkGraph, combined_loss_gradients, draw_size  # noqa
+from gluon_bbb.learning.step import NetworkGraph, combined_loss_gradients, draw_size  # noqa
 from gluon_bbb.learning.noise import PhiloxNoise  # noqa: E402
 from gluon_bbb.learning.rundir import RunDirectory  # noqa: E402
 

@@ -52,7 +52,7 @@ from gluon_bbb import (Config, TrainingStep, combined_loss, gaussian_prior,  # n
                        sample_epsilons, transform_gaussian_samples, transform_rhos)
 from gluon_bbb.family import estimators
 from gluon_bbb.learning.config import PRESETS  # noqa: E402
-from gluon_bbb.learning.ndarray_backend import NetworkGraph  # noqa: E402
+from gluon_bbb.learning.step import NetworkGraph  # noqa: E402
 
 STEPS_PER_EPOCH = 469  # ceil(60000 / 128)
 PEER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "pytorch_peer.py")

@@ -66,7 +66,6 @@ __version__ = "0.1.0"
 # the public names that need MXNet, and the module of each
 _EXPORTS = {}
 for _module, _names in {
-        "learning.checkpoint": "read_checkpoint save_checkpoint",
         "learning.config": "Config",
         "learning.context": "context_name parse_context",
         "data": "MNIST load_mnist read_idx resolve_data_dir",
@@ -77,14 +76,13 @@ for _module, _names in {
                          "ScaleMixturePrior gaussian_prior scale_mixture_prior",
         "family.estimators": "Estimator",
         "family.parametrizations": "LogVariance Parametrization Softplus",
-        "learning.ndarray_backend": "combined_loss_gradients",
         "family.likelihoods": "Categorical Gaussian gaussian_log_likelihood parse_likelihood",
         "learning.noise": "noise_for",
         "toy_problems": "PROBLEMS fit_regression predict_regression regression_config "
                         "run_regression split_uncertainty",
         "analysis.snr": "prune_weights pruning_table signal_to_noise_ratio",
-        "learning.rundir": "RunDirectory load_checkpoint",
-        "learning.step": "TrainingStep",
+        "learning.rundir": "RunDirectory load_checkpoint read_checkpoint save_checkpoint",
+        "learning.step": "TrainingStep combined_loss_gradients",
         "learning.loop": "TrainResult kl_weights train",
         "analysis.uncertainty": "auroc expected_calibration_error negative_log_likelihood "
                                 "predict predictive_entropy"}.items():

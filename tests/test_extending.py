@@ -37,7 +37,7 @@ def doc(mnist):
     namespace["printed"] = printed.getvalue().splitlines()
     yield namespace
     # the names the page's classes took, given back: other modules' tests expect them unknown
-    from gluon_bbb.family import estimators, kl as kl_estimates
+    from gluon_bbb.family import estimators
     from gluon_bbb.family import parametrizations
     from gluon_bbb.family import priors
     for known, name in ((priors.KNOWN, "laplace"), (estimators.KNOWN, "my_sample"),
@@ -213,7 +213,7 @@ def test_the_checkpoint_names_its_parametrization(tmp_path, mnist):
     with pytest.raises(CheckpointError, match="holds rhos of parametrization softplus, its "
                                               "run's config.json says log_variance"):
         run.load_parameters(run.read_config())
-    from gluon_bbb.learning.checkpoint import read_checkpoint
+    from gluon_bbb.learning.rundir import read_checkpoint
     assert read_checkpoint(path)["parametrization"] == SOFTPLUS
     arrays["parametrization"] = nd.array(list(b"cube_root"), dtype="uint8")
     nd.save(path, arrays)

@@ -303,7 +303,7 @@ def test_a_run_steps_the_same_on_both_backends(native_kernels, native_operators,
     runs = {}
     for backend in ("native", "ndarray"):
         step = TrainingStep(config.build_plan(), ctx, backend=backend, num_train=3000)
-        assert step.backend.name == backend and step.optimizer.native == (backend == "native")
+        assert step.backend == backend and step.optimizer.native == (backend == "native")
         losses = [step(X, y, 1.0).asscalar() for _ in range(5)]
         runs[backend] = losses, step.mu.asnumpy(), step.rho.asnumpy()
         assert list(step.graph._nll_ops) == [network != "mlp" and backend == "native"]

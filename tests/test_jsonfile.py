@@ -5,11 +5,10 @@ header), corrupted in each way, refused on one line naming the file and the fiel
 import json
 import math
 
-import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from commands import EVALUATE, PREDICT, SWEEP, TRAIN, assert_one_line_error, run
+from commands import EVALUATE, SWEEP, TRAIN, assert_one_line_error, run
 from gluon_bbb import jsonfile
 from gluon_bbb.errors import CheckpointError, ConfigError
 

@@ -331,7 +331,7 @@ def test_the_native_graphs_take_the_operators_and_the_ndarray_ones_do_not(
     ``bbb_max_pool`` for each max pooling (with the ReLU after it); the ndarray backend's
     graphs, which any context and float64 take, the formulas on MXNet's operators; both give
     the same loss and gradients."""
-    from gluon_bbb.learning.ndarray_backend import NetworkGraph
+    from gluon_bbb.learning.step import NetworkGraph
     from gluon_bbb.learning.noise import PhiloxNoise
     config = Config(network="lenet", estimator=estimator_name, kl="analytic")
     network = config.build_network()

@@ -4,7 +4,6 @@ standard output, the JSON the command wrote to its files."""
 import json
 
 import numpy as np
-import pytest
 
 from commands import (COMPRESS, EVALUATE, PREDICT, PRUNE, REGRESSION, SHIFT, TRAIN, run)
 

@@ -4,7 +4,6 @@ virtual environment running every command from a directory outside the checkout.
 import json
 import os
 import shutil
-import subprocess
 import sys
 import sysconfig
 

@@ -21,7 +21,7 @@ from gluon_bbb.networks.layers import mlp
 from test_package import package_imports
 
 # the step and what it is built from: none of them may reach learning.config
-BELOW_THE_LOOP = ("learning.step", "learning.ndarray_backend", "learning.ivon", "learning.plan",
+BELOW_THE_LOOP = ("learning.step", "learning.ivon", "learning.plan",
                   "learning.schedules", "learning.noise", "learning.threads",
                   "networks.layers", "networks.blocks")
 

@@ -8,7 +8,6 @@ import struct
 import zlib
 
 import numpy as np
-import pytest
 
 from commands import COMPRESS, PREDICT, assert_one_line_error, run
 from gluon_bbb.shipping import model_file as compressed

@@ -10,9 +10,9 @@ from mxnet import nd
 
 from commands import REGRESSION, TRAIN, assert_one_line_error, run
 from gluon_bbb import Config, combined_loss_gradients
-from gluon_bbb.learning.ndarray_backend import FlatLayout, NetworkGraph
+from gluon_bbb.learning.step import FlatLayout, NetworkGraph
 from gluon_bbb.learning.noise import PhiloxNoise, philox_normals_reference
-from test_ndarray_backend import assert_matches
+from test_step import assert_matches
 from tutorial_reference import tutorial_gradients
 
 

@@ -6,7 +6,6 @@ and run again: the same figures as its trials run by hand, nothing trained twice
 running ``dask scheduler`` with two ``dask worker``s."""
 import json
 import os
-import shutil
 import signal
 import socket
 import subprocess
@@ -197,7 +196,7 @@ def test_a_failing_trial_says_its_cause(tmp_path, monkeypatch):
 
 MXNET_TRACEBACK = """Traceback (most recent call last):
   File "<frozen runpy>", line 198, in _run_module_as_main
-  File "/site/gluon_bbb/learning/ndarray_backend.py", line 120, in _run
+  File "/site/gluon_bbb/learning/step.py", line 120, in _run
     loss = op(*[inputs[name] for name in names])
 mxnet.base.MXNetError: Traceback (most recent call last):
   File "../src/imperative/./imperative_utils.h", line 203

@@ -17,7 +17,7 @@ def signal_to_noise_ratio(mus, sigmas):
 
 def prior_rule_proportion(config, state):
     """The share of the parameters of a run's parameter file (``state``, as
-    ``checkpoint.read_checkpoint`` gives it) that the run's prior has switched off while
+    ``rundir.read_checkpoint`` gives it) that the run's prior has switched off while
     training (its ``switched_off``: sparse variational dropout's log alpha > 3), or None where
     the prior has no such rule, the model learns no sigma, or the prior's class is not defined
     here."""

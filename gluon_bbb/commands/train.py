@@ -299,8 +299,11 @@ def main(argv=None, prog=PROG):
         say_for(args.json)(_implied_words(taken))
     # a resumed run's own files are its to read first (the resume rules); they are checked as
     # they are written
+    from ..learning.loop import train
     with run.create(files=training_files(own=not args.resume)).locked():
-        return train_and_report(args, config, ctx, run, data, ood_images)
+        result = train(config, data, ctx, out_dir=run, resume=args.resume,
+                       eval_train=args.eval_train, log=say_for(args.json), backend=args.backend)
+        return report(args, config, ctx, run, data, ood_images, result)
 
 
 # the plots a training run draws beside its own files and its uncertainty report
@@ -318,16 +321,13 @@ def training_files(own=True):
                 **report_files(CHECKPOINT_FILE))
 
 
-def train_and_report(args, config, ctx, run, data, ood_images):
-    """Train into ``run`` (locked by the caller), then draw the plots and the uncertainty
-    report there."""
+def report(args, config, ctx, run, data, ood_images, result):
+    """Draw the plots and the uncertainty report of a trained run (``result``, a
+    ``loop.TrainResult``) into ``run`` (locked by the caller), and say what it reached."""
     from ..analysis.report import evaluate_run
     from ..plots import plot_accuracy, plot_weights
     from ..learning.rundir import BEST_CHECKPOINT_FILE, best_validation_epoch
-    from ..learning.loop import train
     say = say_for(args.json)
-    result = train(config, data, ctx, out_dir=run, resume=args.resume,
-                   eval_train=args.eval_train, log=say, backend=args.backend)
     plot_accuracy(result.history, run.file(PLOTS[0]))
     plot_weights(result.mus, result.sigmas, run.file(PLOTS[1]))
     kind, report = config.model_kind, None

@@ -11,7 +11,6 @@ import numpy as np
 from mxnet import nd
 
 from ..family.kl import kl_weighting
-from .checkpoint import first_non_finite
 from ..shipping.writer import best_gated_units, keep_gated_units, units_left
 from .config import IMPLIED, Config, flat_defaults
 from .context import context_name
@@ -20,7 +19,7 @@ from ..errors import (CheckpointError, ConfigError, DataError, Interrupted, Reso
                       TrainingDiverged)
 from ..outputs import signals_deferred
 from ..tutorial import evaluate_accuracy, evaluate_nll
-from .rundir import RunDirectory, best_validation_epoch
+from .rundir import RunDirectory, best_validation_epoch, first_non_finite
 from .step import TrainingStep, choose_backend, training_memory_bytes
 
 # Where no progress bar is drawn (stderr is not a terminal), a line at most this often within
@@ -297,6 +296,43 @@ def _train(config, data, ctx, run, resume, eval_train, log, progress, check_ever
     num_batches = math.ceil(num_train / config.batch_size)
     batch_kl_weights = [config.kl_scale * weight
                         for weight in config.kl_weighting_kind.weights(num_batches)]
+    config, step, history, start_epoch = _start(config, data, ctx, run, resume, backend,
+                                                num_train, log)
+    saved.epochs, changed = start_epoch, changed_start(config)
+    table = EpochTable(config, eval_train, step.prior.has_switched_off_rule, log)
+    X_all, y_all = (nd.array(a, ctx=ctx, dtype="float32") for a in (train_images, train_labels))
+    test = [nd.array(a, ctx=ctx, dtype="float32") for a in (data.test_images, data.test_labels)]
+    for epoch in range(start_epoch, config.epochs):
+        started = time.time()
+        step.start_epoch(epoch)
+        order = nd.array(np.random.default_rng([config.seed, epoch]).permutation(num_train),
+                         ctx=ctx, dtype="int32")
+        kl_factor = step.plan.schedule.kl_factor_at(epoch)
+        loss_sum = _train_epoch(step, epoch, nd.take(X_all, order),
+                                nd.one_hot(nd.take(y_all, order), config.num_outputs),
+                                [kl_factor * weight for weight in batch_kl_weights], progress,
+                                check_every, log, changed)
+        record = _epoch_record(step, config, epoch, loss_sum / num_batches,
+                               time.time() - started, kl_factor, test,
+                               (val_images, val_labels), (X_all, y_all), eval_train)
+        history.append(record)
+        if run is not None:
+            # a signal waits for the epoch's files and its count: the message it ends the
+            # run with names every epoch on disk, and history.json never runs past the
+            # checkpoint
+            with signals_deferred():
+                run.save_epoch(step, history, best=best_validation_epoch(history) is record)
+                saved.epochs = epoch + 1
+        if progress:
+            sys.stderr.write("\r" + " " * 60 + "\r")
+        log(table.row(record, kl_factor))
+    return TrainResult(config=config, mus=step.mus, rhos=step.rhos, history=history)
+
+
+def _start(config, data, ctx, run, resume, backend, num_train, log):
+    """``(config, step, history, start_epoch)`` of a run about to train: its config (a resumed
+    run's own), its training step (new, from ``init_from``'s means, or from the checkpoint's
+    state), the history so far and the epoch it starts at; config.json written into ``run``."""
     start_epoch, history, state = 0, [], None
     if run is not None:
         if resume:
@@ -310,13 +346,10 @@ def _train(config, data, ctx, run, resume, eval_train, log, progress, check_ever
                          data_fingerprint=data.fingerprint)
         # said once the directory is known to be this run's: a refused run never claims it
         log("training on %s, writing to %s" % (ctx, run.path))
-    saved.epochs = start_epoch
-    plan, changed = config.build_plan(), changed_start(config)
-    if state is None and config.init_from is not None:
-        step = TrainingStep(plan, ctx, initial_means(config, ctx), backend=backend,
-                            num_train=num_train)
-    elif state is None:
-        step = TrainingStep(plan, ctx, backend=backend, num_train=num_train)
+    plan = config.build_plan()
+    if state is None:
+        means = initial_means(config, ctx) if config.init_from is not None else None
+        step = TrainingStep(plan, ctx, means, backend=backend, num_train=num_train)
     else:
         step = TrainingStep(plan, ctx, state["mus"], state["rhos"], backend,
                             num_update=state["num_update"], num_train=num_train)
@@ -324,62 +357,39 @@ def _train(config, data, ctx, run, resume, eval_train, log, progress, check_ever
     log(step.describe())
     if start_epoch == config.epochs:
         log("%s has trained all its %d epochs: nothing to train" % (run.path, config.epochs))
+    return config, step, history, start_epoch
 
-    table = EpochTable(config, eval_train, step.prior.has_switched_off_rule, log)
-    X_all = nd.array(train_images, ctx=ctx, dtype="float32")
-    y_all = nd.array(train_labels, ctx=ctx, dtype="float32")
-    X_test = nd.array(data.test_images, ctx=ctx, dtype="float32")
-    y_test = nd.array(data.test_labels, ctx=ctx, dtype="float32")
 
-    for epoch in range(start_epoch, config.epochs):
-        started = time.time()
-        step.start_epoch(epoch)
-        order = np.random.default_rng([config.seed, epoch]).permutation(num_train)
-        order_nd = nd.array(order, ctx=ctx, dtype="int32")
-        X_epoch = nd.take(X_all, order_nd)
-        y_epoch = nd.one_hot(nd.take(y_all, order_nd), config.num_outputs)
-        kl_factor = plan.schedule.kl_factor_at(epoch)
-        loss_sum = _train_epoch(step, epoch, X_epoch, y_epoch,
-                                [kl_factor * weight for weight in batch_kl_weights], progress,
-                                check_every, log, changed)
-        epoch_seconds = time.time() - started
-        mus, network = step.mus, step.network
-        record = {"epoch": epoch + 1, "loss": loss_sum / num_batches,
-                  "test_accuracy": evaluate_accuracy(X_test, y_test, mus, network=network),
-                  "epoch_seconds": epoch_seconds, "threads": step.threads.segments,
-                  "learning_rate": plan.schedule.learning_rate_at(epoch)}
-        if config.kl_warmup_epochs:
-            # the loss of a warm-up epoch weighs its KL term by this factor
-            record["kl_factor"] = kl_factor
-        # the parameters the prior's rule keeps (step.kept), once an epoch, for the share it
-        # has switched off and the validation objective
-        kept = step.kept() if step.prior.has_switched_off_rule else None
-        share_off = None if kept is None else 1.0 - float(nd.mean(kept).asscalar())
-        if share_off is not None:
-            record["switched_off"] = share_off
-            left = _structure_left(step, kept)
-            if left is not None:
-                record["units_left"], record["multiply_adds_left"] = left
-        if config.validation:
-            record["validation_accuracy"] = evaluate_accuracy(val_images, val_labels, mus,
-                                                              network=network)
-            objective = validation_objective(step, val_images, val_labels, num_train, kept)
-            if objective is not None:
-                record["validation_objective"] = objective
-        if eval_train:
-            record["train_accuracy"] = evaluate_accuracy(X_all, y_all, mus, network=network)
-        history.append(record)
-        if run is not None:
-            # a signal waits for the epoch's files and its count: the message it ends the
-            # run with names every epoch on disk, and history.json never runs past the
-            # checkpoint
-            with signals_deferred():
-                run.save_epoch(step, history, best=best_validation_epoch(history) is record)
-                saved.epochs = epoch + 1
-        if progress:
-            sys.stderr.write("\r" + " " * 60 + "\r")
-        log(table.row(record, kl_factor))
-    return TrainResult(config=config, mus=step.mus, rhos=step.rhos, history=history)
+def _epoch_record(step, config, epoch, loss, seconds, kl_factor, test, held_out, train,
+                  eval_train):
+    """Epoch ``epoch``'s history record (0-based; the record counts from 1): its mean loss,
+    ``seconds``, the accuracies of the mean weights on ``test``, the ``held_out`` validation
+    images and, with ``eval_train``, the ``train`` images (each ``(images, labels)``), and
+    what the prior's rule has switched off."""
+    mus, network = step.mus, step.network
+    record = {"epoch": epoch + 1, "loss": loss,
+              "test_accuracy": evaluate_accuracy(*test, mus, network=network),
+              "epoch_seconds": seconds, "threads": step.threads.segments,
+              "learning_rate": step.plan.schedule.learning_rate_at(epoch)}
+    if config.kl_warmup_epochs:
+        # the loss of a warm-up epoch weighs its KL term by this factor
+        record["kl_factor"] = kl_factor
+    # the parameters the prior's rule keeps (step.kept), once an epoch, for the share it
+    # has switched off and the validation objective
+    kept = step.kept() if step.prior.has_switched_off_rule else None
+    if kept is not None:
+        record["switched_off"] = 1.0 - float(nd.mean(kept).asscalar())
+        left = _structure_left(step, kept)
+        if left is not None:
+            record["units_left"], record["multiply_adds_left"] = left
+    if config.validation:
+        record["validation_accuracy"] = evaluate_accuracy(*held_out, mus, network=network)
+        objective = validation_objective(step, *held_out, train[0].shape[0], kept)
+        if objective is not None:
+            record["validation_objective"] = objective
+    if eval_train:
+        record["train_accuracy"] = evaluate_accuracy(*train, mus, network=network)
+    return record
 
 
 class EpochTable:
@@ -511,8 +521,8 @@ def changed_start(config):
     """The settings of ``config`` that set the first loss and differ from the defaults (those
     of its choices where they bring their own: ``config.IMPLIED``)."""
     values, defaults = config.to_flat(), flat_defaults()
-    for (field, value), settings in IMPLIED:
-        if values[field] == value:
+    for (name, value), settings in IMPLIED:
+        if values[name] == value:
             defaults.update(settings)
     return [(field, values[field]) for field in TrainingDiverged.START_FIELDS
             if field in values and values[field] != defaults[field]]

@@ -1,15 +1,19 @@
-"""The run directory: what it holds, how each file is read, checked and written, the lock on it,
-and what a resumed run may change. Training, ``prune.py`` and ``evaluate`` reach a run's files
-only through ``RunDirectory``."""
+"""The run directory: what it holds, how each file is read, checked and written (its parameter
+files, ``nd.save``'s format, at the end), the lock on it, and what a resumed run may change.
+Training, ``prune.py`` and ``evaluate`` reach a run's files only through ``RunDirectory``.
+MXNet is imported where a parameter file is read or written, never by importing this module (a
+sweep's process reads runs without it)."""
 import contextlib
 import dataclasses
 import errno
 import fcntl
 import os
+import zlib
 
 from .config import Config, import_recorded_classes
 from .. import jsonfile, outputs
 from ..errors import CheckpointError, ConfigError, DataError, OutputError, RunDirectoryBusy
+from ..family.parametrizations import SOFTPLUS, parametrization
 
 CONFIG_FILE = "config.json"
 HISTORY_FILE = "history.json"
@@ -256,7 +260,6 @@ class RunDirectory:
     def save_parameters(self, step, epoch, best=False):
         """Write ``step``'s parameters after ``epoch`` epochs: checkpoint.params with the
         optimizer state, or best.params without it."""
-        from .checkpoint import save_checkpoint
         save_checkpoint(self.file(BEST_CHECKPOINT_FILE if best else CHECKPOINT_FILE), step.mus,
                         step.rhos, [] if best else step.state_arrays(), step.num_update, epoch,
                         step.parametrization, trained_as(step.plan))
@@ -276,7 +279,6 @@ class RunDirectory:
     def load_parameters(self, config, ctx=None, path=None):
         """A parameter file of this run (default checkpoint.params), checked against the shapes
         of ``config``'s network."""
-        from .checkpoint import read_checkpoint
         path = path or self.file(CHECKPOINT_FILE)
         state = read_checkpoint(path, ctx)
         check_shapes(state["mus"], config.layer_shapes(), path)
@@ -399,8 +401,7 @@ def is_compressed_model(path):
 
 def load_checkpoint(path, ctx=None):
     """The parameters, optimizer state and epoch of a checkpoint: a run directory's
-    checkpoint.params, or a parameter file (``checkpoint.read_checkpoint``)."""
-    from .checkpoint import read_checkpoint
+    checkpoint.params, or a parameter file (``read_checkpoint``)."""
     return read_checkpoint(resolve_checkpoint(path, alone=True)[1], ctx)
 
 
@@ -410,3 +411,158 @@ def report_prefix(params_path):
     so that reports on the best epoch sit beside those on the last without replacing them."""
     name = os.path.basename(params_path)
     return "" if name == CHECKPOINT_FILE else os.path.splitext(name)[0] + "-"
+
+
+# the parameter files: nd.save of mu, rho, the optimizer state and what they were trained as
+LAYOUT_OUTPUTS_INPUTS = 1
+# the key of the CRC-32 of a file's other arrays (files written before it have none)
+CHECKSUM = "checksum"
+
+
+def save_checkpoint(path, mus, rhos, optimizer_states, num_update, epoch,
+                    sigma_parametrization=SOFTPLUS, trained_as=None):
+    """Write a checkpoint atomically."""
+    from mxnet import nd
+    arrays = {"epoch": nd.array([epoch], dtype="int64"),
+              "num_update": nd.array([num_update], dtype="int64"),
+              "layout": nd.array([LAYOUT_OUTPUTS_INPUTS], dtype="int64"),
+              "parametrization": _ascii(sigma_parametrization.name)}
+    if trained_as is not None:
+        arrays["trained_as"] = _ascii(trained_as)
+    for i, (mu, rho) in enumerate(zip(mus, rhos)):
+        arrays["mu:%d" % i] = mu
+        arrays["rho:%d" % i] = rho
+    for i, state in enumerate(optimizer_states):
+        for j, array in enumerate(state):
+            arrays["opt:%d:%d" % (i, j)] = array
+    arrays[CHECKSUM] = nd.array([_checksum(arrays)], dtype="int64")
+    outputs.write_atomically(path, lambda tmp: nd.save(tmp, arrays), outputs.PARAMETERS)
+
+
+def _checksum(arrays):
+    """CRC-32 of every array of a checkpoint but its checksum: keys, dtypes, shapes and bytes."""
+    import numpy as np
+    crc = 0
+    for key in sorted(k for k in arrays if k != CHECKSUM):
+        values = arrays[key].asnumpy()
+        crc = zlib.crc32(("%s %s %s" % (key, values.dtype, values.shape)).encode(), crc)
+        crc = zlib.crc32(np.ascontiguousarray(values).tobytes(), crc)
+    return crc
+
+
+def read_checkpoint(path, ctx=None):
+    """Read a checkpoint file; returns dict with ``mus``, ``rhos``, ``optimizer_states``
+    (list of lists of NDArrays), ``num_update``, ``epoch`` and ``parametrization`` (the object
+    that turns its rhos into sigmas)."""
+    import mxnet as mx
+    from mxnet import nd
+    ctx = ctx or mx.cpu()
+    problem = outputs.path_problem(path)
+    if problem:
+        raise CheckpointError("%s is %s, not a checkpoint file", path, problem)
+    if not os.path.isfile(path):
+        raise CheckpointError("checkpoint %s does not exist", path)
+    if not outputs.PARAMETERS.holds(path):  # told by its first bytes, before MXNet's C++ message
+        raise CheckpointError("checkpoint %s is not %s: it does not begin as MXNet's nd.save "
+                              "files do", path, outputs.PARAMETERS.words)
+    try:
+        arrays = nd.load(path)
+    except mx.base.MXNetError as exc:
+        # MXNet's message carries a C++ traceback; its last line says what is wrong (a damaged
+        # length reads as "Failed to allocate CPU Memory")
+        reason = str(exc).strip().splitlines()[-1].replace("MXNetError: ", "")
+        raise CheckpointError("checkpoint %s is damaged or cut short: MXNet cannot read its "
+                              "arrays (%s)", path, reason[:200]) from None
+    if not isinstance(arrays, dict) or "mu:0" not in arrays or "epoch" not in arrays:
+        raise CheckpointError("checkpoint %s does not hold gluon_bbb parameters", path)
+    if "num_update" not in arrays:
+        raise CheckpointError("checkpoint %s lacks 'num_update'", path)
+    if CHECKSUM in arrays and int(arrays[CHECKSUM].asscalar()) != _checksum(arrays):
+        raise CheckpointError("checkpoint %s is damaged: its arrays do not match the checksum "
+                              "it was written with", path)
+    count = sum(1 for key in arrays if key.startswith("mu:"))
+    try:
+        mus = [arrays["mu:%d" % i].as_in_context(ctx) for i in range(count)]
+        rhos = [arrays["rho:%d" % i].as_in_context(ctx) for i in range(count)]
+    except KeyError as exc:
+        raise CheckpointError("checkpoint %s lacks %s", path, exc) from None
+    opt_keys = [k for k in arrays if k.startswith("opt:")]
+    states = [[] for _ in range(1 + max([int(k.split(":")[1]) for k in opt_keys], default=-1))]
+    for key in opt_keys:
+        _, i, j = key.split(":")
+        states[int(i)].append((int(j), arrays[key].as_in_context(ctx)))
+    states = [[a for _, a in sorted(s, key=lambda t: t[0])] for s in states]
+    check_finite_parameters(path, mus, rhos)
+    if "layout" not in arrays:
+        mus, rhos, states = _from_inputs_outputs(mus, rhos, states)
+    return {"mus": mus, "rhos": rhos, "optimizer_states": states,
+            "num_update": int(arrays["num_update"].asscalar()),
+            "epoch": int(arrays["epoch"].asscalar()),
+            "parametrization": _parametrization_of(path, arrays),
+            "trained_as": _text(arrays["trained_as"]) if "trained_as" in arrays else None}
+
+
+def _ascii(text):
+    from mxnet import nd
+    return nd.array(list(text.encode("ascii")), dtype="uint8")
+
+
+def _text(array):
+    import numpy as np
+    return bytes(array.asnumpy().astype(np.uint8).tolist()).decode("ascii", "replace")
+
+
+def _parametrization_of(path, arrays):
+    """The parametrization a file's ``parametrization`` key names (softplus without one)."""
+    if "parametrization" not in arrays:
+        return SOFTPLUS
+    name = _text(arrays["parametrization"])
+    try:
+        return parametrization(name)
+    except ConfigError:
+        raise CheckpointError("checkpoint %s holds rhos of parametrization %r, which this "
+                              "process does not define (a parametrization of the user's own: "
+                              "define that class first)", path, name) from None
+
+
+def first_non_finite(mus, rhos):
+    """Where ``mus`` and ``rhos`` (NDArrays) first hold NaN or infinity: ``(name, count, size,
+    value)``, the array by its key here (``mu:i``, ``rho:i``), how many of its entries, of how
+    many, and the first such value; None where all are finite."""
+    import numpy as np
+    named = [("mu:%d" % i, m) for i, m in enumerate(mus)] + [
+        ("rho:%d" % i, r) for i, r in enumerate(rhos)]
+    for name, array in named:
+        values = array.asnumpy()
+        bad = ~np.isfinite(values)
+        if bad.any():
+            return name, int(bad.sum()), values.size, values[bad][0]
+    return None
+
+
+def check_finite_parameters(path, mus, rhos):
+    """CheckpointError naming the first array of ``mus`` and ``rhos`` holding NaN or infinity:
+    nothing is pruned, evaluated, compressed or resumed from such a file."""
+    found = first_non_finite(mus, rhos)
+    if found:
+        raise CheckpointError("%s holds non-finite parameters: %d of the %d entries of %s are "
+                              "NaN or infinite; nothing is computed on them", path, found[1],
+                              found[2], found[0])
+
+
+def _from_inputs_outputs(mus, rhos, states):
+    """Parameters and flat optimizer state with weights (inputs, outputs) turned to (outputs,
+    inputs)."""
+    from mxnet import nd
+    shapes = [m.shape for m in mus]
+
+    def turn_flat(flat):
+        blocks, offset = [], 0
+        for shape in shapes:
+            size = int(shape[0] * (shape[1] if len(shape) == 2 else 1))
+            block = flat[offset:offset + size].reshape(shape)
+            blocks.append((block.T if len(shape) == 2 else block).reshape((-1,)))
+            offset += size
+        return nd.concat(*blocks, dim=0)
+    turn = lambda arrays: [a.T.copy() if a.ndim == 2 else a for a in arrays]
+    return turn(mus), turn(rhos), [[turn_flat(a) for a in state] for state in states]

@@ -347,7 +347,7 @@ def extra_workspace_vectors(estimator):
 
 def loss_gradients(X, targets, mu, rho, noise, num_samples, prior, kl_weight, graph, workspace,
                    kl, estimator, parametrization=SOFTPLUS, keep=None):
-    """``ndarray_backend.combined_loss_gradients`` on a CPU context, for a combination of
+    """``learning.step.combined_loss_gradients`` on a CPU context, for a combination of
     ``table.SERVED``, the noise of ``num_samples`` Philox streams of ``noise`` (a
     ``noise.PhiloxNoise``), the same draws as the ndarray backend takes; ``kl`` and
     ``estimator``: ``family/estimators.py`` objects (the estimator's data term is its function of
