@@ -292,6 +292,25 @@ def load_mxnet(ctx=None):
         raise MXNetUnavailable("%s", problem)
 
 
+def load_run(args):
+    """``(run, checkpoint_path, config)`` of a command that reads a trained run: MXNet loaded
+    (for ``args.ctx`` where the command has it), the run ``args.run`` names (a run directory,
+    or a parameter file in one: ``rundir.resolve_checkpoint``) and its classifier config."""
+    load_mxnet(getattr(args, "ctx", None))
+    from ..learning.rundir import resolve_checkpoint
+    run, checkpoint_path = resolve_checkpoint(args.run)
+    return run, checkpoint_path, run.read_classifier_config()
+
+
+def report_directory(args, run, files):
+    """The directory a report on ``run`` goes to, ``args.out`` (default the run's own), made
+    with the report's ``files`` (``{name: outputs.FileKind}``) claimed before any work, as
+    ``outputs.py`` rules: never inside a run other than ``run``."""
+    from ..learning.rundir import RunDirectory
+    return RunDirectory(run.path if args.out is None else args.out).create(
+        "out", files, own_runs=[run.path])
+
+
 # How long a signal that arrived where its exception would be lost waits to be sent again: the
 # finalizer it interrupted has ended by then.
 _SEND_AGAIN_SECONDS = 0.01
@@ -320,41 +339,11 @@ def _ended_even_inside_native_code(prog):
     inside = threading.Event()
     inside.set()
 
-    def where_the_main_thread_is():
-        frame = sys._current_frames().get(threading.main_thread().ident)
-        return None if frame is None else (id(frame), frame.f_lasti)
-
     def watch():
         try:
-            watch_until_the_command_ends()
+            _watch_until_the_command_ends(read_end, inside, prog)
         finally:
             os.close(read_end)
-
-    def watch_until_the_command_ends():
-        while True:
-            try:
-                received = os.read(read_end, 64)
-            except OSError:
-                return
-            if not inside.is_set() or not received:
-                return
-            signum = received[-1]
-            if signum not in (signal.SIGINT, signal.SIGTERM):
-                continue
-            place, still = where_the_main_thread_is(), 0.0
-            while still < STUCK_SECONDS:
-                time.sleep(_WATCH_SECONDS)
-                now = where_the_main_thread_is()
-                still = still + _WATCH_SECONDS if now == place else 0.0
-                place = now
-                if not inside.is_set():
-                    return
-            name = signal.Signals(signum).name
-            os.write(2, ("\n%s: %s by %s; it was inside a native call that did not return "
-                         "for %g s, so it ends there\n" % (
-                             prog, "terminated" if name == "SIGTERM" else "interrupted", name,
-                             STUCK_SECONDS)).encode())
-            os._exit(128 + signum)
 
     watcher = threading.Thread(target=watch, name="signal watcher", daemon=True)
     watcher.start()
@@ -368,16 +357,52 @@ def _ended_even_inside_native_code(prog):
         os.close(write_end)
 
 
+def _watch_until_the_command_ends(read_end, inside, prog):
+    """The watcher's loop: for each SIGINT or SIGTERM the wakeup pipe ``read_end`` reports while
+    the command runs (``inside`` set), end the process where the main thread stays on one place
+    for ``STUCK_SECONDS`` (a native call that does not return to the handler)."""
+    def where_the_main_thread_is():
+        frame = sys._current_frames().get(threading.main_thread().ident)
+        return None if frame is None else (id(frame), frame.f_lasti)
+
+    while True:
+        try:
+            received = os.read(read_end, 64)
+        except OSError:
+            return
+        if not inside.is_set() or not received:
+            return
+        signum = received[-1]
+        if signum not in (signal.SIGINT, signal.SIGTERM):
+            continue
+        place, still = where_the_main_thread_is(), 0.0
+        while still < STUCK_SECONDS:
+            time.sleep(_WATCH_SECONDS)
+            now = where_the_main_thread_is()
+            still = still + _WATCH_SECONDS if now == place else 0.0
+            place = now
+            if not inside.is_set():
+                return
+        name = signal.Signals(signum).name
+        os.write(2, ("\n%s: %s by %s; it was inside a native call that did not return for %g "
+                     "s, so it ends there\n" % (
+                         prog, "terminated" if name == "SIGTERM" else "interrupted", name,
+                         STUCK_SECONDS)).encode())
+        os._exit(128 + signum)
+
+
+def _send_again(signum):
+    """Send ``signum`` to the main thread again in ``_SEND_AGAIN_SECONDS`` (from another thread:
+    sent from the handler, it would run where it ran)."""
+    timer = threading.Timer(_SEND_AGAIN_SECONDS, signal.pthread_kill,
+                            [threading.main_thread().ident, signum])
+    timer.daemon = True
+    timer.start()
+
+
 @contextlib.contextmanager
 def _interrupts_raised():
     """SIGINT and SIGTERM raise ``Interrupted`` naming the signal, in the main thread's own code."""
-    def send_again(signum):
-        # from another thread: sent here, the handler would run where it ran
-        timer = threading.Timer(_SEND_AGAIN_SECONDS, signal.pthread_kill,
-                                [threading.main_thread().ident, signum])
-        timer.daemon = True
-        timer.start()
-
     def where_a_raise_is_lost(frame):
         while frame is not None:
             if frame.f_code.co_name == "__del__" or frame.f_code is unraisable.__code__:
@@ -387,14 +412,14 @@ def _interrupts_raised():
 
     def handler(signum, frame):
         if where_a_raise_is_lost(frame):
-            send_again(signum)
+            _send_again(signum)
         else:
             raised.append(signal.Signals(signum).name)
             raise Interrupted(raised[-1])
 
     def unraisable(report):
         if isinstance(report.exc_value, KeyboardInterrupt):
-            send_again(getattr(signal, getattr(report.exc_value, "signal_name", "SIGINT")))
+            _send_again(getattr(signal, getattr(report.exc_value, "signal_name", "SIGINT")))
         elif not freeing_what_the_interrupt_cut_short:
             previous_hook(report)
 

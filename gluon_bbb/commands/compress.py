@@ -76,13 +76,12 @@ def compress_run(args, run, checkpoint_path):
     """Compress the run as ``args`` say into ``args.out`` (claimed by the caller)."""
     say = say_for(args.json)
     import numpy as np
-    from ..shipping.writer import (SEARCH_PROPORTIONS, calibrate_unsure, compress_parameters,
-                              error_rate, run_parameters, write_model)
+    from ..shipping.writer import (calibrate_unsure, compress_parameters, error_rate,
+                                   run_parameters, write_model)
     from ..shipping.model_file import UNSURE_PROBABILITY, NumPyOperators, softmax
     from ..data import idx_paths
     from ..errors import ConfigError
     from ..outputs import check_not_an_input
-    from ..analysis.snr import prior_rule_proportion
     load_mxnet()
     config, network, mus, sigmas, ranking, state = run_parameters(run, checkpoint_path)
     if args.sigma_bits and sigmas is None:
@@ -103,24 +102,8 @@ def compress_run(args, run, checkpoint_path):
     if args.proportion is not None:
         model, header, blobs, report = compress(args.proportion)
     else:
-        say("choosing the proportion on %s:" % where)
-        say("  the largest whose error is within %g percentage points of the unpruned mean "
-            "network's %.2f%%" % (limit, 100 * dense_error))
-        model, header, blobs, report = compress(0.0)
-        # a prior that prunes as it trains gives a proportion of its own, tried with the others
-        rule = prior_rule_proportion(config, state)
-        if rule is not None:
-            say("the %s prior has switched off %.4g of the parameters while training" % (
-                config.prior.replace("_", "-"), rule))
-        for proportion in sorted(set(SEARCH_PROPORTIONS) | ({rule} if rule is not None
-                                                             else set())):
-            candidate = compress(proportion)
-            error = error_rate(candidate[0], X_sel, y_sel)
-            say("proportion %g: error %.2f%%" % (proportion, 100 * error))
-            if error <= dense_error + limit / 100.0:
-                model, header, blobs, report = candidate
-        report["search"] = {"max_error_increase": limit, "unpruned_error": dense_error,
-                            "on": where}
+        model, header, blobs, report = _search(compress, config, state, (X_sel, y_sel, where),
+                                               dense_error, limit, say)
     samples = args.samples if model.sigmas is not None else 0
     header["unsure_entropy_bits"] = calibrate_unsure(model, X_sel, samples)
     header["unsure_probability"] = UNSURE_PROBABILITY
@@ -131,7 +114,46 @@ def compress_run(args, run, checkpoint_path):
                             checkpoint=os.path.abspath(checkpoint_path), epoch=state["epoch"],
                             model=config.model, unsure_calibrated_on=where)
     size = write_model(args.out, header, blobs)
+    _say_written(args, say, config, header, report, size, limit)
+    return 0
+
+
+def _search(compress, config, state, selection, dense_error, limit, say):
+    """What ``compress(proportion)`` gives (``(model, header, blobs, report)``) for the largest
+    proportion of ``writer.SEARCH_PROPORTIONS``, and of the prior's own rule where it prunes as
+    it trains, whose error on the ``selection`` images (``(images, labels, where)``) is within
+    ``limit`` percentage points of the unpruned network's ``dense_error``; nothing pruned where
+    none is."""
+    from ..shipping.writer import SEARCH_PROPORTIONS, error_rate
+    from ..analysis.snr import prior_rule_proportion
+    images, labels, where = selection
+    say("choosing the proportion on %s:" % where)
+    say("  the largest whose error is within %g percentage points of the unpruned mean "
+        "network's %.2f%%" % (limit, 100 * dense_error))
+    chosen = compress(0.0)
+    rule = prior_rule_proportion(config, state)
+    if rule is not None:
+        say("the %s prior has switched off %.4g of the parameters while training" % (
+            config.prior.replace("_", "-"), rule))
+    for proportion in sorted(set(SEARCH_PROPORTIONS) | ({rule} if rule is not None else set())):
+        candidate = compress(proportion)
+        error = error_rate(candidate[0], images, labels)
+        say("proportion %g: error %.2f%%" % (proportion, 100 * error))
+        if error <= dense_error + limit / 100.0:
+            chosen = candidate
+    chosen[3]["search"] = {"max_error_increase": limit, "unpruned_error": dense_error,
+                           "on": where}
+    return chosen
+
+
+def _say_written(args, say, config, header, report, size, limit):
+    """The lines (or, with ``--json``, the JSON) of a compressed model written: what was
+    pruned, the network left, the file's size, its error and unsure rule, and a warning where
+    the error grew by more than ``limit`` percentage points."""
+    from ..shipping.model_file import UNSURE_PROBABILITY
     dense_bytes = 4 * report["parameters"]
+    error, dense_error, where = (report[key] for key in (
+        "error", "unpruned_error", "error_measured_on"))
     if args.json:
         print_json(dict(header["source"], file=os.path.abspath(args.out), bytes=size,
                         float32_bytes=dense_bytes,
@@ -157,7 +179,6 @@ def compress_run(args, run, checkpoint_path):
         say("  more than the %g a compress without --proportion allows%s" % (
             limit, "" if args.proportion is not None else
             " (a smaller --precision costs less; 0 keeps float32 means)"))
-    return 0
 
 
 def selection_images(config, data):

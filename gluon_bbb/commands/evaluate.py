@@ -3,8 +3,8 @@ the uncertainty report of a trained run (``analysis/report.py``)."""
 import os
 import sys
 
-from .cli import (ArgumentParser, add_import_flag, add_json_flag, import_modules, load_mxnet,
-                  print_json, run_command, table)
+from .cli import (ArgumentParser, add_import_flag, add_json_flag, import_modules, load_run,
+                  print_json, report_directory, run_command, table)
 from ..learning.config import MAX_TEST_SAMPLES
 
 PROG = "gluon-bbb evaluate"
@@ -52,18 +52,14 @@ def summary(report, name=None):
 def main(argv=None, prog=PROG):
     args = build_parser(prog).parse_args(argv)
     import_modules(args.import_modules)
-    load_mxnet(args.ctx)
+    run, checkpoint_path, config = load_run(args)
     from ..learning.context import parse_context
     from ..analysis.report import evaluate_run, load_ood_images, report_files
-    from ..learning.rundir import RunDirectory, resolve_checkpoint
-    run, checkpoint_path = resolve_checkpoint(args.run)
-    kind = run.read_classifier_config().model_kind
+    kind = config.model_kind
     if args.test_samples is None:
         args.test_samples = kind.default_test_samples
     kind.check_test_samples(args.test_samples, MAX_TEST_SAMPLES)
-    # the report's files are claimed before any work (outputs.py)
-    out = RunDirectory(run.path if args.out is None else args.out).create(
-        "out", report_files(checkpoint_path), own_runs=[run.path])
+    out = report_directory(args, run, report_files(checkpoint_path))
     ctx = parse_context(args.ctx)
     ood = load_ood_images(args.ood_data_dir) if args.ood_data_dir else None
     data = run.load_data(args.data_dir)

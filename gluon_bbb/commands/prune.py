@@ -5,8 +5,8 @@ import os
 import sys
 import time
 
-from .cli import (ArgumentParser, add_import_flag, add_json_flag, import_modules, load_mxnet,
-                  print_json, run_command, say_for)
+from .cli import (ArgumentParser, add_import_flag, add_json_flag, import_modules, load_run,
+                  print_json, report_directory, run_command, say_for)
 
 PROG = "gluon-bbb prune"
 DEFAULT_PROPORTIONS = (0.0, 0.1, 0.25, 0.5, 0.75, 0.95, 0.98, 0.99, 1.0)
@@ -49,14 +49,9 @@ def main(argv=None, prog=PROG):
         check_proportion(p)
     if args.save_pruned is not None:
         check_proportion(args.save_pruned, "save_pruned")
-    load_mxnet(args.ctx)
+    run, checkpoint_path, config = load_run(args)
     from ..learning.context import parse_context
-    from ..learning.rundir import RunDirectory, resolve_checkpoint
-    run, checkpoint_path = resolve_checkpoint(args.run)
-    config = run.read_classifier_config()
-    # the report's files are claimed before any work (outputs.py)
-    out = RunDirectory(run.path if args.out is None else args.out).create(
-        "out", report_files(checkpoint_path, args.save_pruned), own_runs=[run.path])
+    out = report_directory(args, run, report_files(checkpoint_path, args.save_pruned))
     ctx = parse_context(args.ctx)
     state = run.load_parameters(config, ctx, checkpoint_path)
     data = run.load_data(args.data_dir)

@@ -69,30 +69,14 @@ def main(argv=None, prog=PROG):
         raise ConfigError("test_size", args.test_size, "an integer >= 1")
     load_mxnet()
     from ..data import idx_paths, load_mnist
-    from ..analysis.robustness import (Ensemble, TemperatureScaled, fit_temperature, load_model,
-                                       shift_report)
-    from ..errors import CheckpointError
+    from ..analysis.robustness import Ensemble, load_model, shift_report
     from .. import outputs
     from ..plots import plot_shift
-    from ..learning.rundir import RunDirectory
-    from ..learning.loop import split_data
     loaded = [load_model(path, args.test_samples) for path in args.models]
     models = [model for model, _ in loaded]
     runs = [found for _, found in loaded if found is not None]
     shifts = args.shift or sorted(SHIFTS)
-    # the report's files are claimed before any work (outputs.py): never inside a run other
-    # than those scored, never over a report on other models
-    files = {}
-    for name in shifts:
-        files.update({"shift-%s.json" % name: outputs.REPORT,
-                      "shift-%s.png" % name: outputs.PNG})
-    # what this command reads is never written over, however it is named
-    inputs = list(args.models) + [path for run, _ in runs for path in run.files()]
-    for name in files:
-        outputs.check_not_an_input(os.path.join(args.out, name), inputs)
-    out = RunDirectory(args.out).create(
-        "out", files, own_runs=[run.path for run, _ in runs],
-        sources=outputs.report_sources({"models": [os.path.abspath(p) for p in args.models]}))
+    out, inputs = _report_directory(args, runs, shifts)
     model = models[0] if len(models) == 1 else Ensemble(models)
     # the first run's data, checked against every run's record
     data = runs[0][0].load_data(args.data_dir) if runs else load_mnist(args.data_dir)
@@ -101,17 +85,7 @@ def main(argv=None, prog=PROG):
     record = {"models": [os.path.abspath(p) for p in args.models],
               "test_samples": [m.num_samples for m in models], "data_dir": data.directory}
     if args.temperature_scale:
-        with_validation = [(run, config) for run, config in runs if config.validation]
-        if not with_validation:
-            raise CheckpointError("{temperature_scale} needs a run that holds out validation "
-                                  "images (trained with {validation}); none of the models "
-                                  "named does")
-        run, config = with_validation[0]
-        _, _, val_images, val_labels = split_data(config, data)
-        temperature = fit_temperature(model.probabilities(val_images), val_labels)
-        model = TemperatureScaled(model, temperature)
-        record.update(temperature=temperature, temperature_fitted_on="the %d validation "
-                      "images of %s" % (len(val_labels), run.path))
+        model = _temperature_scaled(model, runs, data, record)
     images, labels = data.test_images, data.test_labels
     if args.test_size:
         images, labels = images[:args.test_size], labels[:args.test_size]
@@ -139,6 +113,45 @@ def main(argv=None, prog=PROG):
         print_json(reports)
     (sys.stderr if args.json else sys.stdout).write("wrote %s\n" % ", ".join(written))
     return 0
+
+
+def _report_directory(args, runs, shifts):
+    """``(out, inputs)``: the directory ``args.out`` with the report's files claimed before any
+    work (``outputs.py``): never inside a run other than those scored (``runs``), never over a
+    report on other models or over what this command reads (``inputs``: the models and their
+    runs' files), however it is named."""
+    from .. import outputs
+    from ..learning.rundir import RunDirectory
+    files = {}
+    for name in shifts:
+        files.update({"shift-%s.json" % name: outputs.REPORT,
+                      "shift-%s.png" % name: outputs.PNG})
+    inputs = list(args.models) + [path for run, _ in runs for path in run.files()]
+    for name in files:
+        outputs.check_not_an_input(os.path.join(args.out, name), inputs)
+    out = RunDirectory(args.out).create(
+        "out", files, own_runs=[run.path for run, _ in runs],
+        sources=outputs.report_sources({"models": [os.path.abspath(p) for p in args.models]}))
+    return out, inputs
+
+
+def _temperature_scaled(model, runs, data, record):
+    """``model`` with its temperature fitted on the validation images of the first of ``runs``
+    (``(run, config)`` pairs) that holds some out; says so in ``record``."""
+    from ..analysis.robustness import TemperatureScaled, fit_temperature
+    from ..errors import CheckpointError
+    from ..learning.loop import split_data
+    with_validation = [(run, config) for run, config in runs if config.validation]
+    if not with_validation:
+        raise CheckpointError("{temperature_scale} needs a run that holds out validation "
+                              "images (trained with {validation}); none of the models named "
+                              "does")
+    run, config = with_validation[0]
+    _, _, val_images, val_labels = split_data(config, data)
+    temperature = fit_temperature(model.probabilities(val_images), val_labels)
+    record.update(temperature=temperature, temperature_fitted_on="the %d validation images "
+                  "of %s" % (len(val_labels), run.path))
+    return TemperatureScaled(model, temperature)
 
 
 def run(argv=None, prog=PROG):
