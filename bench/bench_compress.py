@@ -41,7 +41,7 @@ from gluon_bbb.shipping import model_file as compressed  # noqa: E402
 from gluon_bbb.shipping.writer import compress_parameters, error_rate, run_parameters  # noqa: E402
 from gluon_bbb.analysis.report import load_ood_images  # noqa: E402
 from gluon_bbb.tutorial import net  # noqa: E402
-from gluon_bbb.networks.layers import parse_network  # noqa: E402
+from gluon_bbb.networks.network import parse_network  # noqa: E402
 from gluon_bbb.analysis.snr import keep_masks, save_pruned  # noqa: E402
 from gluon_bbb.learning.rundir import resolve_checkpoint  # noqa: E402
 from gluon_bbb.analysis.uncertainty import (auroc, expected_calibration_error, noise_images,  # noqa: E402

@@ -119,7 +119,7 @@ def bench_pytorch(data, config, steps, estimator="sample"):
 
 
 def torch_forward(network, h, weights, linear=None):
-    """The logits of ``network`` (a ``gluon_bbb.networks.layers.Network``) in PyTorch, weights in the
+    """The logits of ``network`` (a ``gluon_bbb.networks.network.Network``) in PyTorch, weights in the
     same layouts (dense (outputs, inputs), convolution (channels, inputs, k, k)); ``linear(op,
     h, index)``, where given, is a layer's output in place of ``op(h, weights[index],
     weights[index + 1])`` (op: ``F.linear`` or ``F.conv2d``)."""

@@ -6,7 +6,8 @@ from mxnet import nd
 from .family.elementwise import (LOG_SQRT_2PI, LRT_VARIANCE_FLOOR, SOFTPLUS_FLOOR,  # noqa: F401
                           log_gaussian, sigmoid, softplus, total)
 from .family.likelihoods import gaussian_log_likelihood, log_softmax_likelihood  # noqa: F401
-from .networks.layers import flipout_parts, lrt_parts, mlp, mlp_of
+from .networks.layers import flipout_parts, lrt_parts
+from .networks.network import mlp, mlp_of
 from .family.priors import (GaussianPrior, ScaleMixturePrior, gaussian_prior,  # noqa: F401
                             scale_mixture_prior)
 from .errors import require_positive, require_real, require_whole
@@ -103,7 +104,7 @@ def transform_gaussian_samples(mus, sigmas, epsilons):
 
 def net(X, layer_params, F=None, network=None):
     """Logits of the network: by default the MLP the parameters shape (ReLU hidden layers,
-    linear output), else ``network`` (a ``networks.layers.Network``); X (batch, inputs)."""
+    linear output), else ``network`` (a ``networks.network.Network``); X (batch, inputs)."""
     if network is None and _inputs_first(layer_params):
         layer_params = [nd.transpose(p) if i % 2 == 0 else p for i, p in enumerate(layer_params)]
     return (network or mlp_of(layer_params))(X, layer_params, F)

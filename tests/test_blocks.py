@@ -12,7 +12,7 @@ from gluon_bbb import (GaussianPrior, ScaleMixturePrior, log_softmax_likelihood,
 from gluon_bbb.networks.blocks import (BayesianConv2D, BayesianDense, bayesian_layers, kl_term,
                               predict_probabilities, prune_by_snr, sample_on_call, to_bayesian,
                               use_mean_weights, variational_parameters)
-from gluon_bbb.networks.layers import parse_network
+from gluon_bbb.networks.network import parse_network
 from gluon_bbb.analysis.uncertainty import noise_images, predictive_entropy
 from tutorial_reference import tutorial_gradients
 

@@ -573,7 +573,7 @@ def test_the_kernels_serve_exact_built_in_classes_and_no_subclass(ctx):
     formula (it takes the ndarray backend, slower, never wrong), nor the built-in's Python fast
     paths: no closed-form KL, no sampler, no pooled or one-operator convolution."""
     from gluon_bbb.native import library
-    from gluon_bbb.networks import layers
+    from gluon_bbb.networks import layers, network
     import importlib
     for path, code in library.CODES.items():
         module, name = path.rsplit(".", 1)
@@ -591,8 +591,8 @@ def test_the_kernels_serve_exact_built_in_classes_and_no_subclass(ctx):
     assert choose_backend(Config(num_hidden_units=5).build_plan(), ctx)[0] == (
         "native" if library.available() else "ndarray")
     relu = type("Leaky", (layers.ReLU,), {})()
-    assert not layers._pooled_with(relu, layers.ReLU) and layers._pooled_with(layers.ReLU(),
-                                                                              layers.ReLU)
+    assert not network._pooled_with(relu, layers.ReLU) and network._pooled_with(layers.ReLU(),
+                                                                                layers.ReLU)
 
 
 def test_a_subclass_of_no_prior_with_a_kl_of_its_own_trains_with_it_not_the_kernels_zero(ctx):

@@ -1,24 +1,15 @@
-"""networks/layers.py: a description's parameter shapes and output shape against the
-arithmetic of its layers, and descriptions that are not one refused."""
-
-import pytest
-
-from gluon_bbb import Config, ConfigError
-from gluon_bbb.networks.layers import parse_network
-
-
-def test_network_descriptions_that_are_not_one_are_refused():
-    for bad, detail in (("conv:3:3,relu,dense:7", "ending in dense:10"),
-                        ("conv:3", "conv takes conv:CHANNELS:KERNEL"),
-                        ("spline:4", "unknown layer .spline:4."),
-                        ("conv:3:40,dense:10", "does not fit 28x28 inputs")):
-        with pytest.raises(ConfigError, match="network must be .*%s" % detail):
-            Config(network=bad)
+"""networks/layers.py: each layer's parameter shapes and output shape against its arithmetic
+(the layers' formulas against autograd and the kernels: test_estimators.py, test_operators.py)."""
+from gluon_bbb.networks.layers import Conv2D, Dense, MaxPool2D, ReLU
 
 
 def test_a_lenets_shapes_follow_its_layers_arithmetic():
-    network = parse_network("conv:20:5,relu,pool:2,conv:50:5,relu,pool:2,dense:500,relu,dense:10")
+    shape, shapes = (1, 28, 28), []
+    for layer in (Conv2D(20, 5), ReLU(), MaxPool2D(2), Conv2D(50, 5), ReLU(), MaxPool2D(2),
+                  Dense(500), ReLU(), Dense(10)):
+        params, shape = layer.param_shapes(shape)
+        shapes += params
     # 28 - 5 + 1 = 24, pooled 12; 12 - 5 + 1 = 8, pooled 4: 50 * 4 * 4 inputs to the dense layer
-    assert network.param_shapes() == [(20, 1, 5, 5), (20,), (50, 20, 5, 5), (50,),
-                                      (500, 50 * 4 * 4), (500,), (10, 500), (10,)]
-    assert network.output_shapes[-1] == (10,)
+    assert shapes == [(20, 1, 5, 5), (20,), (50, 20, 5, 5), (50,), (500, 50 * 4 * 4), (500,),
+                      (10, 500), (10,)]
+    assert shape == (10,)

@@ -462,7 +462,8 @@ def test_a_forward_pass_pools_in_the_kernel_for_the_exact_built_in_layers_only(
     subclass of any of the three is computed by its own formula, never moved or fused; the
     kernel has no backward pass (under autograd: MXNet's operators)."""
     from mxnet import autograd
-    from gluon_bbb.networks.layers import Conv2D, Dense, Flatten, MaxPool2D, Network, ReLU
+    from gluon_bbb.networks.layers import Conv2D, Dense, Flatten, MaxPool2D, ReLU
+    from gluon_bbb.networks.network import Network
     calls = []
     kernel = native.conv_maxpool
     monkeypatch.setattr(native, "conv_maxpool",

@@ -13,7 +13,7 @@ from hypothesis import given, strategies as st
 from mxnet import nd
 
 from gluon_bbb.shipping import model_file as compressed
-from gluon_bbb.networks.layers import parse_network
+from gluon_bbb.networks.network import parse_network
 
 
 def test_varints_round_trip_and_take_one_byte_below_128():

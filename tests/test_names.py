@@ -230,10 +230,10 @@ def test_every_name_in_prose_is_one_the_package_has():
 
 
 @pytest.mark.parametrize("text, stale", [
-    ("see ``network.Network``", True), ("``compression.best_gated_units``", True),
+    ("see ``network.Topology``", True), ("``compression.best_gated_units``", True),
     ("listed in kernels.SERVED", True), ("gluon_bbb/native.py", True),
     ("``gluon_bbb.commands.regression.predict_regression``", True),
-    ("``networks.layers.Network``", False), ("``network.param_shapes()``", False),
+    ("``networks.network.Network``", False), ("``network.param_shapes()``", False),
     ("``priors.GatedPrior``", False), ("``priors.NoSuchPrior``", True),
     ("``gluon_bbb.toy_problems.predict_regression``", False), ("networks/layers.py", False)])
 def test_the_check_tells_a_stale_name(tmp_path, monkeypatch, text, stale):

@@ -233,7 +233,8 @@ def test_a_pooling_takes_its_operator_only_for_the_formulas_it_computes(native_o
     activation, keeps its formula on MXNet's operators. Output and gradients as the layers'
     own, one by one."""
     from mxnet import autograd
-    from gluon_bbb.networks.layers import Conv2D, Dense, Flatten, MaxPool2D, Network, ReLU
+    from gluon_bbb.networks.layers import Conv2D, Dense, Flatten, MaxPool2D, ReLU
+    from gluon_bbb.networks.network import Network
     calls = []
     fused = native_operators.Accelerated.max_pool
     monkeypatch.setattr(native_operators.Accelerated, "max_pool",
@@ -281,7 +282,8 @@ def test_a_convolution_takes_its_operator_only_for_the_formula_it_computes(
     noise (here Flipout's signs per position) draws through its own formulas under the native
     backend's operators, not through the built-in convolution's operator; the built-in one
     takes its operator and gives its formula's output."""
-    from gluon_bbb.networks.layers import Conv2D, Dense, Flatten, MaxPool2D, Network, ReLU
+    from gluon_bbb.networks.layers import Conv2D, Dense, Flatten, MaxPool2D, ReLU
+    from gluon_bbb.networks.network import Network
     operator = estimator_name + "_convolution"
     calls = []
     fused = getattr(native_operators.Accelerated, operator)

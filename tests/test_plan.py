@@ -17,7 +17,7 @@ from gluon_bbb.family.parametrizations import LogVariance, Softplus
 from gluon_bbb.family.priors import GatedPrior, GaussianPrior, LogUniformPrior, NoPrior
 from gluon_bbb.learning.plan import IvonSettings, Plan
 from gluon_bbb.learning.schedules import Schedule, lr_schedule
-from gluon_bbb.networks.layers import mlp
+from gluon_bbb.networks.network import mlp
 from test_package import package_imports
 
 # the step and what it is built from: none of them may reach learning.config

@@ -15,7 +15,8 @@ from hypothesis import given, strategies as st
 from mxnet import autograd, nd, sym
 
 from gluon_bbb.shipping import model_file as compressed
-from gluon_bbb.networks.layers import MaxPool2D, convolution, parse_network
+from gluon_bbb.networks.layers import MaxPool2D, convolution
+from gluon_bbb.networks.network import parse_network
 
 def np_convolution(x, W, b, stride=1, pad=0, dilate=1):
     """out[n, c, i, j] = b[c] + sum W[c, k, u, v] xp[n, k, i s + u d, j s + v d] over k, u, v,

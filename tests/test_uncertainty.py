@@ -72,7 +72,7 @@ def test_prediction_batches_follow_the_networks_activations(ctx):
     convolution with its pooling and ReLU (4,690 floats: 2,880 + 800 + 500 + 500 + 10, the
     rectified poolings' and the dense layers'); the batches change nothing but the speed: one
     seed's draws of the weights give the same predictive in batches of 245 and of 1,000."""
-    from gluon_bbb.networks.layers import mlp, parse_network
+    from gluon_bbb.networks.network import mlp, parse_network
     from gluon_bbb.analysis.uncertainty import prediction_batch_size
     lenet = parse_network("lenet")
     assert prediction_batch_size(lenet) == 2 ** 23 // 34130 == 245

@@ -5,7 +5,7 @@ import pytest
 
 from gluon_bbb.shipping import model_file as compressed
 from gluon_bbb.shipping.writer import _stages, remove_units
-from gluon_bbb.networks.layers import parse_network
+from gluon_bbb.networks.network import parse_network
 from gluon_bbb.analysis.snr import keep_masks
 
 

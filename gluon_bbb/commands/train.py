@@ -17,7 +17,7 @@ from ..family.estimators import ESTIMATORS
 from ..family.kl import KL_DIRECTIONS, KL_ESTIMATES, KL_WEIGHTINGS
 from ..family.model_kinds import MODEL_KINDS, model_kind
 from ..learning.schedules import LR_SCHEDULES
-from ..networks.layers import SPEC_HELP
+from ..networks.network import SPEC_HELP
 from ..family.parametrizations import KNOWN as PARAMETRIZATIONS
 from ..family.priors import KNOWN as PRIORS
 

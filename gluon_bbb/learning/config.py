@@ -17,7 +17,8 @@ from ..family.likelihoods import parse_likelihood
 from ..family.model_kinds import model_kind
 from ..family.priors import (KNOWN as PRIORS, GatedPrior, Prior, describe_prior, prior_kind,
                              prior_words)
-from ..networks.layers import MAX_LAYERS, Dropout, Network, mlp, parse_network
+from ..networks.layers import Dropout
+from ..networks.network import MAX_LAYERS, Network, mlp, parse_network
 from .plan import MAX_ESS, IvonSettings, Plan, check_ivon_numbers
 from .schedules import Schedule, lr_schedule
 
@@ -36,7 +37,7 @@ def _once(build):
 
 OPTIMIZERS = ("sgd", "adam")
 # the networks that a config's size fields shape, by the name ``network`` gives them (any other
-# description is layers.parse_network's)
+# description is network.parse_network's)
 SIZED_BY_FIELDS = {"mlp": lambda config, outputs: mlp(
     config.num_inputs, config.num_hidden_units, config.num_hidden_layers, outputs)}
 # Each weight sample of a step is a whole forward and backward pass: 1000 samples make a default
@@ -396,7 +397,7 @@ class Config:
 
     @_once
     def build_network(self):
-        """The ``networks.layers.Network`` this config describes: the described layers, the
+        """The ``networks.network.Network`` this config describes: the described layers, the
         likelihood's head (``logvar`` for a learned noise) and, for ``mcdropout``, dropout
         after every hidden ReLU where the description has none."""
         likelihood = self.build_likelihood()

@@ -50,7 +50,7 @@ def check_ivon_numbers(ess, hess_init, beta1, beta2, weight_decay, clip_radius):
 
 @dataclass(frozen=True, eq=False)
 class Plan:
-    """A run's network (``networks.layers.Network``), likelihood, model kind, prior,
+    """A run's network (``networks.network.Network``), likelihood, model kind, prior,
     estimator, KL estimate and parametrization (``family/``), its epochs' ``Schedule``, its
     optimizer (``sgd``, ``adam``; IVON's settings for a natural-gradient model kind) and the
     numbers the step draws and starts with."""

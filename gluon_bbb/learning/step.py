@@ -23,7 +23,7 @@ from ..family.elementwise import LOG_SQRT_2PI
 from ..family.likelihoods import Categorical
 from ..family.parametrizations import SOFTPLUS
 from ..family.priors import removed
-from ..networks.layers import Network, mlp_of
+from ..networks.network import Network, mlp_of
 from ..tutorial import init_variational_params, sample_epsilons
 from .noise import noise_for, seed_generator
 from .plan import Plan

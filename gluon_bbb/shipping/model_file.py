@@ -11,7 +11,7 @@ import numpy as np
 from ..analysis.metrics import predictive_entropy as entropy_bits, softmax
 from .. import jsonfile
 from ..errors import MAX_PREDICTIVE_SAMPLES, GluonBBBError, is_real, require_whole
-from ..networks.layers import parse_network
+from ..networks.network import parse_network
 from ..outputs import COMPRESSED, path_problem
 
 MAGIC = COMPRESSED.magic
@@ -92,7 +92,7 @@ FUSED_MULTIPLY_ADDS = 3.0
 
 
 class NumPyOperators:
-    """The few MXNet operators that ``networks.layers.Network`` calls, written in NumPy
+    """The few MXNet operators that ``networks.network.Network`` calls, written in NumPy
     (float32, NCHW), so that the same network description runs without MXNet."""
 
     @staticmethod
@@ -132,7 +132,7 @@ class NumPyOperators:
     @staticmethod
     def ConvolutionMaxPool(h, W, b, num_filter, kernel, pool, relu=False):
         """``Pooling(Convolution(h, W, b), (pool, pool) windows at stride pool)`` in one product
-        (a convolution of stride 1, no padding; ``networks.layers.Network`` calls it for a ``conv``
+        (a convolution of stride 1, no padding; ``networks.network.Network`` calls it for a ``conv``
         right before a ``pool``): the pool x pool outputs under a window all come from one patch
         of (kh + pool - 1) x (kw + pool - 1) inputs, so the patches are taken at stride pool
         and multiplied by pool * pool copies of W, each shifted to its output's place in the
@@ -201,7 +201,7 @@ class SeparateOperators(NumPyOperators):
 # The model.
 
 class CompressedModel:
-    """A compressed model: ``network`` (a ``networks.layers.Network``), ``mus`` and, where the file
+    """A compressed model: ``network`` (a ``networks.network.Network``), ``mus`` and, where the file
     keeps them, ``sigmas`` (dense float32 arrays, pruned entries 0), the positions of the kept
     entries (``kept``) and the file's ``header``."""
 

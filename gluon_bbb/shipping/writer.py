@@ -11,7 +11,7 @@ from . import model_file as compressed
 from .model_file import FORMAT_NAME, encode_varints, gaps_from_positions
 from ..data import IMAGE_SHAPE, PIXEL_SCALE
 from ..errors import CheckpointError, ConfigError, is_real
-from ..networks.layers import parse_network
+from ..networks.network import parse_network
 
 # the proportions --max-error-increase chooses among
 SEARCH_PROPORTIONS = (0.5, 0.6, 0.7, 0.8, 0.85, 0.9, 0.92, 0.94, 0.95, 0.96, 0.97, 0.975, 0.98,
