@@ -4,6 +4,7 @@ import functools
 import json
 import math
 import os
+import pathlib
 import sys
 from dataclasses import dataclass
 from typing import Optional, Union
@@ -19,7 +20,7 @@ from ..family.priors import (KNOWN as PRIORS, GatedPrior, Prior, describe_prior,
                              prior_words)
 from ..networks.layers import Dropout
 from ..networks.network import MAX_LAYERS, Network, mlp, parse_network
-from .plan import MAX_ESS, IvonSettings, Plan, check_ivon_numbers
+from .plan import IvonSettings, Plan
 from .schedules import Schedule, lr_schedule
 
 
@@ -120,7 +121,8 @@ class Config:
                                                and self.init_from.strip()):
             raise ConfigError("init_from", self.init_from, "the path of a run directory or a "
                               "parameter file")
-        _require_choice("optimizer", self.optimizer, OPTIMIZERS)
+        if self.optimizer not in OPTIMIZERS:
+            raise ConfigError("optimizer", self.optimizer, "one of %s" % ", ".join(OPTIMIZERS))
         kl_weighting(self.kl_weighting)  # ConfigError where it names none
         self.lr_schedule = self.lr_schedule_kind.name
         self._check_last_rate()
@@ -199,31 +201,9 @@ class Config:
         ivon``: weights drawn (the estimator ``sample``), rho as log sigma^2 (``log_variance``:
         sigma = 1 / sqrt(ess (h + weight decay)) is stored so), and a prior with a density or
         none."""
-        ivon = self.ivon
-        if ivon is None:
+        if self.ivon is None:
             return
-        numbers = dict(zip(("ess", "hess_init", "beta1", "beta2", "weight_decay", "clip_radius"),
-                           check_ivon_numbers(
-                               1 if ivon.ess is None else ivon.ess, ivon.hess_init, ivon.beta1,
-                               ivon.beta2, ivon.weight_decay,
-                               math.inf if ivon.clip_radius is None else ivon.clip_radius)))
-        # the effective sample size a count of examples; None: the training images
-        numbers["ess"] = (None if ivon.ess is None
-                          else require_whole("ivon_ess", ivon.ess, 1, int(MAX_ESS)))
-        if ivon.clip_radius is None:
-            numbers["clip_radius"] = None
-        numbers["late_epochs"] = require_whole("ivon_late_epochs", ivon.late_epochs, 0,
-                                               self.epochs)
-        if ivon.late_beta2 is not None:
-            numbers["late_beta2"] = require_real("ivon_late_beta2", ivon.late_beta2, 0.0, 1.0,
-                                                 low_open=True, high_open=True)
-        self.ivon = ivon = dataclasses.replace(ivon, **numbers)
-        if ivon.late_beta2 is not None and not ivon.late_epochs:
-            raise ConfigError("ivon_late_epochs", ivon.late_epochs, "at least 1 with "
-                              "{ivon_late_beta2} (the number of last epochs it is beta2 of)")
-        if ivon.late_beta2 is None and ivon.late_epochs:
-            raise ConfigError("ivon_late_beta2", ivon.late_beta2, "given with "
-                              "{ivon_late_epochs} (the beta2 of those last epochs)")
+        self.ivon = ivon = self.ivon.checked(self.epochs)
         if self.estimator_kind != estimator("sample"):
             raise ConfigError("estimator", self.estimator, "sample with model ivon (IVON draws "
                               "weights)")
@@ -296,32 +276,26 @@ class Config:
                               "without {gate_prior}")
 
     # the choices' objects (family/, learning/schedules.py), from the names config.json keeps
-    @property
-    @_once
+    @functools.cached_property
     def model_kind(self):
         return model_kind(self.model)
 
-    @property
-    @_once
+    @functools.cached_property
     def estimator_kind(self):
         return estimator(self.estimator)
 
-    @property
-    @_once
+    @functools.cached_property
     def kl_kind(self):
         return kl_estimate(self.kl, self.kl_direction)
 
-    @property
-    @_once
+    @functools.cached_property
     def kl_weighting_kind(self):
         return kl_weighting(self.kl_weighting)
 
-    @property
-    @_once
+    @functools.cached_property
     def lr_schedule_kind(self):
         return lr_schedule(self.lr_schedule)
-    @property
-    @_once
+    @functools.cached_property
     def parametrization_kind(self):
         return parametrizations.parametrization(self.parametrization)
 
@@ -586,50 +560,11 @@ FLAT_FIELDS = dict({f.name: f.type for f in dataclasses.fields(Config)},
                    **{name: float for name in PRIOR_SETTING_NAMES})
 
 
-def _require_choice(name, value, choices):
-    if value not in choices:
-        raise ConfigError(name, value, "one of %s" % ", ".join(choices))
-
-
-# The presets: data; docs/DESIGN.md says why each holds what it holds and docs/RESULTS.md
-# measures them.
-_PAPER = dict(prior="scale_mixture", pi=0.25, sigma_p1=1.0, sigma_p2=math.exp(-6),
-              validation=10000, optimizer="adam", learning_rate=3e-4, rho_offset=-5.0,
-              lr_decay_every=200, lr_decay_factor=0.1, epochs=291)
-_LENET = dict(_PAPER, network="lenet", learning_rate=1e-3, lr_decay_every=15, epochs=20)
-_SPARSE_VD = dict(prior="log_uniform", kl="analytic", parametrization="log_variance",
-                  estimator="lrt", optimizer="adam", learning_rate=1e-3, rho_offset=-10.0,
-                  mu_scale=0.05, validation=10000, kl_warmup_epochs=10, epochs=100,
-                  lr_decay_every=75, lr_decay_factor=0.1, remove_switched_off=True)
-LENET_300_100 = "dense:300,relu,dense:100,relu,dense:10"
-_SPARSE_VD_300_100 = dict(_SPARSE_VD, network=LENET_300_100, validation=5000, kl_scale=0.917,
-                          epochs=70, lr_decay_every=45)
-_SPARSE_VD_LENET = dict(_SPARSE_VD, network="lenet", validation=5000, kl_scale=0.917,
-                        kl_warmup_epochs=5, epochs=84, lr_decay_every=64)
-LENET_GATED = ("conv:20:5,gate,relu,pool:2,conv:50:5,gate,relu,pool:2,dense:500,gate,relu,"
-               "dense:10")
-_GATE_PULL = dict(validation=5000, kl_scale=0.917, kl_warmup_epochs=5, gate_rho_offset=-2.0)
-_GATES_RANKED = dict(_SPARSE_VD, **_GATE_PULL, network=LENET_GATED, prior="none",
-                     gate_prior="log_uniform", remove_switched_off=False, epochs=30,
-                     lr_decay_every=0)
-LENET_GATED_NARROW = ("conv:3:5,gate,relu,pool:2,conv:18:5,gate,relu,pool:2,dense:150,gate,"
-                      "relu,dense:10")
-_GATED_NARROW = dict(_SPARSE_VD, **_GATE_PULL, network=LENET_GATED_NARROW, init_best_units=True,
-                     epochs=30, lr_decay_every=20)
-_IVON = dict(_PAPER, model="ivon", parametrization="log_variance", prior="none",
-             learning_rate=0.5, lr_schedule="cosine", lr_decay_every=0, epochs=40,
-             mu_scale=0.02, ivon_hess_init=0.1, ivon_beta2=0.99999, ivon_weight_decay=1e-4)
-PRESETS = {
-    "paper-2x1200": dict(_PAPER, num_hidden_units=1200),
-    "paper-2x1200-ivon": dict(_IVON, num_hidden_units=1200),
-    "paper-2x400": dict(_PAPER, num_hidden_units=400),
-    "lenet": _LENET,
-    "lenet-sparse-vd": _SPARSE_VD_LENET,
-    "lenet-300-100-sparse-vd": _SPARSE_VD_300_100,
-    "lenet-group-sparse": dict(_SPARSE_VD, network=LENET_GATED),
-    "lenet-gates-ranked": _GATES_RANKED,
-    "lenet-group-sparse-narrow": _GATED_NARROW,
-}
+# The presets: data (presets.json, which --preset reads); docs/DESIGN.md says why each holds
+# what it holds and docs/RESULTS.md measures them.
+PRESETS = json.loads(pathlib.Path(__file__).with_name("presets.json").read_text())
+# group sparsity's LeNet: a gate after each layer with weights but the last
+LENET_GATED = PRESETS["lenet-group-sparse"]["network"]
 
 
 # what a choice implies for the settings neither a flag nor the preset gives, applied until

@@ -1,11 +1,12 @@
 """What a run trains with (``Plan``), its choices built from the config that names them
 (``Config.build_plan``): the training step takes a plan and never reads a config. Imports no
 MXNet."""
+import dataclasses
 import math
 from dataclasses import dataclass
 from typing import Any, Optional, Tuple
 
-from ..errors import require_positive, require_real
+from ..errors import ConfigError, require_positive, require_real, require_whole
 from .schedules import Schedule
 
 
@@ -24,6 +25,33 @@ class IvonSettings:
     late_beta2: Optional[float] = None
     late_epochs: int = 0
     prior_at_draws: bool = False
+
+    def checked(self, epochs):
+        """These settings, each number taken by its rule (``check_ivon_numbers``; ``ess`` a
+        count of examples, ``late_epochs`` at most the run's ``epochs``); ConfigError naming the
+        first that breaks one as its flag names it (``ivon_<name>``)."""
+        numbers = dict(zip(("ess", "hess_init", "beta1", "beta2", "weight_decay", "clip_radius"),
+                           check_ivon_numbers(
+                               1 if self.ess is None else self.ess, self.hess_init, self.beta1,
+                               self.beta2, self.weight_decay,
+                               math.inf if self.clip_radius is None else self.clip_radius)))
+        # the effective sample size a count of examples; None: the training images
+        numbers["ess"] = (None if self.ess is None
+                          else require_whole("ivon_ess", self.ess, 1, int(MAX_ESS)))
+        if self.clip_radius is None:
+            numbers["clip_radius"] = None
+        numbers["late_epochs"] = require_whole("ivon_late_epochs", self.late_epochs, 0, epochs)
+        if self.late_beta2 is not None:
+            numbers["late_beta2"] = require_real("ivon_late_beta2", self.late_beta2, 0.0, 1.0,
+                                                 low_open=True, high_open=True)
+        checked = dataclasses.replace(self, **numbers)
+        if checked.late_beta2 is not None and not checked.late_epochs:
+            raise ConfigError("ivon_late_epochs", checked.late_epochs, "at least 1 with "
+                              "{ivon_late_beta2} (the number of last epochs it is beta2 of)")
+        if checked.late_beta2 is None and checked.late_epochs:
+            raise ConfigError("ivon_late_beta2", checked.late_beta2, "given with "
+                              "{ivon_late_epochs} (the beta2 of those last epochs)")
+        return checked
 
 
 # The ranges of IVON's numbers: an effective sample size of up to a trillion examples, the
