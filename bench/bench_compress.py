@@ -262,5 +262,5 @@ def main():
 
 if __name__ == "__main__":
     # bad input (a missing data directory, a run that is not one) as one line and status 2
-    from gluon_bbb.commands.cli import run_command
-    sys.exit(run_command(lambda argv: main()))
+    from gluon_bbb.commands.cli import run_main
+    sys.exit(run_main(lambda argv: main()))

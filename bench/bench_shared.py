@@ -252,5 +252,5 @@ def report(results):
 
 
 if __name__ == "__main__":
-    from gluon_bbb.commands.cli import run_command
-    sys.exit(run_command(lambda argv: main()))
+    from gluon_bbb.commands.cli import run_main
+    sys.exit(run_main(lambda argv: main()))

@@ -1,5 +1,5 @@
 """What the commands share: argument parsing that reports a bad flag on one line, ``load_mxnet``
-(one line where MXNet cannot be loaded), and ``run_command``, which runs a command's ``main``
+(one line where MXNet cannot be loaded), and ``run_main``, which runs a command's ``main``
 as a program: every error a user can cause turned into ``prog: error: message`` and exit
 status 2, never a traceback."""
 import argparse
@@ -459,12 +459,6 @@ def _interrupts_raised():
         sys.unraisablehook, sys.excepthook = previous_hook, previous_excepthook
         for signum, earlier in previous.items():
             signal.signal(signum, signal.SIG_DFL if earlier is None else earlier)
-
-
-def run_command(main, argv=None, prog=None):
-    """Run a command's ``main(argv)`` as a program (``run_main``) and return its exit
-    status."""
-    return run_main(main, argv, prog or os.path.basename(sys.argv[0]))
 
 
 def run_main(main, argv=None, prog=None):

@@ -5,7 +5,7 @@ import os
 import sys
 
 from .cli import (ArgumentParser, add_import_flag, add_json_flag, import_modules, load_mxnet,
-                  print_json, run_command, say_for)
+                  print_json, run_main, say_for)
 
 PROG = "gluon-bbb compress"
 # the error a compress without --proportion may add, in percentage points: on validation
@@ -196,7 +196,7 @@ def selection_images(config, data):
 
 def run(argv=None, prog=PROG):
     """The command as a program: its exit status."""
-    return run_command(lambda args: main(args, prog), argv, prog)
+    return run_main(lambda args: main(args, prog), argv, prog)
 
 
 if __name__ == "__main__":

@@ -4,7 +4,7 @@ import os
 import sys
 
 from .cli import (ArgumentParser, add_import_flag, add_json_flag, import_modules, load_run,
-                  print_json, report_directory, run_command, table)
+                  print_json, report_directory, run_main, table)
 from ..learning.config import MAX_TEST_SAMPLES
 
 PROG = "gluon-bbb evaluate"
@@ -77,7 +77,7 @@ def main(argv=None, prog=PROG):
 
 def run(argv=None, prog=PROG):
     """The command as a program: its exit status."""
-    return run_command(lambda args: main(args, prog), argv, prog)
+    return run_main(lambda args: main(args, prog), argv, prog)
 
 
 if __name__ == "__main__":

@@ -5,7 +5,7 @@ import os
 import sys
 import warnings
 
-from .cli import ArgumentParser, add_import_flag, import_modules, load_mxnet, run_command
+from .cli import ArgumentParser, add_import_flag, import_modules, load_mxnet, run_main
 from ..errors import GluonBBBError
 from ..outputs import path_problem
 
@@ -253,7 +253,7 @@ def main(argv=None, prog=PROG):
 
 def run(argv=None, prog=PROG):
     """The command as a program: its exit status. A compressed model needs no MXNet."""
-    return run_command(lambda args: main(args, prog), argv, prog)
+    return run_main(lambda args: main(args, prog), argv, prog)
 
 
 if __name__ == "__main__":

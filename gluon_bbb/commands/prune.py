@@ -6,7 +6,7 @@ import sys
 import time
 
 from .cli import (ArgumentParser, add_import_flag, add_json_flag, import_modules, load_run,
-                  print_json, report_directory, run_command, say_for)
+                  print_json, report_directory, run_main, say_for)
 
 PROG = "gluon-bbb prune"
 DEFAULT_PROPORTIONS = (0.0, 0.1, 0.25, 0.5, 0.75, 0.95, 0.98, 0.99, 1.0)
@@ -128,7 +128,7 @@ def prune_and_report(args, config, state, data, out, checkpoint_path):
 
 def run(argv=None, prog=PROG):
     """The command as a program: its exit status."""
-    return run_command(lambda args: main(args, prog), argv, prog)
+    return run_main(lambda args: main(args, prog), argv, prog)
 
 
 if __name__ == "__main__":

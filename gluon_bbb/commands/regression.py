@@ -4,7 +4,7 @@ aleatoric and epistemic uncertainty, written and plotted (``toy_problems.py``).
 """
 import sys
 
-from .cli import ArgumentParser, add_json_flag, load_mxnet, print_json, run_command, say_for
+from .cli import ArgumentParser, add_json_flag, load_mxnet, print_json, run_main, say_for
 from ..learning.config import MAX_TEST_SAMPLES
 from ..family.likelihoods import NAMED_NOISES
 from ..toy_problems import (MODEL_SETTINGS, MODELS, PROBLEMS, TEST_SAMPLES, describe_figures,
@@ -79,7 +79,7 @@ def _number(text):
 
 def run(argv=None, prog=PROG):
     """The command as a program: its exit status."""
-    return run_command(lambda args: main(args, prog), argv, prog)
+    return run_main(lambda args: main(args, prog), argv, prog)
 
 
 if __name__ == "__main__":

@@ -6,7 +6,7 @@ import os
 import sys
 
 from .cli import (ArgumentParser, add_import_flag, add_json_flag, import_modules, load_mxnet,
-                  print_json, run_command, table)
+                  print_json, run_main, table)
 from ..learning.config import MAX_TEST_SAMPLES
 from ..analysis.robustness import SHIFTS
 
@@ -156,7 +156,7 @@ def _temperature_scaled(model, runs, data, record):
 
 def run(argv=None, prog=PROG):
     """The command as a program: its exit status."""
-    return run_command(lambda args: main(args, prog), argv, prog)
+    return run_main(lambda args: main(args, prog), argv, prog)
 
 
 if __name__ == "__main__":

@@ -8,7 +8,7 @@ import signal
 import sys
 import warnings
 
-from .cli import MAX_THREADS, ArgumentParser, add_json_flag, print_json, run_command, say_for
+from .cli import MAX_THREADS, ArgumentParser, add_json_flag, print_json, run_main, say_for
 from ..errors import ConfigError
 
 PROG = "gluon-bbb sweep"
@@ -162,7 +162,7 @@ def _local_cluster(LocalCluster, workers, log_level):
 def run(argv=None, prog=PROG):
     """The command as a program: its exit status. It needs no MXNet: MXNet runs in the
     trials' own processes."""
-    return run_command(lambda args: main(args, prog), argv, prog)
+    return run_main(lambda args: main(args, prog), argv, prog)
 
 
 if __name__ == "__main__":

@@ -7,7 +7,7 @@ import time
 import typing
 
 from .cli import (ArgumentParser, add_import_flag, add_json_flag, add_switch, flag_for,
-                  import_modules, load_mxnet, print_json, run_command, say_for)
+                  import_modules, load_mxnet, print_json, run_main, say_for)
 from ..learning.config import (CONVOLUTION_DEFAULTS, EXCLUDED, FLAT_FIELDS, IMPLIED,
                                MAX_SAMPLES, MAX_TEST_SAMPLES, OPTIMIZERS, PRESETS, Config,
                                flat_defaults)
@@ -361,7 +361,7 @@ def report(args, config, ctx, run, data, ood_images, result):
 
 def run(argv=None, prog=PROG):
     """The command as a program: its exit status."""
-    return run_command(lambda args: main(args, prog), argv, prog)
+    return run_main(lambda args: main(args, prog), argv, prog)
 
 
 if __name__ == "__main__":
