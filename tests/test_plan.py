@@ -8,14 +8,14 @@ import numpy as np
 import pytest
 from mxnet import nd
 
-from gluon_bbb import Config, TrainingStep
+from gluon_bbb import Config, ConfigError, TrainingStep
 from gluon_bbb.family.estimators import estimator
 from gluon_bbb.family.kl import kl_estimate
 from gluon_bbb.family.likelihoods import Categorical
 from gluon_bbb.family.model_kinds import model_kind
 from gluon_bbb.family.parametrizations import LogVariance, Softplus
 from gluon_bbb.family.priors import GatedPrior, GaussianPrior, LogUniformPrior, NoPrior
-from gluon_bbb.learning.plan import IvonSettings, Plan
+from gluon_bbb.learning.plan import OPTIMIZERS, Adam, IVONUpdate, IvonSettings, Plan, UpdateRule
 from gluon_bbb.learning.schedules import Schedule, lr_schedule
 from gluon_bbb.networks.network import mlp
 from test_package import package_imports
@@ -41,10 +41,11 @@ def test_a_configs_plan_holds_its_built_objects():
     assert plan.initial_rhos == (-8.0, -8.0, -2.0, -8.0, -8.0)
     assert [plan.schedule.learning_rate_at(e) for e in range(4)] == [0.001, 0.00075, 0.0005,
                                                                    0.00025]
-    assert (plan.seed, plan.batch_size, plan.ivon) == (3, 16, None)
+    assert (plan.seed, plan.batch_size, plan.optimizer) == (3, 16, OPTIMIZERS["sgd"])
     ivon = Config(model="ivon", parametrization="log_variance", ivon=dict(ess=500, clip_radius=2.0),
                   prior="gaussian", prior_settings=dict(sigma_p=0.5)).build_plan()
-    assert (ivon.ivon, ivon.prior) == (IvonSettings(ess=500, clip_radius=2.0), GaussianPrior(0.5))
+    assert (ivon.optimizer, ivon.prior) == (IVONUpdate(IvonSettings(ess=500, clip_radius=2.0)),
+                                            GaussianPrior(0.5))
 
 
 def test_a_plan_of_objects_built_by_hand_trains_the_bits_of_the_configs():
@@ -55,7 +56,7 @@ def test_a_plan_of_objects_built_by_hand_trains_the_bits_of_the_configs():
                     lr_decay_every=1, lr_decay_factor=0.5, seed=5, batch_size=6, num_samples=2)
     by_hand = Plan(mlp(12, 9, 2, 3), Categorical(), model_kind("bbb"), GaussianPrior(0.3),
                    estimator("sample"), kl_estimate("mc"), Softplus(),
-                   Schedule(lr_schedule("step"), 0.01, 10, 1, 0.5), "adam", None, 2, 5, 0.1,
+                   Schedule(lr_schedule("step"), 0.01, 10, 1, 0.5), Adam(), 2, 5, 0.1,
                    (-3.0,) * 6, False, 1.0, 6, "gaussian")
     rng = np.random.default_rng(0)
     X = nd.array(rng.normal(size=(6, 12)))
@@ -130,3 +131,34 @@ def test_ivons_numbers_meet_one_rule_in_the_optimizer_and_the_config(name, value
         assert refusals[2] == refusals[0]
     else:
         assert refusals[2][0] == "ivon_ess"
+
+
+def test_a_new_update_rule_is_one_class_and_its_entry(monkeypatch):
+    """SGD with momentum, a rule of the user's own: once in ``OPTIMIZERS`` a config names it,
+    the step keeps its state (a momentum vector each for mu and rho) and updates by it: the
+    second update is 0.9 times the first plus plain SGD's from where the first left off."""
+    class Momentum(UpdateRule):
+        name, state_vectors = "momentum", 2
+
+        def create(self, plan, num_update=0, num_train=None, native=False):
+            return mx.optimizer.SGD(learning_rate=plan.schedule.learning_rate, momentum=0.9,
+                                    rescale_grad=1.0, wd=0.0, begin_num_update=num_update)
+    fields = dict(model="deterministic", num_inputs=12, num_hidden_units=9, num_outputs=3,
+                  learning_rate=0.05, seed=5)
+    with pytest.raises(ConfigError, match="optimizer must be one of sgd, adam"):
+        Config(optimizer="momentum", **fields)
+    monkeypatch.setitem(OPTIMIZERS, "momentum", Momentum())
+    rng = np.random.default_rng(1)
+    X, y = nd.array(rng.normal(size=(6, 12))), nd.one_hot(nd.array(rng.integers(0, 3, 6)), 3)
+    step = TrainingStep(Config(optimizer="momentum", **fields).build_plan(), mx.cpu())
+    assert [len(state) for state in step.state_arrays()] == [1, 1]
+    start = step.mu.asnumpy()
+    step(X, y, 0.1)
+    first = step.mu.asnumpy() - start
+    sgd = TrainingStep(Config(**fields).build_plan(), mx.cpu(), mus=[m.copy() for m in step.mus])
+    sgd(X, y, 0.1)
+    plain = sgd.mu.asnumpy() - (start + first)
+    step(X, y, 0.1)
+    np.testing.assert_allclose(step.mu.asnumpy() - (start + first), 0.9 * first + plain,
+                               rtol=1e-4, atol=1e-7)
+    assert not np.allclose(0.9 * first + plain, plain, atol=1e-6)

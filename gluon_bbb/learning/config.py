@@ -20,7 +20,7 @@ from ..family.priors import (KNOWN as PRIORS, GatedPrior, Prior, describe_prior,
                              prior_words)
 from ..networks.layers import Dropout
 from ..networks.network import MAX_LAYERS, Network, mlp, parse_network
-from .plan import IvonSettings, Plan
+from .plan import OPTIMIZERS, IVONUpdate, IvonSettings, Plan
 from .schedules import Schedule, lr_schedule
 
 
@@ -36,7 +36,6 @@ def _once(build):
         return self.__dict__[key]
     return built
 
-OPTIMIZERS = ("sgd", "adam")
 # the networks that a config's size fields shape, by the name ``network`` gives them (any other
 # description is network.parse_network's)
 SIZED_BY_FIELDS = {"mlp": lambda config, outputs: mlp(
@@ -296,6 +295,14 @@ class Config:
     def lr_schedule_kind(self):
         return lr_schedule(self.lr_schedule)
     @functools.cached_property
+    def update_rule(self):
+        """The ``plan.UpdateRule`` the run trains with: IVON's with ``ivon`` for a
+        natural-gradient model kind, else the one ``optimizer`` names."""
+        if self.model_kind.natural_gradient:
+            return IVONUpdate(self.ivon)
+        return OPTIMIZERS[self.optimizer]
+
+    @functools.cached_property
     def parametrization_kind(self):
         return parametrizations.parametrization(self.parametrization)
 
@@ -364,7 +371,7 @@ class Config:
         """The ``plan.Plan`` the training step takes: this config's choices, built."""
         return Plan(self.build_network(), self.build_likelihood(), self.model_kind,
                     self.build_prior(), self.estimator_kind, self.kl_kind,
-                    self.parametrization_kind, self.build_schedule(), self.optimizer, self.ivon,
+                    self.parametrization_kind, self.build_schedule(), self.update_rule,
                     self.num_samples, self.seed, self.mu_scale, tuple(self.initial_rhos()),
                     self.remove_switched_off, self.kl_scale, self.batch_size,
                     self.describe_prior())

@@ -1,6 +1,6 @@
 """What a run trains with (``Plan``), its choices built from the config that names them
-(``Config.build_plan``): the training step takes a plan and never reads a config. Imports no
-MXNet."""
+(``Config.build_plan``): the training step takes a plan and never reads a config; among them its
+update rule, an object (``OPTIMIZERS``, IVON's ``IVONUpdate``). Imports no MXNet."""
 import dataclasses
 import math
 from dataclasses import dataclass
@@ -76,12 +76,73 @@ def check_ivon_numbers(ess, hess_init, beta1, beta2, weight_decay, clip_radius):
     return checked
 
 
+class UpdateRule:
+    """How the training step updates mu and rho from their gradients: ``create`` builds the
+    MXNet optimizer once for a step, ``states`` its state for the vectors it updates;
+    ``state_vectors`` counts the parameter-sized vectors that state holds (the step's memory
+    estimate). A new rule is a subclass with its ``name`` and its entry in ``OPTIMIZERS``
+    (``--optimizer`` offers what that holds); ``create`` makes MXNet's optimizer of the name."""
+    name = None
+    state_vectors = 0
+
+    def create(self, plan, num_update=0, num_train=None, native=False):
+        """The optimizer at the schedule's first learning rate, on the loss's gradient as it is
+        (no rescaling, no weight decay: the prior is the KL's), ``num_update`` steps taken."""
+        import mxnet as mx
+        return mx.optimizer.create(self.name, learning_rate=plan.schedule.learning_rate,
+                                   rescale_grad=1.0, wd=0.0, begin_num_update=num_update)
+
+    def states(self, optimizer, mu, rho):
+        """The optimizer's state of each vector it updates: mu's, then rho's."""
+        return [optimizer.create_state(i, vector) for i, vector in enumerate((mu, rho))]
+
+
+class SGD(UpdateRule):
+    """Plain stochastic gradient descent, the tutorial's."""
+    name = "sgd"
+
+
+class Adam(UpdateRule):
+    """Adam: two moments each of mu and rho."""
+    name = "adam"
+    state_vectors = 4
+
+
+# the update rules --optimizer and a config's optimizer name
+OPTIMIZERS = {rule.name: rule for rule in (SGD(), Adam())}
+
+
+@dataclass(frozen=True)
+class IVONUpdate(UpdateRule):
+    """IVON's update (``learning/ivon.py``) with its ``settings``, a natural-gradient model
+    kind's: mu and its Hessian estimate, sigma from the latter (rho = log sigma^2); the prior's
+    density enters the update where the prior has one. Its state: momentum and Hessian."""
+    settings: IvonSettings = IvonSettings()
+    name = "ivon"
+    state_vectors = 2
+
+    def create(self, plan, num_update=0, num_train=None, native=False):
+        import mxnet as mx  # IVON is "ivon" among MXNet's optimizers once gluon_bbb is imported
+        ivon, schedule = self.settings, plan.schedule
+        if (ivon.ess or num_train) is None:
+            raise ConfigError("ivon_ess", None, "given where the training images are not known")
+        return mx.optimizer.create(
+            self.name, learning_rate=schedule.learning_rate, ess=ivon.ess or num_train,
+            hess_init=ivon.hess_init, beta1=ivon.beta1, beta2=schedule.beta2,
+            weight_decay=ivon.weight_decay,
+            clip_radius=math.inf if ivon.clip_radius is None else ivon.clip_radius,
+            prior=plan.prior if plan.prior.has_log_density else None,
+            prior_at_draws=ivon.prior_at_draws, native=native, begin_num_update=num_update)
+
+    def states(self, optimizer, mu, rho):
+        return [optimizer.create_state(0, mu)]  # rho follows from the Hessian estimate
+
+
 @dataclass(frozen=True, eq=False)
 class Plan:
     """A run's network (``networks.network.Network``), likelihood, model kind, prior,
     estimator, KL estimate and parametrization (``family/``), its epochs' ``Schedule``, its
-    optimizer (``sgd``, ``adam``; IVON's settings for a natural-gradient model kind) and the
-    numbers the step draws and starts with."""
+    ``UpdateRule`` and the numbers the step draws and starts with."""
     network: Any
     likelihood: Any
     model_kind: Any
@@ -90,8 +151,7 @@ class Plan:
     kl: Any
     parametrization: Any
     schedule: Schedule
-    optimizer: str
-    ivon: Optional[IvonSettings]
+    optimizer: UpdateRule
     num_samples: int
     seed: Optional[int]
     mu_scale: float

@@ -262,7 +262,8 @@ class RunDirectory:
         optimizer state, or best.params without it."""
         save_checkpoint(self.file(BEST_CHECKPOINT_FILE if best else CHECKPOINT_FILE), step.mus,
                         step.rhos, [] if best else step.state_arrays(), step.num_update, epoch,
-                        step.parametrization, trained_as(step.plan))
+                        step.parametrization, trained_as(step.plan.model_kind,
+                                                         step.plan.optimizer))
 
     def save_epoch(self, step, history, best=False):
         """Write the epoch ``step`` has just completed: history.json (``history``, its last
@@ -287,11 +288,12 @@ class RunDirectory:
             raise CheckpointError("%s holds rhos of parametrization %s, its run's config.json "
                                   "says %s", path, state["parametrization"].name,
                                   config.parametrization)
-        if state["trained_as"] not in (None, trained_as(config)):
+        recorded = trained_as(config.model_kind, config.update_rule)
+        if state["trained_as"] not in (None, recorded):
             raise CheckpointError("%s was trained as %s (model, optimizer), its run's "
                                   "config.json says %s: the file or config.json was changed "
                                   "after the run wrote them", path, state["trained_as"],
-                                  trained_as(config))
+                                  recorded)
         return state
 
     def load_predictive(self, config, ctx=None, path=None):
@@ -332,11 +334,10 @@ class RunDirectory:
         return config, state, self.read_history(state["epoch"])
 
 
-def trained_as(choices):
-    """The model kind and optimizer of a run (its ``Config`` or ``Plan``), as its checkpoints
-    record them."""
-    kind = choices.model_kind
-    return "%s %s" % (kind.name, "ivon" if kind.natural_gradient else choices.optimizer)
+def trained_as(model_kind, update_rule):
+    """A run's model kind and update rule (``plan.UpdateRule``), as its checkpoints record
+    them."""
+    return "%s %s" % (model_kind.name, update_rule.name)
 
 
 def resume_config(saved, requested, where="the run"):

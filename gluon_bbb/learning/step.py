@@ -220,14 +220,11 @@ def choose_backend(plan, ctx, backend=None):
     return ("ndarray", why_not) if why_not else ("native", None)
 
 
-# parameter-sized vectors the optimizer keeps, for mu and rho together
-OPTIMIZER_STATE_VECTORS = {"sgd": 0, "adam": 4}
-
-
 def training_memory_bytes(plan):
     """About how many bytes a run's step holds at its peak: per parameter, float32 mu and rho,
     the five workspace vectors, the estimator's extra ones and a removal's means (or the
-    ndarray backend's temporaries), two Adam moments for each of mu and rho, and the copies
+    ndarray backend's temporaries), the update rule's state (two Adam moments for each of mu
+    and rho), and the copies
     made while they are initialised (float64 for the largest array); per example of a batch,
     the activations of every layer."""
     network = plan.network
@@ -235,7 +232,7 @@ def training_memory_bytes(plan):
     size = sum(math.prod(shape) for shape in shapes)
     floats_per_entry = (2 + 5 + native.extra_workspace_vectors(plan.estimator)
                         + plan.remove_switched_off  # the means the network takes
-                        + OPTIMIZER_STATE_VECTORS[plan.optimizer] + 4)
+                        + plan.optimizer.state_vectors + 4)
     largest = max(math.prod(shape) for shape in shapes)
     # forward outputs and their gradients, and the graph's temporaries
     activations = plan.batch_size * network.activation_size * 4
@@ -268,29 +265,9 @@ class TrainingStep:
             rhos = [nd.full(shape, value, ctx=ctx)
                     for shape, value in zip(self.layout.shapes, plan.initial_rhos)]
         self.mu, self.rho = self.layout.flatten(mus), self.layout.flatten(rhos)
-        if self.model_kind.natural_gradient:
-            # IVON (learning/ivon.py): its own update of mu, sigma from its Hessian estimate,
-            # its fast paths on the C kernels with the native backend
-            from .ivon import IVON
-            ivon, schedule, ess = plan.ivon, plan.schedule, plan.ivon.ess or num_train
-            if ess is None:
-                raise ConfigError("ivon_ess", None, "given where the training images are not "
-                                  "known")
-            self.optimizer = IVON(
-                learning_rate=schedule.learning_rate, ess=ess,
-                hess_init=ivon.hess_init, beta1=ivon.beta1, beta2=schedule.beta2,
-                weight_decay=ivon.weight_decay, clip_radius=(
-                    float("inf") if ivon.clip_radius is None else ivon.clip_radius),
-                prior=plan.prior if plan.prior.has_log_density else None,
-                prior_at_draws=ivon.prior_at_draws, native=self.native,
-                begin_num_update=num_update)
-            self.optimizer_states = [self.optimizer.create_state(0, self.mu)]
-        else:
-            self.optimizer = mx.optimizer.create(
-                plan.optimizer, learning_rate=plan.schedule.learning_rate, rescale_grad=1.0,
-                wd=0.0, begin_num_update=num_update)
-            self.optimizer_states = [self.optimizer.create_state(i, p)
-                                     for i, p in enumerate((self.mu, self.rho))]
+        # the plan's update rule (IVON's: its fast paths on the C kernels where native)
+        self.optimizer = plan.optimizer.create(plan, num_update, num_train, self.native)
+        self.optimizer_states = plan.optimizer.states(self.optimizer, self.mu, self.rho)
         self.workspace = (native.Workspace(self.layout.size, ctx) if self.native
                           and not self.model_kind.natural_gradient else None)
         self._kept = None  # remove_switched_off's mask of the parameters held, once known
