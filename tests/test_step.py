@@ -11,7 +11,7 @@ from mxnet import nd
 from gluon_bbb import (Config, ConfigError, TrainingStep, combined_loss_gradients,
                        init_variational_params, softplus)
 from gluon_bbb.learning.noise import DeviceNoise, PhiloxNoise, philox_key, philox_normals_reference
-from gluon_bbb.learning.config import LENET_GATED
+from gluon_bbb.learning.config import PRESETS
 from gluon_bbb.learning.step import FlatLayout, NetworkGraph, choose_backend
 from tutorial_reference import tutorial_gradients
 
@@ -171,8 +171,9 @@ def test_choose_backend():
         choose_backend(sample.build_plan(), mx.cpu(), "cuda")
 
 
-@pytest.mark.parametrize("model,network", [("deterministic", "mlp"), ("mcdropout", "lenet"),
-                                           ("ivon", "mlp"), ("ivon", LENET_GATED)])
+@pytest.mark.parametrize("model,network", [
+    ("deterministic", "mlp"), ("mcdropout", "lenet"), ("ivon", "mlp"),
+    ("ivon", PRESETS["lenet-group-sparse"]["network"])])
 def test_the_kept_gradient_array_is_written_whole(ctx, model, network):
     """The step keeps the data term's gradient in one array (``_data_term``) that the graph
     overwrites: filled with NaN before a step, it holds what a new zeroed array gets, for

@@ -36,6 +36,7 @@ def _once(build):
         return self.__dict__[key]
     return built
 
+
 # the networks that a config's size fields shape, by the name ``network`` gives them (any other
 # description is network.parse_network's)
 SIZED_BY_FIELDS = {"mlp": lambda config, outputs: mlp(
@@ -109,7 +110,7 @@ class Config:
 
     def __post_init__(self):
         self._take_prior()
-        self._take_ivon()
+        self.ivon = IvonSettings.taken(self.ivon, self.model_kind)
         # the names as config.json keeps them (mlp as it was, a user's object by its name)
         self.model = self.model_kind.name
         self.estimator = self.estimator_kind.name
@@ -177,23 +178,6 @@ class Config:
                               "the %s schedule epoch %d's would be %.3g (a larger "
                               "{lr_decay_factor}, a longer {lr_decay_every} or fewer {epochs})"
                               % (FLOAT32_TINY, self.lr_schedule, self.epochs, last))
-
-    def _take_ivon(self):
-        """``ivon`` as ``IvonSettings``: given (or a dict of them), or the defaults, for model
-        ivon; None for another model."""
-        if self.ivon is None and self.model_kind.natural_gradient:
-            self.ivon = IvonSettings()
-        if isinstance(self.ivon, dict):
-            names = [field.name for field in dataclasses.fields(IvonSettings)]
-            unknown = sorted(set(self.ivon) - set(names))
-            if unknown:
-                raise ConfigError("ivon", unknown, "IVON's settings only: " + ", ".join(names))
-            self.ivon = IvonSettings(**self.ivon)
-        if self.ivon is not None and not self.model_kind.natural_gradient:
-            raise ConfigError("ivon", self.ivon, "left unset for model %s (IVON's settings)"
-                              % self.model)
-        if self.ivon is not None and not isinstance(self.ivon, IvonSettings):
-            raise ConfigError("ivon", self.ivon, "IVON's settings (a dict of them)")
 
     def _check_ivon(self):
         """IVON's settings (``learning/ivon.py``), named as their flags name them; for ``--model
@@ -570,8 +554,6 @@ FLAT_FIELDS = dict({f.name: f.type for f in dataclasses.fields(Config)},
 # The presets: data (presets.json, which --preset reads); docs/DESIGN.md says why each holds
 # what it holds and docs/RESULTS.md measures them.
 PRESETS = json.loads(pathlib.Path(__file__).with_name("presets.json").read_text())
-# group sparsity's LeNet: a gate after each layer with weights but the last
-LENET_GATED = PRESETS["lenet-group-sparse"]["network"]
 
 
 # what a choice implies for the settings neither a flag nor the preset gives, applied until

@@ -26,6 +26,26 @@ class IvonSettings:
     late_epochs: int = 0
     prior_at_draws: bool = False
 
+    @classmethod
+    def taken(cls, value, model_kind):
+        """A config's ``ivon`` as these settings: ``value`` (or a dict of them), or the
+        defaults, for a natural-gradient ``model_kind``; None for another (ConfigError where
+        it is given)."""
+        if value is None and model_kind.natural_gradient:
+            value = cls()
+        if isinstance(value, dict):
+            names = [field.name for field in dataclasses.fields(cls)]
+            unknown = sorted(set(value) - set(names))
+            if unknown:
+                raise ConfigError("ivon", unknown, "IVON's settings only: " + ", ".join(names))
+            value = cls(**value)
+        if value is not None and not model_kind.natural_gradient:
+            raise ConfigError("ivon", value, "left unset for model %s (IVON's settings)"
+                              % model_kind.name)
+        if value is not None and not isinstance(value, cls):
+            raise ConfigError("ivon", value, "IVON's settings (a dict of them)")
+        return value
+
     def checked(self, epochs):
         """These settings, each number taken by its rule (``check_ivon_numbers``; ``ess`` a
         count of examples, ``late_epochs`` at most the run's ``epochs``); ConfigError naming the
