@@ -50,18 +50,19 @@ extern "C" int bbb_operators_abi_version(void) { return OPERATORS_ABI_VERSION; }
 namespace {
 
 typedef std::unordered_map<std::string, std::string> Attributes;
+typedef std::vector<std::vector<unsigned int> > Shapes;
 
-MXReturnValue lrt_output_attributes(const Attributes &attributes, int *inputs, int *outputs) {
-    if (attributes.count("floor") == 0) {
-        MX_ERROR_MSG << "bbb_lrt_output takes the attribute floor";
-        return MX_FAIL;
-    }
-    *inputs = 3;
-    *outputs = 1;
+MXReturnValue has_attributes(const char *op, const Attributes &attributes,
+                             std::initializer_list<const char *> names) {
+    for (const char *name : names)
+        if (attributes.count(name) == 0) {
+            MX_ERROR_MSG << op << " takes the attribute " << name;
+            return MX_FAIL;
+        }
     return MX_SUCCESS;
 }
-
-/* the operators take and give float32 arrays only */
+/* the operators take and give float32 arrays only (each operator's type function, as
+ * FLOAT32_ONLY("bbb_name") where it is registered) */
 MXReturnValue float32_only(const char *op, const std::vector<int> &in_types,
                            std::vector<int> *out_types) {
     for (int type : in_types)
@@ -69,18 +70,22 @@ MXReturnValue float32_only(const char *op, const std::vector<int> &in_types,
             MX_ERROR_MSG << op << " takes float32 arrays";
             return MX_FAIL;
         }
-    (*out_types)[0] = kFloat32;
+    for (int &type : *out_types) type = kFloat32;
     return MX_SUCCESS;
 }
 
-MXReturnValue lrt_output_type(const Attributes &, std::vector<int> *in_types,
-                              std::vector<int> *out_types) {
-    return float32_only("bbb_lrt_output", *in_types, out_types);
+#define FLOAT32_ONLY(op)                                                                 \
+    [](const Attributes &, std::vector<int> *in_types, std::vector<int> *out_types) {    \
+        return float32_only(op, *in_types, out_types);                                   \
+    }
+
+MXReturnValue lrt_output_attributes(const Attributes &attributes, int *inputs, int *outputs) {
+    *inputs = 3;
+    *outputs = 1;
+    return has_attributes("bbb_lrt_output", attributes, {"floor"});
 }
 
-MXReturnValue lrt_output_shape(const Attributes &,
-                               std::vector<std::vector<unsigned int> > *in_shapes,
-                               std::vector<std::vector<unsigned int> > *out_shapes) {
+MXReturnValue lrt_output_shape(const Attributes &, Shapes *in_shapes, Shapes *out_shapes) {
     if ((*in_shapes)[1] != (*in_shapes)[0] || (*in_shapes)[2] != (*in_shapes)[0]) {
         MX_ERROR_MSG << "bbb_lrt_output takes mean, variance and noise of one shape";
         return MX_FAIL;
@@ -154,20 +159,20 @@ std::pair<int64_t, int64_t> signed_blocks(const std::vector<unsigned int> &x,
     return {outer, inner};
 }
 
-MXReturnValue signed_type(const Attributes &, std::vector<int> *in_types,
-                          std::vector<int> *out_types) {
-    return float32_only("bbb_signed", *in_types, out_types);
-}
-
-MXReturnValue signed_shape(const Attributes &,
-                           std::vector<std::vector<unsigned int> > *in_shapes,
-                           std::vector<std::vector<unsigned int> > *out_shapes) {
-    if (signed_blocks((*in_shapes)[0], (*in_shapes)[1]).first < 0) {
-        MX_ERROR_MSG << "bbb_signed takes noise of x's shape with trailing axes of size 1";
+/* x's shape, where the second input (named `second`) has x's shape with trailing axes of
+ * size 1: bbb_signed's and bbb_scaled's */
+MXReturnValue blocks_shape(const char *op, const char *second, const Shapes &in_shapes,
+                           Shapes *out_shapes) {
+    if (signed_blocks(in_shapes[0], in_shapes[1]).first < 0) {
+        MX_ERROR_MSG << op << " takes " << second << " of x's shape with trailing axes of size 1";
         return MX_FAIL;
     }
-    (*out_shapes)[0] = (*in_shapes)[0];
+    (*out_shapes)[0] = in_shapes[0];
     return MX_SUCCESS;
+}
+
+MXReturnValue signed_shape(const Attributes &, Shapes *in_shapes, Shapes *out_shapes) {
+    return blocks_shape("bbb_signed", "noise", *in_shapes, out_shapes);
 }
 
 std::vector<unsigned int> shape_of(const MXTensor &tensor) {
@@ -218,22 +223,8 @@ MXReturnValue signed_backward(const Attributes &, std::vector<MXTensor> *inputs,
     return MX_SUCCESS;
 }
 
-
-/* What a convolution layer's operators share: their attributes' check, their shapes' check,
- * the sizes of a call, the images split among the threads with a buffer each, the patches and
- * their gradient. */
-
-typedef std::vector<std::vector<unsigned int> > Shapes;
-
-MXReturnValue has_attributes(const char *op, const Attributes &attributes,
-                             std::initializer_list<const char *> names) {
-    for (const char *name : names)
-        if (attributes.count(name) == 0) {
-            MX_ERROR_MSG << op << " takes the attribute " << name;
-            return MX_FAIL;
-        }
-    return MX_SUCCESS;
-}
+/* What a convolution layer's operators share: their shapes' check, the sizes of a call, the
+ * images split among the threads with a buffer each, the patches and their gradient. */
 
 /* The output's shape (N, OC, H - K + 1, W - K + 1) of h (N, C, H, W) and two pairs of kernels
  * (OC, C, K, K) and biases (OC,), the first four inputs after h; empty where they do not fit */
@@ -390,12 +381,6 @@ MXReturnValue lrt_convolution_attributes(const Attributes &attributes, int *inpu
                           {"floor", "input_gradient", "widest"});
 }
 
-MXReturnValue lrt_convolution_type(const Attributes &, std::vector<int> *in_types,
-                                   std::vector<int> *out_types) {
-    (*out_types)[1] = kFloat32;
-    return float32_only("bbb_lrt_convolution", *in_types, out_types);
-}
-
 MXReturnValue lrt_convolution_shape(const Attributes &, Shapes *in_shapes, Shapes *out_shapes) {
     std::vector<unsigned int> out = convolution_output(*in_shapes);
     if (out.empty() || (*in_shapes)[5] != out) {
@@ -532,11 +517,6 @@ MXReturnValue flipout_convolution_attributes(const Attributes &attributes, int *
     *inputs = 7;
     *outputs = 1;
     return has_attributes("bbb_flipout_convolution", attributes, {"input_gradient", "widest"});
-}
-
-MXReturnValue flipout_convolution_type(const Attributes &, std::vector<int> *in_types,
-                                       std::vector<int> *out_types) {
-    return float32_only("bbb_flipout_convolution", *in_types, out_types);
 }
 
 MXReturnValue flipout_convolution_shape(const Attributes &, Shapes *in_shapes,
@@ -679,11 +659,6 @@ MXReturnValue max_pool_attributes(const Attributes &attributes, int *inputs, int
     return has_attributes("bbb_max_pool", attributes, {"size", "relu"});
 }
 
-MXReturnValue max_pool_type(const Attributes &, std::vector<int> *in_types,
-                            std::vector<int> *out_types) {
-    return float32_only("bbb_max_pool", *in_types, out_types);
-}
-
 int64_t size_of(const Attributes &attributes) {
     return std::strtol(attributes.at("size").c_str(), nullptr, 10);
 }
@@ -785,18 +760,8 @@ MXReturnValue max_pool_backward(const Attributes &attributes, std::vector<MXTens
  * per example and unit or channel). Its gradients: g * factors for x, and for each factor the
  * sum of g x over its block, which MXNet 1.9.1's broadcast_mul takes by a slow reduction
  * (docs/DESIGN.md). */
-MXReturnValue scaled_type(const Attributes &, std::vector<int> *in_types,
-                          std::vector<int> *out_types) {
-    return float32_only("bbb_scaled", *in_types, out_types);
-}
-
 MXReturnValue scaled_shape(const Attributes &, Shapes *in_shapes, Shapes *out_shapes) {
-    if (signed_blocks((*in_shapes)[0], (*in_shapes)[1]).first < 0) {
-        MX_ERROR_MSG << "bbb_scaled takes factors of x's shape with trailing axes of size 1";
-        return MX_FAIL;
-    }
-    (*out_shapes)[0] = (*in_shapes)[0];
-    return MX_SUCCESS;
+    return blocks_shape("bbb_scaled", "factors", *in_shapes, out_shapes);
 }
 
 MXReturnValue scaled_forward(const Attributes &, std::vector<MXTensor> *inputs,
@@ -832,47 +797,22 @@ MXReturnValue scaled_backward(const Attributes &, std::vector<MXTensor> *inputs,
 
 }  // namespace
 
-REGISTER_OP(bbb_lrt_output)
-    .setParseAttrs(lrt_output_attributes)
-    .setInferType(lrt_output_type)
-    .setInferShape(lrt_output_shape)
-    .setForward(lrt_output_forward, "cpu")
-    .setBackward(lrt_output_backward, "cpu");
+/* Operator NAME, float32 only, of ATTRIBUTES and the functions PREFIX_shape, PREFIX_forward and
+ * PREFIX_backward */
+#define BBB_OPERATOR(NAME, ATTRIBUTES, PREFIX)                                               \
+    REGISTER_OP(NAME)                                                                        \
+        .setParseAttrs(ATTRIBUTES)                                                           \
+        .setInferType(FLOAT32_ONLY(#NAME))                                                   \
+        .setInferShape(PREFIX##_shape)                                                       \
+        .setForward(PREFIX##_forward, "cpu")                                                 \
+        .setBackward(PREFIX##_backward, "cpu")
 
-REGISTER_OP(bbb_lrt_convolution)
-    .setParseAttrs(lrt_convolution_attributes)
-    .setInferType(lrt_convolution_type)
-    .setInferShape(lrt_convolution_shape)
-    .setForward(lrt_convolution_forward, "cpu")
-    .setBackward(lrt_convolution_backward, "cpu");
-
-REGISTER_OP(bbb_flipout_convolution)
-    .setParseAttrs(flipout_convolution_attributes)
-    .setInferType(flipout_convolution_type)
-    .setInferShape(flipout_convolution_shape)
-    .setForward(flipout_convolution_forward, "cpu")
-    .setBackward(flipout_convolution_backward, "cpu");
-
-REGISTER_OP(bbb_max_pool)
-    .setParseAttrs(max_pool_attributes)
-    .setInferType(max_pool_type)
-    .setInferShape(max_pool_shape)
-    .setForward(max_pool_forward, "cpu")
-    .setBackward(max_pool_backward, "cpu");
-
-REGISTER_OP(bbb_scaled)
-    .setParseAttrs(signed_attributes)
-    .setInferType(scaled_type)
-    .setInferShape(scaled_shape)
-    .setForward(scaled_forward, "cpu")
-    .setBackward(scaled_backward, "cpu");
-
-REGISTER_OP(bbb_signed)
-    .setParseAttrs(signed_attributes)
-    .setInferType(signed_type)
-    .setInferShape(signed_shape)
-    .setForward(signed_forward, "cpu")
-    .setBackward(signed_backward, "cpu");
+BBB_OPERATOR(bbb_lrt_output, lrt_output_attributes, lrt_output);
+BBB_OPERATOR(bbb_lrt_convolution, lrt_convolution_attributes, lrt_convolution);
+BBB_OPERATOR(bbb_flipout_convolution, flipout_convolution_attributes, flipout_convolution);
+BBB_OPERATOR(bbb_max_pool, max_pool_attributes, max_pool);
+BBB_OPERATOR(bbb_scaled, signed_attributes, scaled);
+BBB_OPERATOR(bbb_signed, signed_attributes, signed);
 
 /* MXNet 1.9.1's extension API (MX_LIBRARY_VERSION 11), the one this library is built against */
 MXReturnValue initialize(int version) {
