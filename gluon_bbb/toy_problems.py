@@ -9,10 +9,10 @@ import time
 
 import numpy as np
 
-from .learning.config import MAX_EPOCHS, MAX_TEST_SAMPLES, Config
+from .learning.config import MAX_EPOCHS, Config
 from . import outputs
 from .errors import CheckpointError, ConfigError, NonFiniteResult
-from .errors import FLOAT32_MAX, FLOAT32_TINY
+from .errors import FLOAT32_MAX, FLOAT32_TINY, MAX_PREDICTIVE_SAMPLES
 from .family.likelihoods import NAMED_NOISES
 from .family.model_kinds import MODEL_KINDS, model_kind
 from .learning.rundir import CHECKPOINT_FILE, CONFIG_FILE, REGRESSION_METRICS_FILE, RunDirectory
@@ -292,7 +292,7 @@ def run_regression(problem, model, out, seed=0, ctx=None, test_samples=None, log
     kind = config.model_kind
     if test_samples is None:
         test_samples = TEST_SAMPLES if kind.prediction_draws else 0
-    kind.check_test_samples(test_samples, MAX_TEST_SAMPLES)
+    kind.check_test_samples(test_samples, MAX_PREDICTIVE_SAMPLES)
     files = {CONFIG_FILE: outputs.RUN_CONFIG, CHECKPOINT_FILE: outputs.PARAMETERS,
              METRICS_FILE: outputs.JSON, PLOT_FILE: outputs.PNG}
     with run.create(files=files).locked():

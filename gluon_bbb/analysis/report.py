@@ -6,9 +6,8 @@ import os
 
 import numpy as np
 
-from ..learning.config import MAX_TEST_SAMPLES
 from ..data import IMAGE_SHAPE, PIXEL_SCALE, find_idx_file, read_idx
-from ..errors import DataError
+from ..errors import MAX_PREDICTIVE_SAMPLES, DataError
 from .. import outputs
 from .metrics import auroc, predictive_entropy, scores
 from ..tutorial import evaluate_accuracy
@@ -71,7 +70,7 @@ def evaluate_run(checkpoint, data, ctx, num_samples=10, ood_images=None, out=Non
     run, checkpoint_path = resolve_checkpoint(checkpoint)
     config = run.read_classifier_config()
     state = run.load_predictive(config, ctx, checkpoint_path)
-    config.model_kind.check_test_samples(num_samples, MAX_TEST_SAMPLES)
+    config.model_kind.check_test_samples(num_samples, MAX_PREDICTIVE_SAMPLES)
     sigmas = state["sigmas"]
     report, entropies, probs = uncertainty_report(
         state["mus"], sigmas, data.test_images, data.test_labels, num_samples, ood_images,

@@ -6,7 +6,7 @@ import math
 
 import numpy as np
 
-from ..errors import CheckpointError
+from ..errors import MAX_PREDICTIVE_SAMPLES, CheckpointError
 from .metrics import auroc, negative_log_likelihood, predictive_entropy, scores, softmax
 
 SIDE = 28  # MNIST's images are SIDE x SIDE
@@ -138,7 +138,6 @@ def load_model(path, samples, field="test_samples"):
     model's own number); a ConfigError names ``field`` for a number it cannot draw."""
     import os
     from ..errors import ConfigError
-    from ..learning.config import MAX_TEST_SAMPLES
     from ..learning.rundir import is_compressed_model, resolve_checkpoint
     if os.path.isfile(path) and (is_compressed_model(path) or not path.endswith(".params")):
         from ..shipping import model_file as compressed
@@ -152,7 +151,7 @@ def load_model(path, samples, field="test_samples"):
     kind = config.model_kind
     draws = kind.default_test_samples if samples is None else samples
     if draws:  # 0: the mean weights, for every model as for a compressed file
-        kind.check_test_samples(draws, MAX_TEST_SAMPLES, field)
+        kind.check_test_samples(draws, MAX_PREDICTIVE_SAMPLES, field)
     state = run.load_predictive(config, None, checkpoint)
     return (RunModel(config.build_network(), state["mus"], state["sigmas"], draws, name=path),
             (run, config))

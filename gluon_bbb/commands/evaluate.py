@@ -5,7 +5,7 @@ import sys
 
 from .cli import (ArgumentParser, add_import_flag, add_json_flag, import_modules, load_run,
                   print_json, report_directory, run_main, table)
-from ..learning.config import MAX_TEST_SAMPLES
+from ..errors import MAX_PREDICTIVE_SAMPLES
 
 PROG = "gluon-bbb evaluate"
 
@@ -21,7 +21,7 @@ def build_parser(prog=PROG):
     parser.add_argument("--test-samples", type=int,
                         help="draws of the Monte Carlo predictive, 1 to %d (default 10: weight "
                         "samples, or dropout masks for a --model mcdropout run; a --model "
-                        "deterministic run takes 0, its weights)" % MAX_TEST_SAMPLES)
+                        "deterministic run takes 0, its weights)" % MAX_PREDICTIVE_SAMPLES)
     parser.add_argument("--out", help="output directory (default: the run directory)")
     parser.add_argument("--ctx", default="cpu", help="device to evaluate on: cpu, gpu or "
                         "gpu:N (default: cpu)")
@@ -58,7 +58,7 @@ def main(argv=None, prog=PROG):
     kind = config.model_kind
     if args.test_samples is None:
         args.test_samples = kind.default_test_samples
-    kind.check_test_samples(args.test_samples, MAX_TEST_SAMPLES)
+    kind.check_test_samples(args.test_samples, MAX_PREDICTIVE_SAMPLES)
     out = report_directory(args, run, report_files(checkpoint_path))
     ctx = parse_context(args.ctx)
     ood = load_ood_images(args.ood_data_dir) if args.ood_data_dir else None

@@ -5,7 +5,7 @@ aleatoric and epistemic uncertainty, written and plotted (``toy_problems.py``).
 import sys
 
 from .cli import ArgumentParser, add_json_flag, load_mxnet, print_json, run_main, say_for
-from ..learning.config import MAX_TEST_SAMPLES
+from ..errors import MAX_PREDICTIVE_SAMPLES
 from ..family.likelihoods import NAMED_NOISES
 from ..toy_problems import (MODEL_SETTINGS, MODELS, PROBLEMS, TEST_SAMPLES, describe_figures,
                                   regression_config, run_regression)
@@ -40,7 +40,7 @@ def build_parser(prog=PROG):
                         "(default %g)" % MODEL_SETTINGS["mcdropout"]["dropout"])
     parser.add_argument("--test-samples", type=int,
                         help="draws of the predictive, 1 to %d (default %d; 0 for a "
-                        "deterministic model)" % (MAX_TEST_SAMPLES, TEST_SAMPLES))
+                        "deterministic model)" % (MAX_PREDICTIVE_SAMPLES, TEST_SAMPLES))
     parser.add_argument("--ctx", default="cpu", help="device: cpu, gpu or gpu:N (default: cpu)")
     add_json_flag(parser)
     return parser

@@ -7,7 +7,7 @@ import sys
 
 from .cli import (ArgumentParser, add_import_flag, add_json_flag, import_modules, load_mxnet,
                   print_json, run_main, table)
-from ..learning.config import MAX_TEST_SAMPLES
+from ..errors import MAX_PREDICTIVE_SAMPLES
 from ..analysis.robustness import SHIFTS
 
 PROG = "gluon-bbb shift"
@@ -24,9 +24,9 @@ def build_parser(prog=PROG):
                         help="rotation (0-180 degrees in 15-degree steps) or translation (0-14 "
                         "pixels); repeat for both (default: both)")
     parser.add_argument("--test-samples", type=int, help="draws of each model's Monte Carlo "
-                        "predictive, 0 (the mean weights) to %d (default: each model's own: 10 for a run that "
-                        "samples, the number a compressed file names, 0 for a deterministic "
-                        "run)" % MAX_TEST_SAMPLES)
+                        "predictive, 0 (the mean weights) to %d (default: each model's own: 10 "
+                        "for a run that samples, the number a compressed file names, 0 for a "
+                        "deterministic run)" % MAX_PREDICTIVE_SAMPLES)
     parser.add_argument("--temperature-scale", action="store_true", help="scale the "
                         "predictive by one temperature fitted (least NLL) on the validation "
                         "images of the first run named")
@@ -62,9 +62,9 @@ def main(argv=None, prog=PROG):
     args = build_parser(prog).parse_args(argv)
     import_modules(args.import_modules)
     from ..errors import ConfigError
-    if args.test_samples is not None and not 0 <= args.test_samples <= MAX_TEST_SAMPLES:
+    if args.test_samples is not None and not 0 <= args.test_samples <= MAX_PREDICTIVE_SAMPLES:
         raise ConfigError("test_samples", args.test_samples,
-                          "an integer in [0, %d]" % MAX_TEST_SAMPLES)
+                          "an integer in [0, %d]" % MAX_PREDICTIVE_SAMPLES)
     if args.test_size is not None and not 1 <= args.test_size:
         raise ConfigError("test_size", args.test_size, "an integer >= 1")
     load_mxnet()

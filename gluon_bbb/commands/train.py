@@ -9,9 +9,9 @@ import typing
 from .cli import (ArgumentParser, add_import_flag, add_json_flag, add_switch, flag_for,
                   import_modules, load_mxnet, print_json, run_main, say_for)
 from ..learning.config import (CONVOLUTION_DEFAULTS, EXCLUDED, FLAT_FIELDS, IMPLIED,
-                               MAX_SAMPLES, MAX_TEST_SAMPLES, OPTIMIZERS, PRESETS, Config,
+                               MAX_SAMPLES, OPTIMIZERS, PRESETS, Config,
                                flat_defaults)
-from ..errors import CheckpointError, ConfigError, GluonBBBError
+from ..errors import MAX_PREDICTIVE_SAMPLES, CheckpointError, ConfigError, GluonBBBError
 from ..family.choices import names
 from ..family.estimators import ESTIMATORS
 from ..family.kl import KL_DIRECTIONS, KL_ESTIMATES, KL_WEIGHTINGS
@@ -129,7 +129,7 @@ def build_parser(prog=PROG, raise_errors=False):
                         help="also measure training-set accuracy after every epoch")
     parser.add_argument("--test-samples", type=int, default=10,
                         help="draws for the uncertainty report after training, 0 to %d "
-                        "(default 10; 0 skips the report)" % MAX_TEST_SAMPLES)
+                        "(default 10; 0 skips the report)" % MAX_PREDICTIVE_SAMPLES)
     parser.add_argument("--ood-data-dir", help="another MNIST-format dataset's test images "
                         "for the out-of-distribution part of the report")
     parser.add_argument("--backend", choices=("native", "ndarray"),
@@ -282,9 +282,9 @@ def main(argv=None, prog=PROG):
     run = RunDirectory(time.strftime(os.path.join("runs", "%Y%m%d-%H%M%S"))
                        if args.out is None else args.out)
     config, taken = _config_and_defaults(args, run)
-    if not 0 <= args.test_samples <= MAX_TEST_SAMPLES:  # 0 skips the report
+    if not 0 <= args.test_samples <= MAX_PREDICTIVE_SAMPLES:  # 0 skips the report
         raise ConfigError("test_samples", args.test_samples,
-                          "an integer in [0, %d]" % MAX_TEST_SAMPLES)
+                          "an integer in [0, %d]" % MAX_PREDICTIVE_SAMPLES)
     load_mxnet(args.ctx)
     from ..learning.context import parse_context
     from ..data import load_mnist

@@ -9,8 +9,7 @@ import sys
 from dataclasses import dataclass
 from typing import Optional, Union
 
-from ..errors import (FLOAT32_TINY, MAX_PREDICTIVE_SAMPLES, ConfigError, require_positive,
-                      require_real, require_whole)
+from ..errors import FLOAT32_TINY, ConfigError, require_positive, require_real, require_whole
 from ..family import parametrizations
 from ..family.estimators import estimator
 from ..family.kl import kl_estimate, kl_weighting
@@ -46,7 +45,6 @@ SIZED_BY_FIELDS = {"mlp": lambda config, outputs: mlp(
 MAX_SAMPLES = 1000
 # a run's epochs (a regression's full-batch steps): a million is days of the smallest network's
 MAX_EPOCHS = 10 ** 6
-MAX_TEST_SAMPLES = MAX_PREDICTIVE_SAMPLES
 # the whole-number fields: (name, least, most or None); those that may be None (unset)
 WHOLE_FIELDS = (("num_inputs", 1, None), ("num_outputs", 1, None), ("num_hidden_units", 1, None),
                 ("batch_size", 1, None), ("num_samples", 1, MAX_SAMPLES),

@@ -179,34 +179,26 @@ def kept(prior, parametrization, mu, rho, keep):
     return True
 
 
-def codes(estimator, kl, prior, parametrization):
-    """The kernels' codes of a run's objects (None for one they do not serve): the estimator's
-    data term, the KL estimate's, the prior's and the parametrization's."""
-    args = prior_args(prior)
-    return code(estimator), code(kl), args and args[0], code(parametrization)
-
-
-def _regions(prior, size=None):
-    """``prior.regions(size)`` (``priors.Prior``), or the whole vector for an object without."""
-    return prior.regions(size) if hasattr(prior, "regions") else [(0, size, prior)]
-
-
 def _kernel_calls(estimator, kl, prior, parametrization, size=None):
-    """``[(start, stop, codes, part)]``: one call of the kernel a region of the parameters
-    (``priors.Prior.regions``), with its part's codes."""
-    return [(start, stop, codes(estimator, kl, part, parametrization), part)
-            for start, stop, part in _regions(prior, size)]
-
-
-def _all_served(calls):
-    """Whether every call's codes are a row of ``table.SERVED``."""
-    return all(table.serves(*call_codes) for _, _, call_codes, _ in calls)
+    """``[(start, stop, codes, prior_args)]``, one call of the kernel a region of the
+    parameters (``priors.Prior.regions``; the whole vector for a prior without) with the codes
+    of the estimator's data term, the KL estimate's, the region's prior's and the
+    parametrization's; None where a region's codes are not a row of ``table.SERVED``."""
+    regions = prior.regions(size) if hasattr(prior, "regions") else [(0, size, prior)]
+    calls = []
+    for start, stop, part in regions:
+        args = prior_args(part)
+        codes = (code(estimator), code(kl), args and args[0], code(parametrization))
+        if not table.serves(*codes):
+            return None
+        calls.append((start, stop, codes, args))
+    return calls
 
 
 def serves(estimator, kl, prior, parametrization):
     """Whether the C kernels implement these objects together: for the prior of each region of
     the parameters, a row of ``table.SERVED``."""
-    return _all_served(_kernel_calls(estimator, kl, prior, parametrization))
+    return _kernel_calls(estimator, kl, prior, parametrization) is not None
 
 
 def _at(pointer, start):
@@ -223,7 +215,7 @@ def kl_gradients(mu, rho, eps, w, grad_data_mu, grad_data_sigma, estimator, kl_w
     coefficient of eps in dNLL/dsigma (Flipout); 2, dNLL/dmu and dNLL/dsigma (the local
     reparametrization)."""
     calls = _kernel_calls(estimator, kl, prior, parametrization, rho.size)
-    if not _all_served(calls):
+    if calls is None:
         raise ValueError("the native kernels do not serve estimator %s, the %s %s KL, prior %s "
                          "and parametrization %s together (step.choose_backend keeps such a run "
                          "on the ndarray backend)" % (estimator, kl.direction, kl,
@@ -233,8 +225,8 @@ def kl_gradients(mu, rho, eps, w, grad_data_mu, grad_data_sigma, estimator, kl_w
     keep = _optional(keep)
     outputs = [_host_pointer(array, write=True) for array in (grad_mu, grad_rho)]
     total = 0.0
-    for start, stop, (kind, kl_code, density, parametrization_code), part in calls:
-        _, pi, sigma1, sigma2 = prior_args(part)
+    for start, stop, (kind, kl_code, density, parametrization_code), args in calls:
+        _, pi, sigma1, sigma2 = args
         total += library().bbb_kl_gradients(
             stop - start, *(_at(pointer, start) for pointer in inputs), kind, kl_weight,
             kl_code, density, parametrization_code, pi, sigma1, sigma2, _at(keep, start),
