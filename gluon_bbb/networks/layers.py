@@ -1,7 +1,8 @@
 """The layers of a network (``network.py`` applies them in order) and the per-example
-estimators' formulas on a layer's operator. A new layer type is one class here: ``param_shapes(input_shape)``
-gives its parameters' shapes and its output shape per example, ``layer(F, h, params,
-input_shape)`` its output for a batch ``h``."""
+estimators' formulas on a layer's operator. A new layer type is one class here:
+``param_shapes(input_shape)`` gives its parameters' shapes and its output shape per example,
+``layer(F, h, params, input_shape)`` its output for a batch ``h`` (a layer without weights
+derives from ``_Unweighted``)."""
 import math
 
 from ..errors import is_real, is_whole
@@ -223,9 +224,24 @@ def _differentiated(F):
     return autograd.is_recording()
 
 
-class MaxPool2D:
-    """Max pooling over size x size windows with stride size."""
+class _Unweighted:
+    """What a layer without weights shares: its output has its input's shape, compression
+    keeps it after the layer before, and a constant input comes out unchanged."""
     has_weights = False
+
+    def param_shapes(self, input_shape):
+        return [], input_shape
+
+    def compression_step(self, chain):
+        chain.add_after(self)
+
+    def constant_through(self, value):
+        """What a constant input ``value`` comes out as."""
+        return value
+
+
+class MaxPool2D(_Unweighted):
+    """Max pooling over size x size windows with stride size."""
 
     def __init__(self, size):
         self.size = _whole_number(size, "SIZE", "pool:%s" % (size,))
@@ -244,60 +260,36 @@ class MaxPool2D:
         return F.Pooling(h, kernel=(self.size, self.size), stride=(self.size, self.size),
                          pool_type="max")
 
-    def compression_step(self, chain):
-        chain.add_after(self)
-
-    def constant_through(self, value):
-        return value
-
     def __str__(self):
         return "pool:%d" % self.size
 
 
-class ReLU:
-    has_weights = False
-
-    def param_shapes(self, input_shape):
-        return [], input_shape
-
+class ReLU(_Unweighted):
     def __call__(self, F, h, params, input_shape):
         return F.relu(h)
 
-    def compression_step(self, chain):
-        chain.add_after(self)
-
     def constant_through(self, value):
-        """What a constant input ``value`` comes out as."""
         return max(value, 0.0)
 
     def __str__(self):
         return "relu"
 
 
-class Flatten:
-    has_weights = False
-
+class Flatten(_Unweighted):
     def param_shapes(self, input_shape):
         return [], (math.prod(input_shape),)
 
     def __call__(self, F, h, params, input_shape):
         return F.flatten(h)
 
-    def compression_step(self, chain):
-        chain.add_after(self)
-
-    def constant_through(self, value):
-        return value
-
     def __str__(self):
         return "flatten"
 
 
-class Dropout:
+class Dropout(_Unweighted):
     """Inverted dropout at ``rate``, on in training and in Monte Carlo prediction alike (each
     call draws a new mask from MXNet's generator); ``Network.without_dropout`` drops it for
     the deterministic prediction with all units."""
-    has_weights = False
     RATES = (FLOAT32_TINY, 1.0 - 2.0 ** -24)
 
     def __init__(self, rate):
@@ -305,9 +297,6 @@ class Dropout:
             raise ValueError("dropout:%s: RATE must be in (0, 1) (from %.3g to 1 - 2^-24)"
                              % (rate, self.RATES[0]))
         self.rate = rate
-
-    def param_shapes(self, input_shape):
-        return [], input_shape
 
     def __call__(self, F, h, params, input_shape):
         return F.Dropout(h, p=self.rate, mode="always")
