@@ -154,9 +154,10 @@ def native_operators():
     return operators
 
 
-# The tests' shared runs, each trained through the training command once per test process
-# (a pytest-xdist worker) where a test first asks for it, and then only read: a test that changes
-# one copies it (``runs.copy``). A few hundred images and units: what they show is what a run's
+# The tests' shared runs, each trained through the training command once per test run where a
+# test first asks for it (by the first pytest-xdist worker to ask, the others waiting for it),
+# copied into each worker's own directory and then only read: a test that changes one copies it
+# (``runs.copy``). A few hundred images and units: what they show is what a run's
 # files, flags and readers do, not what it learns (the slow tier's real trainings show that).
 SMALL = ["--train-size", "256", "--num-hidden-units", "8", "--test-samples", "2", "--seed", "1"]
 RUNS = {
@@ -188,17 +189,26 @@ RUNS = {
 
 
 class Runs:
-    """``runs[kind]``: the run directory of ``RUNS[kind]``, trained on first use."""
+    """``runs[kind]``: the run directory of ``RUNS[kind]``, this worker's copy of the run trained
+    once in ``shared`` (the directory the workers share) on first use."""
 
-    def __init__(self, root):
-        self.root, self.made = root, {}
+    def __init__(self, root, shared):
+        self.root, self.shared, self.made = root, shared, {}
 
     def __getitem__(self, kind):
         if kind not in self.made:
+            import fcntl
+            import shutil
             from commands import TRAIN, run
-            out = self.root / kind
-            proc = run(TRAIN, "--out", out, *RUNS[kind])
-            assert proc.returncode == 0, proc.stderr
+            trained, out = self.shared / kind, self.root / kind
+            with open(str(self.shared / (kind + ".lock")), "w") as lock:
+                fcntl.flock(lock, fcntl.LOCK_EX)
+                if not (self.shared / (kind + ".done")).exists():
+                    shutil.rmtree(str(trained), ignore_errors=True)
+                    proc = run(TRAIN, "--out", trained, *RUNS[kind])
+                    assert proc.returncode == 0, proc.stderr
+                    (self.shared / (kind + ".done")).touch()
+            shutil.copytree(str(trained), str(out))
             self.made[kind] = out
         return self.made[kind]
 
@@ -212,4 +222,8 @@ class Runs:
 
 @pytest.fixture(scope="session")
 def runs(tmp_path_factory):
-    return Runs(tmp_path_factory.mktemp("runs"))
+    shared = tmp_path_factory.getbasetemp()  # the run's, which its xdist workers' are in
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        shared = shared.parent
+    (shared / "runs").mkdir(exist_ok=True)
+    return Runs(tmp_path_factory.mktemp("runs"), shared / "runs")

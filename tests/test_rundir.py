@@ -442,10 +442,10 @@ def test_an_empty_out_or_one_that_holds_no_run_or_another_is_refused(tmp_path, r
     empty.mkdir()
     assert_one_line_error(run(TRAIN, "--out", empty, "--resume"), "%s holds no run" % empty)
     run_dir = runs.copy("small", tmp_path)
-    before = files_of(run_dir)
+    before = files_of(run_dir, lock=False)
     proc = run(TRAIN, "--out", run_dir, "--epochs", "1")
     assert_one_line_error(proc, "already holds a run")
-    assert proc.stdout == "" and files_of(run_dir) == before
+    assert proc.stdout == "" and files_of(run_dir, lock=False) == before
 
 
 # 7. What a non-finite loss is put down to.
