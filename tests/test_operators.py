@@ -57,8 +57,8 @@ def signed_shapes(draw):
 @given(signed_shapes(), st.integers(0, 2 ** 32 - 1))
 def test_the_signed_operator_follows_the_formula(native_operators, shapes, seed):
     """``bbb_signed`` (Flipout's x * sign(noise), broadcast) against NumPy, with zeros among
-    the noise (sign 0, as MXNet's), and its gradients: g * sign(noise) for x, 0 for the noise;
-    a noise shape that is not x's with trailing ones is refused."""
+    the noise (sign 0, as MXNet's), and its gradients: g * sign(noise) for x, 0 for the
+    noise."""
     from mxnet import autograd
     shape, noise_shape = shapes
     rng = np.random.default_rng(seed)
@@ -74,9 +74,16 @@ def test_the_signed_operator_follows_the_formula(native_operators, shapes, seed)
     np.testing.assert_array_equal(out.asnumpy(), x * np.sign(noise))
     np.testing.assert_array_equal(arrays[0].grad.asnumpy(), g * np.sign(noise))
     np.testing.assert_array_equal(arrays[1].grad.asnumpy(), np.zeros(noise_shape))
-    if len(shape) >= 2 and shape[0] > 1 and shape[-1] > 1:
+
+
+def test_the_signed_operator_refuses_a_noise_shape_that_is_not_xs_with_trailing_ones(
+        native_operators):
+    """Checked on a few shapes, not per example of the test above: each MXNetError after a
+    library operator's backward pass on other shapes leaks about 1 MB in MXNet 1.9.1 (measured:
+    400 examples of that test, 147 -> 481 MB; a few thousand exhausted 24 GiB)."""
+    for shape in ([2, 3], [4, 2, 5], [2, 1, 3, 2]):
         with pytest.raises(mx.base.MXNetError, match="trailing axes of size 1"):
-            nd.bbb_signed(nd.array(x), nd.ones([1] + shape[1:])).wait_to_read()
+            nd.bbb_signed(nd.ones(shape), nd.ones([1] + shape[1:])).wait_to_read()
 
 
 @given(signed_shapes(), st.integers(0, 2 ** 32 - 1))
