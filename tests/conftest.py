@@ -52,6 +52,12 @@ CTX = mx.cpu(1)
 SMALL_MNIST = {"train": 6000, "t10k": 1000}
 
 
+def shared_directory(tmp_path_factory):
+    """The test run's temporary directory, which its pytest-xdist workers' own are in."""
+    base = tmp_path_factory.getbasetemp()
+    return base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+
+
 @pytest.fixture(scope="session", autouse=True)
 def mnist_dirs(tmp_path_factory):
     """(full, small): $GLUON_BBB_DATA's four files uncompressed, and the dataset of their
@@ -67,9 +73,7 @@ def mnist_dirs(tmp_path_factory):
     if not source:
         return None, None
     from gluon_bbb.data import IDX_FILES, find_idx_file
-    shared = tmp_path_factory.getbasetemp()  # the run's, which its xdist workers' are in
-    if os.environ.get("PYTEST_XDIST_WORKER"):
-        shared = shared.parent
+    shared = shared_directory(tmp_path_factory)
     full, small = shared / "mnist", shared / "mnist-small"
     with open(str(shared / "mnist.lock"), "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
@@ -222,8 +226,6 @@ class Runs:
 
 @pytest.fixture(scope="session")
 def runs(tmp_path_factory):
-    shared = tmp_path_factory.getbasetemp()  # the run's, which its xdist workers' are in
-    if os.environ.get("PYTEST_XDIST_WORKER"):
-        shared = shared.parent
-    (shared / "runs").mkdir(exist_ok=True)
-    return Runs(tmp_path_factory.mktemp("runs"), shared / "runs")
+    shared = shared_directory(tmp_path_factory) / "runs"
+    shared.mkdir(exist_ok=True)
+    return Runs(tmp_path_factory.mktemp("runs"), shared)

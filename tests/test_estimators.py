@@ -433,18 +433,7 @@ def test_the_native_backend_equals_autograd_of_the_plain_loss(ctx, native_kernel
     if keep is not None:  # nothing reaches a removed entry
         off = keep.asnumpy() == 0
         assert not got[1].asnumpy()[off].any() and not got[2].asnumpy()[off].any()
-    rtol = 5e-4
-    loss, exact = got[0].asscalar(), expected[0].asscalar()
-    assert abs(loss - exact) <= rtol * abs(exact) + 2 * abs(
-        operators32[0].asscalar() - exact), (loss, exact, operators32[0].asscalar())
-    for ours, theirs, mxnet32 in ((got[1], layout.flatten(expected[1]), operators32[1]),
-                                  (got[2], layout.flatten(expected[2]), operators32[2])):
-        ours, theirs, mxnet32 = ours.asnumpy(), theirs.asnumpy(), mxnet32.asnumpy()
-        allowed = (rtol * (np.abs(theirs).max() + np.abs(theirs))
-                   + 2 * np.abs(mxnet32.astype("float64") - theirs))
-        worst = np.argmax(np.abs(ours - theirs) - allowed)
-        assert abs(ours[worst] - theirs[worst]) <= allowed[worst], (
-            worst, ours[worst], theirs[worst], mxnet32[worst])
+    assert_matches(got, expected, layout, 5e-4, operators32)
 
 
 def test_the_forward_kl_runs_on_the_ndarray_backend_and_refuses_what_has_no_closed_form():

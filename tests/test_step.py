@@ -20,20 +20,18 @@ CONV = "conv:3:3,relu,pool:2,conv:2:2,relu,dense:5,relu,dense:4"
 
 
 def assert_matches(got, reference, layout, rtol, in_float32=None):
-    """``got`` (loss, flat d/dmu, flat d/drho) against ``reference`` (loss, d/dmu and d/drho by
-    layer) within ``rtol`` of each entry and of the largest; with ``in_float32``, the reference
-    computed in float32, an entry may also be off by twice the reference's own float32 error (a
-    draw within rounding of a kink or of a variance of 0 makes the loss that sensitive)."""
-    rounded = [None] * 3 if in_float32 is None else [
-        in_float32[0].asnumpy(), layout.flatten(in_float32[1]).asnumpy(),
-        layout.flatten(in_float32[2]).asnumpy()]
-    for k, (ours, theirs) in enumerate(((got[0], reference[0]),
-                                        (got[1], layout.flatten(reference[1])),
-                                        (got[2], layout.flatten(reference[2])))):
-        ours, theirs = ours.asnumpy().astype("float64"), theirs.asnumpy()
+    """``got`` (loss, d/dmu, d/drho, each flat or by layer) against ``reference`` within
+    ``rtol`` of each entry and of the largest; with ``in_float32``, the same computed in float32
+    another way, an entry may also be off by twice that computation's own error (a draw within
+    rounding of a kink or of a variance of 0 makes the loss that sensitive)."""
+    def flat(triple):
+        return [(layout.flatten(a) if isinstance(a, list) else a).asnumpy().astype("float64")
+                for a in triple]
+    rounded = [None] * 3 if in_float32 is None else flat(in_float32)
+    for k, (ours, theirs) in enumerate(zip(flat(got), flat(reference))):
         allowed = rtol * (np.abs(theirs) + (np.abs(theirs).max() if k else 0.0))
         if rounded[k] is not None:
-            allowed = allowed + 2 * np.abs(rounded[k].astype("float64") - theirs)
+            allowed = allowed + 2 * np.abs(rounded[k] - theirs)
         worst = np.argmax(np.abs(ours - theirs) - allowed)
         assert np.abs(ours - theirs).flat[worst] <= allowed.flat[worst], (
             ["loss", "d/dmu", "d/drho"][k], worst, ours.flat[worst], theirs.flat[worst])
